@@ -1,0 +1,158 @@
+"""LLM Playground: the composition root. CLI flags -> Settings -> model -> engine -> service -> API + UI.
+
+    python app.py [--model DIR_OR_GGUF] [--host H] [--port P] [--device auto|npu|cuda|mps|cpu] ...
+
+Every knob of the API contract (spec §0.1) is a flag named after it and an environment variable
+PLAYGROUND_<KNOB>; the flag wins. The API answers /health with 503 until the model has loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import engine  # noqa: F401  (process settings that must precede `import torch`)
+from engine import config as cfg
+from engine import device as devices
+
+devices.prepare_torch_import()
+
+log = logging.getLogger("playground")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="LLM Playground: chat UI + MindIE-compatible API")
+    for f in dataclasses.fields(cfg.Settings):
+        help_text = f.metadata.get("help", "") + f" [env {cfg.env_var(f.name)}]"
+        kind = str(f.type)
+        if "bool" in kind:
+            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=None, help=help_text)  # fmt: skip
+        elif kind.startswith("list"):
+            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, default=None, help=help_text + " (comma-separated)",
+                                type=lambda s: [x.strip() for x in s.split(",") if x.strip()])  # fmt: skip
+        else:
+            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, default=None, help=help_text,
+                                type=int if kind == "int" else str, choices=f.metadata.get("choices"))  # fmt: skip
+    return parser
+
+
+def settings_from(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> cfg.Settings:
+    values = cfg.from_env(environ)
+    args = build_parser().parse_args(argv)
+    values.update({k: v for k, v in vars(args).items() if v is not None})
+    settings = cfg.Settings(**values)
+    if settings.audio_transcription is None:  # on for the bundled demo model, off for a --model
+        settings = settings.replace(audio_transcription=not settings.model)
+    cfg.validate(settings)
+    return settings
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: cfg.Settings) -> None:
+    """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
+    creds = settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes
+    if is_loopback(settings.bind_host) or creds:
+        return
+    if os.environ.get("SPACE_ID"):
+        log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")
+        return
+    if settings.insecure_public:
+        log.warning("--insecure-public: serving %s without credentials", settings.bind_host)
+        return
+    raise SystemExit(
+        f"refusing to serve {settings.bind_host} without credentials: set --api-keys (or Pangu tokens), "
+        "bind 127.0.0.1, or pass --insecure-public"
+    )
+
+
+def build_service(settings: cfg.Settings) -> Any:
+    """Load the model and start the engine; returns the ChatService every front end shares."""
+    from engine import models
+    from engine.core.engine import Engine, EngineLimits
+    from engine.core.model_runner import make_runner
+    from engine.openai.service import ChatService, ModelInfo
+
+    place = devices.placement(settings.device, settings.dtype)
+    threads = devices.configure_threads(settings.threads)
+    log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, threads)
+    started = time.perf_counter()
+    loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
+    log.info("model %s loaded in %.1f s", loaded.name, time.perf_counter() - started)
+    context = min(settings.max_model_len or loaded.context_length, loaded.context_length)
+    eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
+    gen_eos = loaded.generation_config.get("eos_token_id")
+    eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+    limits = EngineLimits(
+        max_num_seqs=settings.max_num_seqs,
+        kv_cache_tokens=settings.kv_cache_tokens,
+        max_queue=settings.max_queue,
+        max_model_len=context,
+    )
+    core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device)
+    core.start()
+    info = ModelInfo(settings.served_model_name or loaded.name, context, loaded.generation_config)
+    return ChatService(core, loaded.tokenizer, info, settings)
+
+
+class AppState:
+    """Holds the service once loaded; routes and UI ask it and answer 'loading' until then."""
+
+    def __init__(self) -> None:
+        self.service: Any = None
+        self.error: str | None = None
+
+    def get(self) -> Any:
+        return self.service
+
+
+def create_application(settings: cfg.Settings, state: AppState) -> Any:
+    from engine.openai.api import create_app
+
+    app = create_app(settings, state.get)
+    if settings.ui:
+        import gradio as gr
+
+        from playground.ui import build_ui
+
+        app = gr.mount_gradio_app(app, build_ui(state.get), path="/")
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings_from(argv)
+    check_exposure(settings)
+    state = AppState()
+
+    def load() -> None:
+        try:
+            state.service = build_service(settings)
+            log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
+        except Exception as exc:  # keep serving /health (503) with the reason in the log
+            state.error = f"{type(exc).__name__}: {exc}"
+            log.exception("model failed to load")
+
+    threading.Thread(target=load, name="loader", daemon=True).start()
+    import uvicorn
+
+    uvicorn.run(create_application(settings, state), host=settings.bind_host, port=settings.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

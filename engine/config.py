@@ -1,0 +1,130 @@
+"""Server settings: one frozen dataclass, filled from defaults, environment variables and the command line.
+
+Every knob of spec §0.1 is a field here. `cli_flag(name)` and `env_var(name)` derive the flag (`--max-queue`,
+`--no-perf-stats`) and the variable (`PLAYGROUND_MAX_QUEUE`) from the field name, so app.py builds its parser
+from this table and the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_PREFIX = "PLAYGROUND_"
+
+
+def _knob(default: Any, help: str, *, spec: bool = False, choices: tuple[str, ...] | None = None) -> Any:
+    meta = {"help": help, "spec": spec, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where and what to serve.
+    host: str = _knob("", "Bind address (default 127.0.0.1; 0.0.0.0 on Hugging Face Spaces).")
+    port: int = _knob(7860, "TCP port for the API and the UI.")
+    model: str = _knob("", "Hugging Face model directory or .gguf file (default: the bundled SmolLM2-135M-Instruct).")
+    device: str = _knob("auto", "Device to run on.", choices=("auto", "npu", "cuda", "mps", "cpu"))
+    dtype: str = _knob("auto", "Compute dtype.", choices=("auto", "bf16", "fp16", "fp32"))
+    cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
+    threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
+    ui: bool = _knob(True, "Mount the Gradio playground at /.")
+    insecure_public: bool = _knob(False, "Allow binding a non-loopback address with no credentials configured.")
+    # Engine capacity.
+    max_num_seqs: int = _knob(32, "Most sequences decoded together in one step.")
+    max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
+    kv_cache_tokens: int = _knob(262144, "KV-cache budget in tokens over all running sequences.")
+    # Knobs of spec §0.1.
+    served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
+    lora_adapters: list[str] = _knob([], "LoRA adapters as id=path (not supported yet).", spec=True)
+    api_keys: list[str] = _knob([], "Bearer keys accepted on /v1 and Pangu V2 (empty = auth off).", spec=True)
+    pangu_auth_tokens: list[str] = _knob([], "Tokens accepted in X-Auth-Token on Pangu V1.", spec=True)
+    pangu_app_codes: list[str] = _knob([], "Codes accepted in X-Apig-AppCode on Pangu V1.", spec=True)
+    pangu_project_id: str = _knob("", "When set, the Pangu V1 project_id must equal it.", spec=True)
+    pangu_deployment_id: str = _knob("", "When set, the Pangu V1 deployment_id must equal it.", spec=True)
+    pangu_strict_limits: bool = _knob(True, "Apply the narrower Pangu ranges on Pangu routes.", spec=True)
+    max_request_length_mb: int = _knob(4, "Cap on the HTTP body and serialized messages, MiB (1..100).", spec=True)
+    max_input_tokens: int = _knob(0, "Cap on prompt tokens (0 = context length - 1).", spec=True)
+    max_new_tokens: int = _knob(512, "Default and upper cap of max_tokens.", spec=True)
+    max_n: int = _knob(8, "Largest n / best_of / beam width.", spec=True)
+    max_queue: int = _knob(64, "Requests waiting + running before 503.", spec=True)
+    perf_stats: bool = _knob(True, "Emit MindIE timing extras on /v1.", spec=True)
+    full_text_enabled: bool = _knob(False, "MindIE fullTextEnabled streaming mode.", spec=True)
+    enable_reasoning: str = _knob("auto", "Reasoning split.", spec=True, choices=("auto", "true", "false"))
+    tool_call_parser: str = _knob(
+        "auto", "Tool-call parser.", spec=True, choices=("auto", "hermes", "chatglm3", "none")
+    )
+    media_allow_data_urls: bool = _knob(True, "Accept inline base64 / data URLs.", spec=True)
+    media_allow_local: bool = _knob(False, "Accept server-local media files under --media-local-root.", spec=True)
+    media_local_root: str = _knob("", "Only directory local media may come from.", spec=True)
+    media_allow_remote: bool = _knob(False, "Fetch remote http(s) media from allow-listed hosts.", spec=True)
+    media_remote_allowed_domains: list[str] = _knob([], "Hosts remote media may come from.", spec=True)
+    chat_template_allow_path: bool = _knob(
+        False, "Accept chat_template file names under --chat-template-dir.", spec=True
+    )
+    chat_template_dir: str = _knob("", "Only directory chat_template files may come from.", spec=True)
+    use_model_generation_config: bool = _knob(False, "Unset sampling fields take generation_config.json.", spec=True)
+    audio_transcription: bool | None = _knob(None, "Transcribe audio for models without audio input.", spec=True)
+    moderation_hook: str = _knob("", "Moderation plugin as module:callable.", spec=True)
+    pangu_v1_usage_event: bool = _knob(False, "Emit the event: usage line on Pangu V1 streams.", spec=True)
+
+    @property
+    def bind_host(self) -> str:
+        if self.host:
+            return self.host
+        return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def cli_flag(name: str) -> str:
+    return "--" + name.replace("_", "-").replace(".", "-")
+
+
+def env_var(name: str) -> str:
+    return ENV_PREFIX + name.upper().replace(".", "_")
+
+
+def parse_value(f: dataclasses.Field, raw: str) -> Any:
+    """Turn an environment string into the field's type."""
+    kind = str(f.type)
+    if "bool" in kind:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{env_var(f.name)} must be a boolean, got {raw!r}")
+    if kind.startswith("list"):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    if kind == "int":
+        return int(raw)
+    return raw
+
+
+def from_env(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        raw = environ.get(env_var(f.name))
+        if raw is not None:
+            values[f.name] = parse_value(f, raw)
+    return values
+
+
+def validate(settings: Settings) -> None:
+    """Reject settings that cannot work, with a message naming the flag."""
+    if not 1 <= settings.max_request_length_mb <= 100:
+        raise ValueError(f"{cli_flag('max_request_length_mb')} must be in [1, 100]")
+    for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"{cli_flag(name)} must be >= 1")
+    if settings.media_allow_local and not settings.media_local_root:
+        raise ValueError("--media-allow-local needs --media-local-root")
+    if settings.chat_template_allow_path and not settings.chat_template_dir:
+        raise ValueError("--chat-template-allow-path needs --chat-template-dir")

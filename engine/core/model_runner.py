@@ -1,0 +1,198 @@
+"""Turns scheduled token segments into logits.
+
+A step runs a ragged batch: each segment is one sequence's new tokens (a whole or partial prompt, or the one
+token sampled last step). All segments are packed into one flat token axis so the projections and MLPs of
+every sequence run as single matmuls; only attention runs per segment, against that sequence's own KV cache.
+This is what lets requests join and leave the batch between steps without padding or re-copying caches.
+
+`DecoderRunner` is a lean forward for the Llama family (Llama, SmolLM, Mistral without sliding window, Qwen2,
+Qwen3), reusing the HF model's own modules and weights; tests check its logits against the HF forward.
+`HFRunner` serves any other causal LM through the HF forward, one segment at a time, with a DynamicCache each.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
+
+
+@dataclass
+class KVCache:
+    """One sequence's keys and values: [layers, kv_heads, capacity, head_dim] each."""
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    length: int = 0  # tokens whose KV is stored
+    hf: Any = None  # DynamicCache, for HFRunner
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+
+@dataclass
+class Segment:
+    cache: KVCache
+    token_ids: list[int]
+    want_logits: bool = True  # False for a prompt chunk that does not end the prompt
+    positions: list[int] = field(default_factory=list)
+
+
+def make_runner(model: Any, device: str) -> DecoderRunner | HFRunner:
+    cfg = model.config
+    if (
+        cfg.model_type in LEAN_MODEL_TYPES
+        and not getattr(cfg, "use_sliding_window", False)
+        and not (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None))
+    ):
+        return DecoderRunner(model, device)
+    return HFRunner(model, device)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class DecoderRunner:
+    def __init__(self, model: Any, device: str) -> None:
+        self.model = model
+        self.device = device
+        self.inner = model.model
+        cfg = model.config
+        self.layers = list(self.inner.layers)
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.dtype = next(model.parameters()).dtype
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * len(self.layers) * self.n_kv * self.head_dim * torch.finfo(self.dtype).bits // 8
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        """Make room for `tokens` tokens in total (allocated once, to the request's known maximum)."""
+        if tokens <= cache.capacity:
+            return
+        shape = (len(self.layers), self.n_kv, tokens, self.head_dim)
+        k = torch.empty(shape, dtype=self.dtype, device=self.device)
+        v = torch.empty(shape, dtype=self.dtype, device=self.device)
+        if cache.length:
+            k[:, :, : cache.length] = cache.k[:, :, : cache.length]
+            v[:, :, : cache.length] = cache.v[:, :, : cache.length]
+        cache.k, cache.v = k, v
+
+    def fork(self, cache: KVCache) -> KVCache:
+        new = KVCache()
+        self.reserve(new, cache.capacity)
+        self.copy_into(new, cache)
+        return new
+
+    def copy_into(self, dst: KVCache, src: KVCache) -> None:
+        """Overwrite dst's KV with src's (beam search reuses a dropped beam's buffer)."""
+        n = src.length
+        dst.k[:, :, :n] = src.k[:, :, :n]
+        dst.v[:, :, :n] = src.v[:, :, :n]
+        dst.length = n
+
+    def forward(self, segments: list[Segment]) -> torch.Tensor:
+        """Logits (float32) at the last token of each segment that wants them, in segment order."""
+        ids, pos, bounds = [], [], []
+        for seg in segments:
+            start = seg.cache.length
+            self.reserve(seg.cache, start + len(seg.token_ids))
+            bounds.append((len(ids), len(ids) + len(seg.token_ids), start))
+            ids.extend(seg.token_ids)
+            pos.extend(range(start, start + len(seg.token_ids)))
+        input_ids = torch.tensor([ids], device=self.device)
+        position_ids = torch.tensor([pos], device=self.device)
+        h = self.inner.embed_tokens(input_ids)
+        cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)
+        cos, sin = cos[0].unsqueeze(0), sin[0].unsqueeze(0)  # [1, N, hd], broadcast over heads
+        n_tok = len(ids)
+        for li, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)[0]
+            q = attn.q_proj(x).view(n_tok, self.n_heads, self.head_dim)
+            k = attn.k_proj(x).view(n_tok, self.n_kv, self.head_dim)
+            v = attn.v_proj(x).view(n_tok, self.n_kv, self.head_dim)
+            if hasattr(attn, "q_norm"):
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, N, hd]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            out = torch.empty_like(q)
+            for seg, (a, b, start) in zip(segments, bounds):
+                end = start + (b - a)
+                seg.cache.k[li, :, start:end] = k[:, a:b]
+                seg.cache.v[li, :, start:end] = v[:, a:b]
+                out[:, a:b] = self._attend(q[:, a:b], seg.cache.k[li, :, :end], seg.cache.v[li, :, :end], start)
+            h = h + attn.o_proj(out.transpose(0, 1).reshape(1, n_tok, -1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        for seg, (a, b, start) in zip(segments, bounds):
+            seg.cache.length = start + (b - a)
+        last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
+        if not last:
+            return torch.empty(0)
+        hidden = self.inner.norm(h[0, last])
+        return self.model.lm_head(hidden).float()
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+        t, total = q.shape[1], k.shape[1]
+        mask = None
+        causal = False
+        if t > 1:
+            if start == 0:
+                causal = True
+            else:
+                rows = torch.arange(t, device=q.device).unsqueeze(1) + start
+                mask = torch.arange(total, device=q.device).unsqueeze(0) <= rows
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, is_causal=causal, enable_gqa=True
+        )
+        return o[0]
+
+
+class HFRunner:
+    """Any causal LM through its own forward; correct everywhere, batched nowhere."""
+
+    def __init__(self, model: Any, device: str) -> None:
+        self.model = model
+        self.device = device
+        self.dtype = next(model.parameters()).dtype
+
+    def kv_bytes_per_token(self) -> int:
+        cfg = self.model.config.get_text_config()
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return 2 * cfg.num_hidden_layers * heads * head_dim * torch.finfo(self.dtype).bits // 8
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        pass
+
+    def fork(self, cache: KVCache) -> KVCache:
+        return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf))
+
+    def copy_into(self, dst: KVCache, src: KVCache) -> None:
+        dst.hf, dst.length = copy.deepcopy(src.hf), src.length
+
+    def forward(self, segments: list[Segment]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        rows = []
+        for seg in segments:
+            if seg.cache.hf is None:
+                seg.cache.hf = DynamicCache(config=self.model.config)
+            start = seg.cache.length
+            ids = torch.tensor([seg.token_ids], device=self.device)
+            positions = torch.arange(start, start + len(seg.token_ids), device=self.device)
+            out = self.model(input_ids=ids, cache=seg.cache.hf, use_cache=True, cache_position=positions)
+            seg.cache.length = start + len(seg.token_ids)
+            if seg.want_logits:
+                rows.append(out.logits[0, -1].float())
+        return torch.stack(rows) if rows else torch.empty(0)

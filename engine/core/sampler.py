@@ -1,0 +1,79 @@
+"""Per-row logits processing and sampling: penalties, temperature, top-k, top-p, seeded draws, logprobs.
+
+Each row carries its own parameters and its own torch.Generator, so a request's seed reproduces its output
+whatever else shares the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.types import SamplingParams, TokenLogprob
+
+
+@dataclass
+class Row:
+    params: SamplingParams
+    generator: torch.Generator
+    prompt_ids: list[int]
+    output_ids: list[int]
+
+
+def apply_penalties(logits: torch.Tensor, row: Row) -> torch.Tensor:
+    p = row.params
+    if p.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(row.prompt_ids) | set(row.output_ids)), device=logits.device)
+        vals = logits[seen]
+        logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and row.output_ids:
+        ids, counts = torch.tensor(row.output_ids, device=logits.device).unique(return_counts=True)
+        logits[ids] -= p.frequency_penalty * counts.to(logits.dtype) + p.presence_penalty
+    return logits
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # Drop a token when the mass before it already reaches top_p; the most likely token always stays.
+        drop = (cum - sorted_logits.softmax(-1)) >= top_p
+        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    return logits
+
+
+def choose(logits: torch.Tensor, row: Row) -> int:
+    """Pick the next token of one row from its float32 logits (modified in place)."""
+    p = row.params
+    logits = apply_penalties(logits, row)
+    if p.greedy:
+        return int(torch.argmax(logits))
+    logits = filter_top_k_top_p(logits / p.temperature, p.top_k, p.top_p)
+    probs = logits.softmax(-1)
+    return int(torch.multinomial(probs, 1, generator=row.generator))
+
+
+def token_logprob(raw_logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
+    """Logprob of the chosen token from the raw logits' log-softmax (before penalties and temperature)."""
+    top: list[tuple[int, float]] = []
+    if top_n:
+        vals, ids = torch.topk(raw_logprobs, top_n)
+        top = list(zip(ids.tolist(), vals.tolist()))
+    return TokenLogprob(token, float(raw_logprobs[token]), top)
+
+
+def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float, TokenLogprob | None]]:
+    """For each row: (token, its raw logprob, the logprob entry if the row asked for one)."""
+    logits = logits.float()
+    raw = torch.log_softmax(logits, dim=-1)
+    out = []
+    for i, row in enumerate(rows):
+        token = choose(logits[i].clone(), row)
+        entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
+        out.append((token, float(raw[i, token]), entry))
+    return out

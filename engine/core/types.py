@@ -1,0 +1,90 @@
+"""Plain data the engine core exchanges with its callers. No torch, no pydantic, no HTTP."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_RESOURCES = "insufficient_system_resource"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # <= 0 = off
+    seed: int | None = None  # None = a fresh random seed per request
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int = 16  # already capped by the server and the context window
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    n: int = 1
+    best_of: int = 1  # candidates sampled; the n with the highest cumulative logprob are returned
+    use_beam_search: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def num_candidates(self) -> int:
+        return max(self.n, self.best_of)
+
+    @property
+    def streams_live(self) -> bool:
+        """Whether choices can be released token by token (otherwise ranked and released at the end)."""
+        return not self.use_beam_search and self.best_of <= self.n
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, logprob), best first
+
+
+@dataclass
+class ChoiceDelta:
+    """What one choice produced since its previous delta. Stats lists have one entry per new token."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    queue_waits_us: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)  # time.perf_counter() when each token was ready
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    cumulative_logprob: float = 0.0
+
+
+@dataclass
+class RequestStats:
+    prompt_tokens: int
+    cached_tokens: int = 0
+    arrival: float = 0.0  # time.perf_counter() when the engine accepted the request
+
+
+@dataclass
+class EngineRequest:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
+class EngineError(Exception):
+    """A request failed inside the engine. `resources` marks exhaustion (OOM, no KV room)."""
+
+    def __init__(self, message: str, *, resources: bool = False, queue_full: bool = False) -> None:
+        super().__init__(message)
+        self.resources = resources
+        self.queue_full = queue_full

@@ -1,0 +1,152 @@
+"""The only module that knows about npu / cuda / mps / cpu and torch_npu.
+
+`prepare_torch_import()` must run before torch is first imported: torch_npu registers itself as a torch device
+backend and, installed on a host without Ascend drivers, makes `import torch` fail. When the drivers are absent
+we switch that autoload off and later report the NPU as unavailable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_ASCEND_MARKERS = ("/usr/local/Ascend", "/dev/davinci0")
+
+
+def ascend_drivers_present() -> bool:
+    return any(Path(p).exists() for p in _ASCEND_MARKERS) or bool(os.environ.get("ASCEND_HOME_PATH"))
+
+
+def prepare_torch_import() -> None:
+    """Keep a present-but-unusable torch_npu from breaking `import torch`."""
+    if importlib.util.find_spec("torch_npu") is not None and not ascend_drivers_present():
+        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+
+def _npu_available() -> tuple[bool, str]:
+    if importlib.util.find_spec("torch_npu") is None:
+        return False, "torch_npu is not installed"
+    if not ascend_drivers_present():
+        return False, "torch_npu is installed but no Ascend driver was found"
+    try:
+        import torch
+        import torch_npu  # noqa: F401  (registers torch.npu)
+
+        if torch.npu.is_available():
+            return True, ""
+        return False, "torch_npu found no usable NPU"
+    except Exception as exc:  # torch_npu raises many kinds of errors on a broken install; any means "unusable"
+        return False, f"torch_npu failed to initialise ({type(exc).__name__})"
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str  # torch device string: "npu:0", "cuda:0", "mps", "cpu"
+    dtype_name: str  # "bf16" | "fp16" | "fp32"
+
+    @property
+    def kind(self) -> str:
+        return self.device.split(":")[0]
+
+    @property
+    def dtype(self):
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[self.dtype_name]
+
+
+def resolve_device(requested: str = "auto") -> str:
+    """npu > cuda > mps > cpu. An explicit request for an unavailable device is an error."""
+    import torch
+
+    checks = {
+        "npu": _npu_available,
+        "cuda": lambda: (torch.cuda.is_available(), "CUDA is not available"),
+        "mps": lambda: (torch.backends.mps.is_available(), "MPS is not available"),
+        "cpu": lambda: (True, ""),
+    }
+    if requested != "auto":
+        ok, why = checks[requested]()
+        if not ok:
+            raise RuntimeError(f"--device {requested}: {why}")
+        return {"npu": "npu:0", "cuda": "cuda:0"}.get(requested, requested)
+    for kind in ("npu", "cuda", "mps"):
+        ok, why = checks[kind]()
+        if ok:
+            return {"npu": "npu:0", "cuda": "cuda:0"}.get(kind, kind)
+        if kind == "npu" and importlib.util.find_spec("torch_npu") is not None:
+            log.warning("NPU skipped: %s; trying the next device", why)
+    return "cpu"
+
+
+def resolve_dtype(requested: str, device: str) -> str:
+    """auto: bf16 on accelerators that support it, fp16 on older GPUs, fp32 on CPU.
+
+    On CPU fp32 decodes faster than bf16 for small models here (bench/bench_dtype.py) and keeps
+    greedy results identical to the HF reference; the cache on disk stays bf16.
+    """
+    if requested != "auto":
+        return requested
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        import torch
+
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if kind == "npu":
+        return "bf16"
+    if kind == "mps":
+        return "fp16"
+    return "fp32"
+
+
+def placement(device: str = "auto", dtype: str = "auto") -> Placement:
+    dev = resolve_device(device)
+    return Placement(dev, resolve_dtype(dtype, dev))
+
+
+def configure_threads(threads: int = 0) -> int:
+    """Size torch's intra-op pool on purpose: one thread per core, one inter-op thread (the engine thread
+    is the only one running kernels)."""
+    import torch
+
+    n = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    torch.set_num_threads(n)
+    # Fails once torch has run parallel work in this process (a second engine in tests): keep the first value.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    return n
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued kernels so that timings measure real work."""
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    elif kind == "npu":
+        torch.npu.synchronize()
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def empty_cache(device: str) -> None:
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        torch.cuda.empty_cache()
+    elif kind == "npu":
+        torch.npu.empty_cache()

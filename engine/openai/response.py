@@ -1,0 +1,118 @@
+"""Response and chunk models. The service yields ChatCompletionChunk objects; a non-stream response is their fold.
+
+The chunks are route-neutral: `wire.py` turns them into the /v1 (and later Pangu) JSON shapes. Fields marked
+`exclude=True` are engine statistics the UI and the fold read but the wire format places elsewhere or omits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class LogprobEntry(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[LogprobEntry] = Field(default_factory=list)
+
+
+class FunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallItem(BaseModel):
+    index: int | None = None  # streaming deltas only
+    id: str | None = None
+    type: str | None = None
+    function: FunctionCall
+
+
+class Delta(BaseModel):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallItem] | None = None
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens: int = 0
+    completion_tokens_details: CompletionTokensDetails | None = None
+    total_tokens: int = 0
+    batch_size: list[int] = Field(default_factory=list)
+    queue_wait_time: list[int] = Field(default_factory=list)  # microseconds
+
+
+class TokenTimeline(BaseModel):
+    """Engine facts about the tokens a chunk carries: the UI's live timeline and the fold's timing fields."""
+
+    token_ids: list[int] = Field(default_factory=list)
+    token_times_ms: list[float] = Field(default_factory=list)  # since the request was accepted
+    batch_sizes: list[int] = Field(default_factory=list)
+    queue_waits_us: list[int] = Field(default_factory=list)
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    timeline: TokenTimeline | None = Field(default=None, exclude=True)
+    prefill_time: int | None = Field(default=None, exclude=True)  # closing chunks: ms to the first token
+    decode_time_arr: list[int] | None = Field(default=None, exclude=True)  # closing chunks: ms per later token
+
+
+class ResponseMessage(BaseModel):
+    role: str = "assistant"
+    content: str = ""
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallItem] = Field(default_factory=list)
+
+
+class ResponseChoice(BaseModel):
+    index: int
+    message: ResponseMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[ResponseChoice]
+    usage: Usage
+    prompt_logprobs: Any = None
+    prefill_time: int | None = None
+    decode_time_arr: list[int] | None = None
