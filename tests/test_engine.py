@@ -1,0 +1,133 @@
+"""The engine loop on the real model: batching, chunked prefill, queue limit, abort and slot release."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from engine.core.engine import Engine, EngineLimits
+from engine.core.types import EngineError, EngineRequest, SamplingParams
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.deltas: list[Any] = []
+        self.errors: list[EngineError] = []
+        self.done = threading.Event()
+        self.first = threading.Event()
+
+    def __call__(self, item: Any) -> None:
+        if item is None:
+            self.done.set()
+        elif isinstance(item, EngineError):
+            self.errors.append(item)
+        else:
+            self.deltas.extend(item)
+            self.first.set()
+
+    def batch_sizes(self) -> list[int]:
+        return [b for d in self.deltas for b in d.batch_sizes]
+
+    def tokens(self) -> int:
+        return sum(len(d.token_ids) for d in self.deltas)
+
+
+@pytest.fixture
+def make_engine(service):
+    engines: list[Engine] = []
+
+    def make(**limits: Any) -> Engine:
+        core = service.engine
+        e = Engine(core.runner, core.tokenizer, set(core.eos_ids), EngineLimits(max_model_len=8192, **limits))
+        e.start()
+        engines.append(e)
+        return e
+
+    yield make
+    for e in engines:
+        e.shutdown()
+
+
+def prompt(service, text: str = "Tell me a story.") -> list[int]:
+    return service.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)[
+        "input_ids"
+    ]
+
+
+LONG = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+
+
+def test_requests_arriving_together_run_together(service, make_engine) -> None:
+    e = make_engine()
+    a, b = Collector(), Collector()
+    e.submit(EngineRequest("a", prompt(service), LONG), a)
+    e.submit(EngineRequest("b", prompt(service, "Hi"), LONG), b)
+    assert a.done.wait(120) and b.done.wait(120)
+    assert a.tokens() == b.tokens() == 40
+    assert 2 in a.batch_sizes() and 2 in b.batch_sizes()
+
+
+def test_long_prompt_is_prefilled_in_chunks_while_a_stream_keeps_decoding(service, make_engine) -> None:
+    e = make_engine(max_batched_tokens=64)
+    running, long = Collector(), Collector()
+    e.submit(
+        EngineRequest("run", prompt(service), SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)), running
+    )
+    assert running.first.wait(60)
+    long_prompt = prompt(service, "word " * 400)
+    steps_before = e.steps
+    e.submit(EngineRequest("long", long_prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)), long)
+    assert long.done.wait(120) and running.done.wait(120)
+    assert e.steps - steps_before >= len(long_prompt) // 64  # the prompt took several steps...
+    assert running.batch_sizes().count(2) >= len(long_prompt) // 64 - 1  # ...each also decoding the stream
+
+
+def test_queue_limit_refuses_instead_of_growing(service, make_engine) -> None:
+    e = make_engine(max_queue=1)
+    a = Collector()
+    e.submit(EngineRequest("a", prompt(service), LONG), a)
+    with pytest.raises(EngineError) as info:
+        e.submit(EngineRequest("b", prompt(service), LONG), Collector())
+    assert info.value.queue_full
+    e.abort("a")
+    assert a.done.wait(30)
+
+
+def test_request_larger_than_the_kv_budget_is_refused(service, make_engine) -> None:
+    e = make_engine(kv_cache_tokens=64)
+    with pytest.raises(EngineError) as info:
+        e.submit(EngineRequest("a", prompt(service), LONG), Collector())
+    assert info.value.resources
+
+
+def test_abort_frees_the_slot_within_a_step(service, make_engine) -> None:
+    e = make_engine()
+    a = Collector()
+    e.submit(EngineRequest("a", prompt(service), SamplingParams(temperature=0, max_tokens=2000, ignore_eos=True)), a)
+    assert a.first.wait(60)
+    e.abort("a")
+    assert a.done.wait(5)
+    deadline = time.monotonic() + 5
+    while e.load()["running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert e.load() == {"waiting": 0, "running": 0, "kv_tokens_used": 0}
+    assert a.tokens() < 2000
+
+
+def test_client_disconnect_mid_stream_aborts_the_request(live) -> None:
+    body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "max_tokens": 2000, "ignore_eos": True, "temperature": 0}  # fmt: skip
+    with live.client() as http, http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # first real content chunk: hang up
+    deadline = time.monotonic() + 10
+    while live.service.engine.load()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live.service.engine.load()["running"] == 0
+    with live.client() as http:  # and the next request is served at once
+        r = http.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
