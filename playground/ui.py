@@ -24,6 +24,14 @@ def build_request(history: list[dict[str, Any]], system: str, model: str, contro
     return body
 
 
+def _seed(text: str) -> int | str | None:
+    """Empty = random; anything else goes to validation as typed, so a bad seed gets the API's message."""
+    text = text.strip()
+    if not text:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
     with gr.Blocks(title="LLM Playground") as demo:
         gr.Markdown("## LLM Playground\nChat with the embedded engine. The same engine serves `/v1/chat/completions`.")
@@ -41,11 +49,11 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="top_p")
                 top_k = gr.Number(value=-1, precision=0, label="top_k (-1 = off)")
                 max_tokens = gr.Slider(1, 512, value=128, step=1, label="max_tokens")
-                seed = gr.Number(value=None, precision=0, label="seed (empty = random)")
+                seed = gr.Textbox(value="", label="seed (empty = random)", max_lines=1)
                 stats = gr.Markdown("", elem_id="stats")
 
         async def respond(message: str, history: list[dict[str, Any]], system_prompt: str, temp: float,
-                          tp: float, tk: float, mt: float, sd: float | None) -> AsyncIterator[tuple]:  # fmt: skip
+                          tp: float, tk: float, mt: float, sd: str) -> AsyncIterator[tuple]:  # fmt: skip
             service = get_service()
             if not message.strip():
                 yield history, "", gr.update()
@@ -55,7 +63,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 yield history + [{"role": "assistant", "content": "The model is still loading…"}], "", ""
                 return
             controls = {"temperature": temp, "top_p": tp, "top_k": int(tk) if tk is not None else None,
-                        "max_tokens": int(mt), "seed": int(sd) if sd is not None else None}  # fmt: skip
+                        "max_tokens": int(mt), "seed": _seed(sd)}  # fmt: skip
             view = ReplyView()
             try:
                 req = parse_chat_request(build_request(history, system_prompt, service.served_name, controls))
@@ -68,8 +76,8 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
             yield history + [view.message()], "", view.stats_markdown()
 
         inputs = [box, chatbot, system, temperature, top_p, top_k, max_tokens, seed]
-        ev1 = box.submit(respond, inputs, [chatbot, box, stats])
-        ev2 = send.click(respond, inputs, [chatbot, box, stats])
+        ev1 = box.submit(respond, inputs, [chatbot, box, stats], api_name="chat")
+        ev2 = send.click(respond, inputs, [chatbot, box, stats], api_name=False)
         stop.click(None, None, None, cancels=[ev1, ev2])
         clear.click(lambda: ([], ""), None, [chatbot, stats])
     return demo
