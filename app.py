@@ -86,6 +86,7 @@ def build_service(settings: cfg.Settings) -> Any:
     from engine import models
     from engine.core.engine import Engine, EngineLimits
     from engine.core.model_runner import make_runner
+    from engine.core.prefix_cache import PrefixCache
     from engine.openai.service import ChatService, ModelInfo
 
     place = devices.placement(settings.device, settings.dtype)
@@ -103,8 +104,10 @@ def build_service(settings: cfg.Settings) -> Any:
         kv_cache_tokens=settings.kv_cache_tokens,
         max_queue=settings.max_queue,
         max_model_len=context,
+        max_batched_tokens=settings.max_batched_tokens,
     )
-    core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device)
+    cache = PrefixCache(settings.prefix_cache_tokens)
+    core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(settings.served_model_name or loaded.name, context, loaded.generation_config)
     return ChatService(core, loaded.tokenizer, info, settings)

@@ -37,7 +37,9 @@ class Settings:
     # Engine capacity.
     max_num_seqs: int = _knob(32, "Most sequences decoded together in one step.")
     max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
-    kv_cache_tokens: int = _knob(262144, "KV-cache budget in tokens over all running sequences.")
+    kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
+    prefix_cache_tokens: int = _knob(8192, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
+    max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
     lora_adapters: list[str] = _knob([], "LoRA adapters as id=path (not supported yet).", spec=True)

@@ -23,6 +23,7 @@ import torch
 from engine import device as devices
 from engine.core.beam import BeamSearch
 from engine.core.model_runner import KVCache, Segment
+from engine.core.prefix_cache import PrefixCache
 from engine.core.sampler import Row, sample_rows
 from engine.core.sequence import Sequence
 from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, EngineRequest, RequestStats
@@ -61,8 +62,17 @@ class _Request:
 
 
 class Engine:
-    def __init__(self, runner: Any, tokenizer: Any, eos_ids: set[int], limits: EngineLimits, device: str = "cpu"):
+    def __init__(
+        self,
+        runner: Any,
+        tokenizer: Any,
+        eos_ids: set[int],
+        limits: EngineLimits,
+        device: str = "cpu",
+        prefix_cache: PrefixCache | None = None,
+    ):
         self.runner = runner
+        self.prefix_cache = prefix_cache
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(eos_ids)
         self.limits = limits
@@ -178,6 +188,10 @@ class Engine:
             first = Sequence(0, r.req.params, self.tokenizer, KVCache(), r.stats.arrival)
             self.runner.reserve(first.cache, len(r.req.prompt_ids) + r.req.params.max_tokens)
             r.seqs = [first]
+            if self.prefix_cache is not None and first.cache.k is not None:
+                chain = self.prefix_cache.match(r.req.prompt_ids, r.req.cache_salt)
+                first.cache.length = self.prefix_cache.load(chain, first.cache.k, first.cache.v)
+                r.prefilled = r.stats.cached_tokens = first.cache.length
             if r.req.params.use_beam_search:
                 r.beam = BeamSearch(r.req.params.num_candidates, r.req.params.n, self.eos_ids)
             self._running.append(r)
@@ -189,6 +203,7 @@ class Engine:
         segments: list[Segment] = []
         plan: list[tuple[_Request, list[Sequence]]] = []  # requests whose rows come back, in order
         budget = self.limits.max_batched_tokens
+        prefilled: list[_Request] = []  # requests whose prompt completes in this step
         for r in self._running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
@@ -201,6 +216,7 @@ class Engine:
                 segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done))
                 if r.prefill_done:
                     plan.append((r, r.seqs[:1]))
+                    prefilled.append(r)
                 r.started = True
         t0 = time.perf_counter()
         try:
@@ -211,6 +227,8 @@ class Engine:
             return
         t1 = time.perf_counter()
         self.steps += 1
+        for r in prefilled:
+            self._remember(r.req, r.req.prompt_ids, r.seqs[0].cache)
         stats = {"batch_size": len(segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids}
         row = 0
         for r, seqs in plan:
@@ -238,7 +256,9 @@ class Engine:
             deltas = [s.take_delta() for s in r.seqs if s.pending.token_ids or s.pending.text or s.finished]
             deltas = [d for d in deltas if d.token_ids or d.text or d.finish_reason]
             for s in r.seqs:
-                if s.finished:
+                if s.finished and s.cache.length:
+                    if s.index == 0:  # the next turn of this chat starts with this prompt and reply
+                        self._remember(r.req, r.req.prompt_ids + s.output_ids[:-1], s.cache)
                     self._free_cache(s.cache)
             if deltas:
                 r.emitted = True
@@ -276,8 +296,13 @@ class Engine:
         self._kv_used -= r.kv_tokens
         r.kv_tokens = 0
 
+    def _remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
+        if self.prefix_cache is not None and cache.k is not None:
+            self.prefix_cache.store(tokens[: cache.length], cache.k, cache.v, req.cache_salt)
+
     def _free_cache(self, cache: KVCache) -> None:
         cache.k = cache.v = cache.hf = None
+        cache.length = 0
 
     def _fail_step(self, exc: Exception) -> None:
         oom = devices.is_out_of_memory(exc)

@@ -79,6 +79,7 @@ class EngineRequest:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
+    cache_salt: bytes = b""  # folded into prefix-cache keys: e.g. a digest of the request's media
 
 
 class EngineError(Exception):

@@ -1,0 +1,77 @@
+"""Automatic prefix caching: KV of prompt prefixes kept in fixed-size blocks, reused by later requests.
+
+A block holds the KV of BLOCK consecutive tokens and is keyed by a digest of *every* token up to its end (plus
+an optional salt, e.g. a digest of the request's media), so a hit means the whole prefix is identical. Blocks
+are copied into a new sequence's cache instead of being recomputed; least recently used blocks are evicted once
+the store exceeds its token budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 16
+
+
+@dataclass
+class _Block:
+    k: torch.Tensor  # [layers, kv_heads, BLOCK, head_dim]
+    v: torch.Tensor
+
+
+def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:
+    out, prev = [], salt
+    for i in range(blocks):
+        chunk = tokens[i * BLOCK : (i + 1) * BLOCK]
+        prev = hashlib.blake2b(prev + b"".join(t.to_bytes(4, "little") for t in chunk), digest_size=16).digest()
+        out.append(prev)
+    return out
+
+
+class PrefixCache:
+    def __init__(self, capacity_tokens: int) -> None:
+        self.capacity_blocks = max(0, capacity_tokens // BLOCK)
+        self._blocks: OrderedDict[bytes, _Block] = OrderedDict()
+        self.hits = 0  # tokens served from the cache, for metrics
+
+    @property
+    def tokens(self) -> int:
+        return len(self._blocks) * BLOCK
+
+    def match(self, tokens: list[int], salt: bytes = b"") -> list[_Block]:
+        """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits)."""
+        if not self.capacity_blocks:
+            return []
+        chain = []
+        for key in _digests(tokens, salt, (len(tokens) - 1) // BLOCK):
+            block = self._blocks.get(key)
+            if block is None:
+                break
+            self._blocks.move_to_end(key)
+            chain.append(block)
+        return chain
+
+    def load(self, chain: list[_Block], k: torch.Tensor, v: torch.Tensor) -> int:
+        """Copy a matched chain into a sequence's cache tensors; returns the tokens loaded."""
+        for i, block in enumerate(chain):
+            k[:, :, i * BLOCK : (i + 1) * BLOCK] = block.k
+            v[:, :, i * BLOCK : (i + 1) * BLOCK] = block.v
+        self.hits += len(chain) * BLOCK
+        return len(chain) * BLOCK
+
+    def store(self, tokens: list[int], k: torch.Tensor, v: torch.Tensor, salt: bytes = b"") -> None:
+        """Keep the whole blocks of `tokens`, whose KV sits at the start of k / v."""
+        if not self.capacity_blocks:
+            return
+        for i, key in enumerate(_digests(tokens, salt, len(tokens) // BLOCK)):
+            if key in self._blocks:
+                self._blocks.move_to_end(key)
+                continue
+            sl = slice(i * BLOCK, (i + 1) * BLOCK)
+            self._blocks[key] = _Block(k[:, :, sl].clone(), v[:, :, sl].clone())
+            while len(self._blocks) > self.capacity_blocks:
+                self._blocks.popitem(last=False)
