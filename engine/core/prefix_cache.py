@@ -3,7 +3,8 @@
 A block holds the KV of BLOCK consecutive tokens and is keyed by a digest of *every* token up to its end (plus
 an optional salt, e.g. a digest of the request's media), so a hit means the whole prefix is identical. Blocks
 are copied into a new sequence's cache instead of being recomputed; least recently used blocks are evicted once
-the store exceeds its token budget.
+the store exceeds its token budget. A chain is touched tail first, so its head is the most recent and eviction
+eats chains from their tails: a surviving head block stays useful, an orphaned tail block never would.
 """
 
 from __future__ import annotations
@@ -46,14 +47,19 @@ class PrefixCache:
         """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits)."""
         if not self.capacity_blocks:
             return []
-        chain = []
+        chain, keys = [], []
         for key in _digests(tokens, salt, (len(tokens) - 1) // BLOCK):
             block = self._blocks.get(key)
             if block is None:
                 break
-            self._blocks.move_to_end(key)
             chain.append(block)
+            keys.append(key)
+        self._touch(keys)
         return chain
+
+    def _touch(self, keys: list[bytes]) -> None:
+        for key in reversed(keys):
+            self._blocks.move_to_end(key)
 
     def load(self, chain: list[_Block], k: torch.Tensor, v: torch.Tensor) -> int:
         """Copy a matched chain into a sequence's cache tensors; returns the tokens loaded."""
@@ -67,11 +73,11 @@ class PrefixCache:
         """Keep the whole blocks of `tokens`, whose KV sits at the start of k / v."""
         if not self.capacity_blocks:
             return
-        for i, key in enumerate(_digests(tokens, salt, len(tokens) // BLOCK)):
-            if key in self._blocks:
-                self._blocks.move_to_end(key)
-                continue
-            sl = slice(i * BLOCK, (i + 1) * BLOCK)
-            self._blocks[key] = _Block(k[:, :, sl].clone(), v[:, :, sl].clone())
-            while len(self._blocks) > self.capacity_blocks:
-                self._blocks.popitem(last=False)
+        keys = _digests(tokens, salt, min(len(tokens) // BLOCK, self.capacity_blocks))
+        for i, key in enumerate(keys):
+            if key not in self._blocks:
+                sl = slice(i * BLOCK, (i + 1) * BLOCK)
+                self._blocks[key] = _Block(k[:, :, sl].clone(), v[:, :, sl].clone())
+        self._touch(keys)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
