@@ -12,8 +12,9 @@ from collections.abc import Callable
 import torch
 
 from engine.core.model_runner import KVCache
+from engine.core.sampler import token_logprob
 from engine.core.sequence import Sequence
-from engine.core.types import FINISH_LENGTH, FINISH_STOP
+from engine.core.types import FINISH_LENGTH, FINISH_STOP, TokenLogprob
 
 
 def _score(seq: Sequence) -> float:
@@ -47,13 +48,18 @@ class BeamSearch:
             chosen.append((beam, token, float(logprobs[beam, token])))
         new_live: list[Sequence] = []
         used: set[int] = set()
+
+        def entry(beam: int, token: int) -> TokenLogprob | None:
+            params = live[beam].params
+            return token_logprob(logprobs[beam], token, params.top_logprobs) if params.logprobs else None
+
         for beam, token, lp in chosen:
             parent = live[beam]
             is_eos = token in self.eos_ids or token in parent.params.stop_token_ids
             if is_eos and not ignore_eos:
                 if len(self.finished) < self.width:
                     done = parent.fork(parent.index, KVCache())
-                    done.append(token, lp, None, decode_text=False, **stats)
+                    done.append(token, lp, entry(beam, token), decode_text=False, **stats)
                     done.finish_reason = FINISH_STOP
                     done.stop_reason = token if token in parent.params.stop_token_ids else None
                     self.finished.append(done)
@@ -65,7 +71,7 @@ class BeamSearch:
             else:
                 used.add(beam)
                 child = parent.fork(parent.index, parent.cache)
-            child.append(token, lp, None, decode_text=False, **stats)
+            child.append(token, lp, entry(beam, token), decode_text=False, **stats)
             new_live.append(child)
         for i, seq in enumerate(live):
             if i not in used:

@@ -253,8 +253,7 @@ class Engine:
     def _emit(self, r: _Request) -> None:
         p = r.req.params
         if p.streams_live:
-            deltas = [s.take_delta() for s in r.seqs if s.pending.token_ids or s.pending.text or s.finished]
-            deltas = [d for d in deltas if d.token_ids or d.text or d.finish_reason]
+            deltas = [s.take_delta() for s in r.seqs if not s.closed and (s.pending.token_ids or s.finished)]
             for s in r.seqs:
                 if s.finished and s.cache.length:
                     if s.index == 0:  # the next turn of this chat starts with this prompt and reply

@@ -24,6 +24,7 @@ class Sequence:
             tokenizer, params.skip_special_tokens, params.stop, params.include_stop_str_in_output
         )
         self.pending = ChoiceDelta(index)  # what has not been handed to the caller yet
+        self.closed = False  # its finishing delta has been handed out: nothing more may follow
 
     @property
     def finished(self) -> bool:
@@ -90,11 +91,9 @@ class Sequence:
     def take_delta(self) -> ChoiceDelta:
         """Hand out what accumulated since the last call."""
         d = self.pending
-        d.finish_reason, d.stop_reason, d.cumulative_logprob = (
-            self.finish_reason,
-            self.stop_reason,
-            self.cumulative_logprob,
-        )
+        d.finish_reason, d.stop_reason = self.finish_reason, self.stop_reason
+        d.cumulative_logprob = self.cumulative_logprob
+        self.closed = self.finished
         self.pending = ChoiceDelta(self.index)
         return d
 

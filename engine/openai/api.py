@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.config import Settings
 from engine.openai.errors import (
@@ -173,7 +175,53 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
             events(), media_type="text/event-stream; charset=utf-8", headers={**headers, "Cache-Control": "no-cache"}
         )
 
+    # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see _ApiRouting).
+    app.add_middleware(_ApiRouting, routes=list(app.router.routes))
     return app
+
+
+class _ApiRouting:
+    """Keep 404/405 answers API-shaped when the Gradio UI is mounted at "/" (spec §1.1, §6.1, §6.2).
+
+    Fix: Starlette hands any request that no route matches *fully* to the catch-all "/" mount, so with the UI on,
+    `GET /v1/chat/completions` got Gradio's `404 {"detail": "Not Found"}` instead of 405 with `Allow: POST`, and
+    unknown paths (`/nope`, trailing slashes) got that same non-/v1 body. This wrapper answers a known API path
+    with the wrong method itself (405 + Allow), and rewrites a 404 coming from the mounted app into the /v1 error
+    body. Requests that an API route matches fully, and every non-404 answer of the UI, pass through untouched.
+    """
+
+    def __init__(self, app: ASGIApp, routes: list[BaseRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        allowed: set[str] = set()
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                await self.app(scope, receive, send)
+                return
+            if match == Match.PARTIAL:
+                allowed |= getattr(route, "methods", None) or set()
+        if allowed:
+            await v1_error(405, "Method not allowed.", headers={"Allow": ", ".join(sorted(allowed))})(
+                scope, receive, send
+            )
+            return
+        replaced = False
+
+        async def send_api_404(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                replaced = True
+                await v1_error(404, "Not found.")(scope, receive, send)
+            elif not replaced:  # after a replaced start, the mounted app's own 404 body is dropped
+                await send(message)
+
+        await self.app(scope, receive, send_api_404)
 
 
 async def _abort_on_disconnect(request: Request, abort: Callable[[], None]) -> None:

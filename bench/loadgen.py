@@ -1,0 +1,170 @@
+"""Streaming load generator for any OpenAI-compatible /v1/chat/completions server.
+
+    .venv/bin/python bench/loadgen.py --url http://127.0.0.1:7860 --model SmolLM2-135M-Instruct \
+        --concurrency 1,4,8,16,32 --max-tokens 128 [--server-pid PID] [--json out.json]
+
+At each concurrency level C it keeps C requests in flight (each client sends its next request as soon as the
+previous one ends) until --requests-per-level requests have finished, then reports TTFT p50/p90, inter-token
+latency p50/p99 (from the arrival times of streamed chunks, per token), aggregate output tokens/s over the
+level's wall time, and the server's RSS (when --server-pid is given, or found by the port). It also measures
+this machine's memory bandwidth (a large numpy copy) so decode speed can be read against the bandwidth limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+PROMPTS = [
+    "Tell me a story about a lighthouse keeper.",
+    "Explain how a bicycle stays upright.",
+    "Write a poem about autumn leaves.",
+    "What are the main causes of ocean tides?",
+    "Describe a day in the life of a honeybee.",
+    "Give me a recipe for a simple tomato soup.",
+    "Why is the sky blue? Explain for a child.",
+    "Summarise the plot of a heist movie you invent.",
+]
+
+
+@dataclass
+class Result:
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    tokens: int = 0
+    ok: bool = True
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q / 100 * len(values)))]
+
+
+async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) -> Result:
+    body = {"model": args.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
+            "temperature": 0.0, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    res = Result()
+    start = time.perf_counter()
+    last = None
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            return Result(ok=False)
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if chunk.get("usage") and not chunk.get("choices"):
+                res.tokens = chunk["usage"]["completion_tokens"]
+                continue
+            delta = (chunk.get("choices") or [{}])[0].get("delta", {})
+            if not delta.get("content"):
+                continue
+            now = time.perf_counter()
+            if last is None:
+                res.ttft = now - start
+            else:
+                res.itl.append(now - last)
+            last = now
+    return res
+
+
+async def level(args: argparse.Namespace, concurrency: int) -> dict:
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    results: list[Result] = []
+    todo = max(args.requests_per_level, concurrency)
+    async with httpx.AsyncClient(base_url=args.url, timeout=600, limits=limits, headers=args.headers) as client:
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            while issued < todo:
+                issued += 1
+                results.append(await one(client, args, PROMPTS[issued % len(PROMPTS)]))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    good = [r for r in results if r.ok]
+    itl = [x for r in good for x in r.itl]
+    return {
+        "concurrency": concurrency,
+        "requests": len(results),
+        "failed": len(results) - len(good),
+        "ttft_p50_s": round(pct([r.ttft for r in good], 50), 3),
+        "ttft_p90_s": round(pct([r.ttft for r in good], 90), 3),
+        "itl_p50_ms": round(pct(itl, 50) * 1000, 1),
+        "itl_p99_ms": round(pct(itl, 99) * 1000, 1),
+        "output_tok_s": round(sum(r.tokens for r in good) / wall, 1),
+        "single_stream_tok_s": round(statistics.median([len(r.itl) / sum(r.itl) for r in good if r.itl]), 1),
+    }
+
+
+def server_rss_mib(pid: int | None, port: int) -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    if pid is None:
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == "LISTEN" and conn.pid:
+                pid = conn.pid
+                break
+    if pid is None:
+        return None
+    proc = psutil.Process(pid)
+    return round(sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20)
+
+
+def memory_bandwidth_gbs() -> float:
+    import numpy as np
+
+    src = np.ones(64 * 2**20, dtype=np.float32)  # 256 MiB, far beyond the caches
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return round(2 * src.nbytes / best / 1e9, 1)  # read + write
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="http://127.0.0.1:7860")
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct")
+    ap.add_argument("--concurrency", default="1,4,8,16,32")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--requests-per-level", type=int, default=0, help="default: 2x the concurrency, at least 4")
+    ap.add_argument("--server-pid", type=int)
+    ap.add_argument("--api-key")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--json", help="append the report to this JSON-lines file")
+    args = ap.parse_args()
+    args.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    port = httpx.URL(args.url).port or 80
+    report = {"label": args.label, "url": args.url, "memory_bandwidth_gbs": memory_bandwidth_gbs(), "levels": []}
+    for c in [int(x) for x in args.concurrency.split(",")]:
+        level_args = argparse.Namespace(**vars(args))
+        level_args.requests_per_level = args.requests_per_level or max(4, 2 * c)
+        row = asyncio.run(level(level_args, c))
+        row["server_rss_mib"] = server_rss_mib(args.server_pid, port)
+        report["levels"].append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(report) + "\n")
+    print(json.dumps({"memory_bandwidth_gbs": report["memory_bandwidth_gbs"]}))
+
+
+if __name__ == "__main__":
+    main()
