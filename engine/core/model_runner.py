@@ -55,6 +55,26 @@ def make_runner(model: Any, device: str) -> DecoderRunner | HFRunner:
     return HFRunner(model, device)
 
 
+def _fuse_layer(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """One matmul for q/k/v and one for gate/up instead of five. The HF modules' weights are rebound as views
+    of the fused tensors, so memory is not doubled and the HF forward still works on the same storage."""
+    attn, mlp = layer.self_attn, layer.mlp
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    w_qkv = torch.cat([p.weight.data for p in projections])
+    b_qkv = torch.cat([p.bias.data for p in projections]) if attn.q_proj.bias is not None else None
+    offset = 0
+    for p in projections:
+        rows = p.weight.shape[0]
+        p.weight.data = w_qkv[offset : offset + rows]
+        if b_qkv is not None:
+            p.bias.data = b_qkv[offset : offset + rows]
+        offset += rows
+    w_gate_up = torch.cat([mlp.gate_proj.weight.data, mlp.up_proj.weight.data])
+    half = mlp.gate_proj.weight.shape[0]
+    mlp.gate_proj.weight.data, mlp.up_proj.weight.data = w_gate_up[:half], w_gate_up[half:]
+    return w_qkv, b_qkv, w_gate_up
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
@@ -71,6 +91,7 @@ class DecoderRunner:
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.dtype = next(model.parameters()).dtype
+        self.fused = [_fuse_layer(layer) for layer in self.layers]
 
     def kv_bytes_per_token(self) -> int:
         return 2 * len(self.layers) * self.n_kv * self.head_dim * torch.finfo(self.dtype).bits // 8
@@ -115,25 +136,30 @@ class DecoderRunner:
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)
         cos, sin = cos[0].unsqueeze(0), sin[0].unsqueeze(0)  # [1, N, hd], broadcast over heads
         n_tok = len(ids)
-        for li, layer in enumerate(self.layers):
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        for li, (layer, (w_qkv, b_qkv, w_gate_up)) in enumerate(zip(self.layers, self.fused)):
             attn = layer.self_attn
             x = layer.input_layernorm(h)[0]
-            q = attn.q_proj(x).view(n_tok, self.n_heads, self.head_dim)
-            k = attn.k_proj(x).view(n_tok, self.n_kv, self.head_dim)
-            v = attn.v_proj(x).view(n_tok, self.n_kv, self.head_dim)
+            q, k, v = F.linear(x, w_qkv, b_qkv).split((q_size, kv_size, kv_size), dim=-1)
+            q = q.view(n_tok, self.n_heads, self.head_dim)
+            k = k.view(n_tok, self.n_kv, self.head_dim)
+            v = v.view(n_tok, self.n_kv, self.head_dim)
             if hasattr(attn, "q_norm"):
                 q, k = attn.q_norm(q), attn.k_norm(k)
             q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, N, hd]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            out = torch.empty_like(q)
+            outs = []
             for seg, (a, b, start) in zip(segments, bounds):
                 end = start + (b - a)
                 seg.cache.k[li, :, start:end] = k[:, a:b]
                 seg.cache.v[li, :, start:end] = v[:, a:b]
-                out[:, a:b] = self._attend(q[:, a:b], seg.cache.k[li, :, :end], seg.cache.v[li, :, :end], start)
+                outs.append(self._attend(q[:, a:b], seg.cache.k[li, :, :end], seg.cache.v[li, :, :end], start))
+            out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
             h = h + attn.o_proj(out.transpose(0, 1).reshape(1, n_tok, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            mlp = layer.mlp
+            gate, up = F.linear(layer.post_attention_layernorm(h), w_gate_up).chunk(2, dim=-1)
+            h = h + mlp.down_proj(mlp.act_fn(gate) * up)
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
         last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
