@@ -55,6 +55,7 @@ class _Request:
     done_candidates: list[Sequence] = field(default_factory=list)  # best_of > n: ranked at the end
     started: bool = False  # has run in at least one step
     emitted: bool = False  # has handed out at least one token
+    closed: bool = False  # its consumer has been told it ended
 
     @property
     def prefill_done(self) -> bool:
@@ -83,6 +84,7 @@ class Engine:
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._kv_used = 0
+        self._active = 0  # submitted and not yet closed: what max_queue counts (under _lock)
         self._stop = False
         self._thread: threading.Thread | None = None
         self._seed_source = random.SystemRandom()
@@ -121,8 +123,9 @@ class Engine:
         stats = RequestStats(prompt_tokens=len(req.prompt_ids), arrival=time.perf_counter())
         r = _Request(req, sink, stats, gen, need)
         with self._lock:
-            if len(self._incoming) + len(self._waiting) + len(self._running) >= self.limits.max_queue:
+            if self._active >= self.limits.max_queue:
                 raise EngineError("the server is busy: request queue is full", queue_full=True)
+            self._active += 1
             self._incoming.append(r)
             self._lock.notify()
         return stats
@@ -156,7 +159,9 @@ class Engine:
                 log.exception("engine step failed")
                 for r in list(self._running):
                     self._finish_request(r, EngineError("generation failed: " + type(exc).__name__))
-        for r in list(self._running) + list(self._waiting):
+        with self._lock:
+            pending = list(self._running) + list(self._waiting) + list(self._incoming)
+        for r in pending:
             self._finish_request(r, EngineError("server is shutting down"))
 
     def _has_work(self) -> bool:
@@ -168,10 +173,10 @@ class Engine:
         for r in [r for r in self._running if r.req.request_id in ids]:
             self._running.remove(r)
             self._release(r)
-            r.sink(None)
+            self._close(r)
         for r in [r for r in self._waiting if r.req.request_id in ids]:
             self._waiting.remove(r)
-            r.sink(None)
+            self._close(r)
 
     def _admit(self) -> None:
         live = sum(r.req.params.num_candidates for r in self._running)
@@ -286,6 +291,15 @@ class Engine:
         self._release(r)
         if error is not None:
             r.sink(error)
+        self._close(r)
+
+    def _close(self, r: _Request) -> None:
+        """The one place a request ends: it stops counting against max_queue and its consumer is told."""
+        if r.closed:
+            return
+        r.closed = True
+        with self._lock:
+            self._active -= 1
         r.sink(None)
 
     def _release(self, r: _Request) -> None:
