@@ -6,6 +6,7 @@ cache); the server is the real app on a loopback port, driven by real clients (o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -56,6 +57,23 @@ def start_server(settings: Any, state: Any) -> tuple[Any, threading.Thread]:
             raise RuntimeError("server did not start")
         time.sleep(0.05)
     return server, thread
+
+
+@contextlib.contextmanager
+def extra_server(settings: Any, service: Any = None, **changes: Any) -> Iterator[httpx.Client]:
+    """A second real server on its own port with other settings; `service=None` = the model still loading."""
+    from app import AppState
+
+    state = AppState()
+    state.service = service
+    cfg = settings.replace(port=free_port(), **changes)
+    server, thread = start_server(cfg, state)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{cfg.port}", timeout=120) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="session")

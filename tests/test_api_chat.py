@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.api_helpers import ID_RE, check_cached_tokens, check_stream, ok, text_of
-from tests.conftest import MODEL, chat, free_port, sse_events, start_server
+from tests.conftest import MODEL, chat, extra_server, sse_events
 
 TIMING = ("batch_size", "queue_wait_time")
 
@@ -141,18 +141,8 @@ def test_beam_search_pseudo_stream(http: httpx.Client) -> None:  # cases 54, 5.5
 
 @pytest.fixture(scope="module")
 def variant(settings: Any, service: Any) -> Iterator[httpx.Client]:
-    from app import AppState
-
-    state = AppState()
-    state.service = service
-    cfg = settings.replace(port=free_port(), ui=False, perf_stats=False, full_text_enabled=True)
-    server, thread = start_server(cfg, state)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{cfg.port}", timeout=120) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with extra_server(settings, service, ui=False, perf_stats=False, full_text_enabled=True) as client:
+        yield client
 
 
 def test_perf_stats_off_omits_timing(variant: httpx.Client) -> None:  # case 95

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.api_helpers import assert_v1_error
-from tests.conftest import MODEL, chat, free_port, start_server
+from tests.conftest import MODEL, chat, extra_server
 
 # ---- health ------------------------------------------------------------------------------------------------
 
@@ -32,16 +32,8 @@ def test_health_ready_is_200_with_empty_body(http: httpx.Client, path: str) -> N
 @pytest.fixture
 def loading_server(settings: Any) -> Iterator[httpx.Client]:
     """A second real server whose model has not loaded yet: app.py's state before its loader thread finishes."""
-    from app import AppState
-
-    loading = settings.replace(port=free_port(), ui=False)
-    server, thread = start_server(loading, AppState())
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{loading.port}", timeout=30) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with extra_server(settings, None, ui=False) as client:
+        yield client
 
 
 @pytest.mark.parametrize(
