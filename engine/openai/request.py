@@ -13,10 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    Discriminator,
     Field,
     StringConstraints,
-    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -27,7 +25,6 @@ from engine.openai.messages import (
     MEDIA_MODALITY,
     AudioURLPart,
     ContentPart,
-    FunctionName,
     ImageURL,
     ImageURLPart,
     InputAudio,
@@ -41,6 +38,15 @@ from engine.openai.messages import (
     fail,
     show,
     to_request_error,
+)
+from engine.openai.tools import (
+    MAX_TOOLS,
+    MAX_TOOLS_DEPTH,
+    FunctionDefinition,
+    NamedToolChoice,
+    Tool,
+    ToolChoice,
+    json_depth,
 )
 
 __all__ = [
@@ -69,8 +75,6 @@ __all__ = [
 
 Route = Literal["v1", "pangu_v1", "pangu_v2"]
 INT32_MAX = 2_147_483_647
-MAX_TOOLS = 128
-MAX_TOOLS_DEPTH = 10
 MAX_CHAT_TEMPLATE_BYTES = 1 << 20
 RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
                             "chat_template")  # fmt: skip
@@ -91,62 +95,9 @@ def _range(label: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def json_depth(value: Any, limit: int = MAX_TOOLS_DEPTH) -> int:
-    """Nesting depth of a JSON value: scalars 0, an array or object 1 + the depth of its deepest child.
-
-    Applied to the whole `tools` array, a tool's `parameters` object sits at depth 4 (tools → tool → function →
-    parameters) and `parameters.properties.<arg>` at 6, so a schema can nest six more levels below `parameters`
-    before the limit of 10 is exceeded. Iterative, and stops as soon as the depth exceeds `limit`.
-    """
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (list, dict)):
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                return deepest
-            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
-
-
 class StreamOptions(StrictModel):
     include_usage: bool = False
     continuous_usage_stats: bool = False
-
-
-class FunctionDefinition(StrictModel):
-    name: FunctionName
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool = False
-
-    @field_validator("parameters")
-    @classmethod
-    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if value.get("type") != "object":
-            raise fail(f"must be 'object', got {show(value.get('type'))}.", sub="type")
-        return value
-
-
-class Tool(StrictModel):
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class NamedFunction(StrictModel):
-    name: str
-
-
-class NamedToolChoice(StrictModel):
-    type: Literal["function"]
-    function: NamedFunction
-
-
-ToolChoice = Annotated[
-    Annotated[Literal["none", "auto", "required"], Tag("#str")] | Annotated[NamedToolChoice, Tag("#obj")],
-    Discriminator(lambda v: {str: "#str", dict: "#obj"}.get(type(v)), custom_error_type="request",
-                  custom_error_message="must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}."),
-]  # fmt: skip
 
 
 class JSONSchemaFormat(StrictModel):
