@@ -131,3 +131,24 @@ def test_client_disconnect_mid_stream_aborts_the_request(live) -> None:
     with live.client() as http:  # and the next request is served at once
         r = http.post("/v1/chat/completions", json={**body, "stream": False, "max_tokens": 2})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_batched_requests_get_the_same_tokens_as_alone(service, make_engine) -> None:
+    e = make_engine()
+    prompts = [prompt(service, q) for q in ("Name a colour.", "Count to five.", "What is a cat?")]
+    params = [SamplingParams(temperature=0, max_tokens=16), SamplingParams(temperature=0.9, seed=11, max_tokens=16),
+              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=16)]  # fmt: skip
+
+    def run_alone(i: int) -> list[int]:
+        c = Collector()
+        e.submit(EngineRequest(f"alone{i}", prompts[i], params[i]), c)
+        assert c.done.wait(120)
+        return [t for d in c.deltas for t in d.token_ids]
+
+    alone = [run_alone(i) for i in range(3)]
+    together = [Collector() for _ in range(3)]
+    for i, c in enumerate(together):
+        e.submit(EngineRequest(f"together{i}", prompts[i], params[i]), c)
+    assert all(c.done.wait(120) for c in together)
+    assert any(b > 1 for c in together for b in c.batch_sizes())
+    assert [[t for d in c.deltas for t in d.token_ids] for c in together] == alone
