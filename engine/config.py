@@ -38,7 +38,7 @@ class Settings:
     max_num_seqs: int = _knob(32, "Most sequences decoded together in one step.")
     max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
     kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
-    prefix_cache_tokens: int = _knob(8192, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
+    prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
