@@ -14,13 +14,26 @@ from engine import device
 FAKE_NPU = Path(__file__).parent / "fake_torch_npu"
 
 
-def test_cpu_host_resolves_to_cpu_and_fp32() -> None:
-    assert device.resolve_device("auto") == "cpu"
-    assert device.placement("auto", "auto").dtype_name == "fp32"
+def test_cpu_resolves_to_fp32_and_an_explicit_dtype_wins() -> None:
+    assert device.resolve_device("cpu") == "cpu"
+    assert device.placement("cpu", "auto").dtype_name == "fp32"
     assert device.placement("cpu", "bf16").dtype_name == "bf16"
 
 
+@pytest.mark.skipif(device.ascend_drivers_present(), reason="this host has Ascend drivers")
+def test_auto_on_a_host_without_accelerators_is_cpu() -> None:
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this host has an accelerator")
+    assert device.resolve_device("auto") == "cpu"
+
+
 def test_explicit_unavailable_device_is_an_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
     with pytest.raises(RuntimeError, match="cuda"):
         device.resolve_device("cuda")
 

@@ -53,7 +53,6 @@ class _Request:
     prefilled: int = 0
     beam: BeamSearch | None = None
     done_candidates: list[Sequence] = field(default_factory=list)  # best_of > n: ranked at the end
-    started: bool = False  # has run in at least one step
     emitted: bool = False  # has handed out at least one token
     closed: bool = False  # its consumer has been told it ended
 
@@ -209,11 +208,13 @@ class Engine:
         plan: list[tuple[_Request, list[Sequence]]] = []  # requests whose rows come back, in order
         budget = self.limits.max_batched_tokens
         prefilled: list[_Request] = []  # requests whose prompt completes in this step
+        in_step: list[_Request] = []  # requests whose caches this step writes
         for r in self._running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
                 segments.extend(Segment(s.cache, [s.output_ids[-1]]) for s in live)
                 plan.append((r, live))
+                in_step.append(r)
             elif budget > 0:
                 chunk = r.req.prompt_ids[r.prefilled : r.prefilled + budget]
                 budget -= len(chunk)
@@ -222,13 +223,13 @@ class Engine:
                 if r.prefill_done:
                     plan.append((r, r.seqs[:1]))
                     prefilled.append(r)
-                r.started = True
+                in_step.append(r)
         t0 = time.perf_counter()
         try:
             logits = self.runner.forward(segments)
             devices.synchronize(self.device)
         except Exception as exc:
-            self._fail_step(exc)
+            self._fail_step(exc, in_step)
             return
         t1 = time.perf_counter()
         self.steps += 1
@@ -317,16 +318,15 @@ class Engine:
         cache.k = cache.v = cache.hf = None
         cache.length = 0
 
-    def _fail_step(self, exc: Exception) -> None:
+    def _fail_step(self, exc: Exception, in_step: list[_Request]) -> None:
+        """The forward failed: end the requests it was writing (their caches are now unusable), keep the rest."""
         oom = devices.is_out_of_memory(exc)
         if oom:
             log.error("out of memory in the engine step; ending the batch's requests (%s)", type(exc).__name__)
             devices.empty_cache(self.device)
         else:
             log.exception("engine forward failed")
-        for r in list(self._running):
-            if not r.started and r.prefilled == 0:
-                continue
+        for r in in_step:
             if oom and r.emitted and r.req.params.streams_live:
                 for s in r.seqs:
                     if not s.finished:

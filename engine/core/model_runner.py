@@ -105,9 +105,6 @@ class DecoderRunner:
         self.dtype = next(model.parameters()).dtype
         self.fused = [_fuse_layer(layer) for layer in self.layers]
 
-    def kv_bytes_per_token(self) -> int:
-        return 2 * len(self.layers) * self.n_kv * self.head_dim * torch.finfo(self.dtype).bits // 8
-
     def reserve(self, cache: KVCache, tokens: int) -> None:
         """Make room for `tokens` tokens in total (allocated once, to the request's known maximum)."""
         if tokens <= cache.capacity:
@@ -123,15 +120,10 @@ class DecoderRunner:
     def fork(self, cache: KVCache) -> KVCache:
         new = KVCache()
         self.reserve(new, cache.capacity)
-        self.copy_into(new, cache)
+        new.k[:, :, : cache.length] = cache.k[:, :, : cache.length]
+        new.v[:, :, : cache.length] = cache.v[:, :, : cache.length]
+        new.length = cache.length
         return new
-
-    def copy_into(self, dst: KVCache, src: KVCache) -> None:
-        """Overwrite dst's KV with src's (beam search reuses a dropped beam's buffer)."""
-        n = src.length
-        dst.k[:, :, :n] = src.k[:, :, :n]
-        dst.v[:, :, :n] = src.v[:, :, :n]
-        dst.length = n
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them, in segment order."""
@@ -221,20 +213,11 @@ class HFRunner:
         self.device = device
         self.dtype = next(model.parameters()).dtype
 
-    def kv_bytes_per_token(self) -> int:
-        cfg = self.model.config.get_text_config()
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return 2 * cfg.num_hidden_layers * heads * head_dim * torch.finfo(self.dtype).bits // 8
-
     def reserve(self, cache: KVCache, tokens: int) -> None:
         pass
 
     def fork(self, cache: KVCache) -> KVCache:
         return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf))
-
-    def copy_into(self, dst: KVCache, src: KVCache) -> None:
-        dst.hf, dst.length = copy.deepcopy(src.hf), src.length
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         from transformers import DynamicCache

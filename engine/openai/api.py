@@ -183,9 +183,9 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
 class _ApiRouting:
     """Keep 404/405 answers API-shaped when the Gradio UI is mounted at "/" (spec §1.1, §6.1, §6.2).
 
-    Fix: Starlette hands any request that no route matches *fully* to the catch-all "/" mount, so with the UI on,
-    `GET /v1/chat/completions` got Gradio's `404 {"detail": "Not Found"}` instead of 405 with `Allow: POST`, and
-    unknown paths (`/nope`, trailing slashes) got that same non-/v1 body. This wrapper answers a known API path
+    Starlette hands any request that no route matches *fully* to the catch-all "/" mount, so with the UI on,
+    `GET /v1/chat/completions` would get Gradio's `404 {"detail": "Not Found"}` instead of 405 with `Allow: POST`,
+    and unknown paths (`/nope`, trailing slashes) that same non-/v1 body. This wrapper answers a known API path
     with the wrong method itself (405 + Allow), and rewrites a 404 coming from the mounted app into the /v1 error
     body. Requests that an API route matches fully, and every non-404 answer of the UI, pass through untouched.
     """

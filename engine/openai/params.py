@@ -15,9 +15,8 @@ BEAM_MAX_TOKENS = 128
 def sampling_params(
     req: ChatCompletionRequest, settings: Settings, prompt_tokens: int, context_length: int, gen_config: dict[str, Any]
 ) -> SamplingParams:
-    # Fix (spec §2.2 `tools` and `response_format` rows): neither a tool-call parser (§8) nor constrained decoding
-    # exists in this engine yet, and both fields used to be accepted and silently ignored (200, `tool_calls: []`,
-    # unconstrained text). The contract requires a validation error instead. Remove each guard with its feature.
+    # Spec §2.2 `tools` / `response_format`: what the engine cannot honour (no tool-call parser, no constrained
+    # decoding yet) must be refused, never silently ignored. Each guard goes when its feature lands.
     if req.tools_active:
         raise RequestValidationError("Parameter tools: tool calling is not supported by this model.")
     if req.response_format is not None and req.response_format.type != "text":

@@ -105,10 +105,9 @@ _QUOTED = re.compile(r"'([^'\n]{65,})'")
 
 def _safe(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    # Fix (spec §6.5: input values are echoed only up to 64 characters): Jinja quotes the offending piece of the
-    # template ("'<name>' is undefined", "unexpected '<token>'"), which came straight from the request and was
-    # echoed up to the 200-character cap. Quoted fragments are now cut to 64 characters; the 200 cap stays for
-    # the template's own message (raise_exception text, which §2.7 says the error carries).
+    # Spec §6.5 echoes input values only up to 64 characters: Jinja quotes the offending piece of the template
+    # ("'<name>' is undefined"), which comes from the request, so quoted fragments are cut to 64; the 200 cap is
+    # for the template's own message (raise_exception text, which §2.7 says the error carries).
     text = _QUOTED.sub(lambda m: f"'{m.group(1)[:64]}...'", text)
     return text[:200]
 
