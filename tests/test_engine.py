@@ -113,7 +113,7 @@ def test_abort_frees_the_slot_within_a_step(service, make_engine) -> None:
     deadline = time.monotonic() + 5
     while e.load()["running"] and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert e.load() == {"waiting": 0, "running": 0, "kv_tokens_used": 0}
+    assert e.load() | {"preemptions": 0} == {"waiting": 0, "running": 0, "kv_tokens_used": 0, "preemptions": 0}
     assert a.tokens() < 2000
 
 
@@ -152,3 +152,28 @@ def test_batched_requests_get_the_same_tokens_as_alone(service, make_engine) -> 
     assert all(c.done.wait(120) for c in together)
     assert any(b > 1 for c in together for b in c.batch_sizes())
     assert [[t for d in c.deltas for t in d.token_ids] for c in together] == alone
+
+
+def test_preempted_requests_resume_with_identical_tokens(service, make_engine) -> None:
+    prompts = [prompt(service, q) for q in ("Name a colour.", "Count to five.", "What is a cat?")]
+    params = [SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
+              SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
+              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True)]  # fmt: skip
+    # Room for one request to finish and two to start: the later ones must be preempted and resumed.
+    budget = max(len(p) for p in prompts) + 150 + 2 * (max(len(p) for p in prompts) + 1 + 128)
+    e = make_engine(kv_cache_tokens=budget)
+
+    def run(tag: str, which: list[int]) -> list[list[int]]:
+        cs = [Collector() for _ in which]
+        for i, c in zip(which, cs):
+            e.submit(EngineRequest(f"{tag}{i}", prompts[i], params[i]), c)
+        assert all(c.done.wait(300) for c in cs)
+        assert not any(c.errors for c in cs)
+        return [[t for d in c.deltas for t in d.token_ids] for c in cs]
+
+    alone = [run("alone", [i])[0] for i in range(3)]
+    assert e.preemptions == 0
+    together = run("together", [0, 1, 2])
+    assert e.preemptions > 0
+    assert together == alone
+    assert e.load()["kv_tokens_used"] == 0

@@ -3,7 +3,13 @@ hands each request its new tokens.
 
 Requests join the running batch between steps and leave it the step they finish, each with its own sampling
 parameters and seed (iteration-level batching). Long prompts are prefilled in chunks under a per-step token
-budget so streams already running keep getting tokens. Callers submit with a `sink` callable; the engine calls
+budget so streams already running keep getting tokens.
+
+KV memory is a token budget. A single-sequence request holds only what it has used plus a growth margin; when
+a growing sequence finds the budget spent, the newest running requests are preempted (recompute): their KV is
+offered to the prefix cache and freed, and they go back to the head of the queue keeping their tokens, seed
+generator and detokeniser, so when readmitted they prefill prompt + output and continue exactly where they
+stopped. Requests with several candidates (n, best_of, beam search) reserve their whole KV at admission. Callers submit with a `sink` callable; the engine calls
 it on its own thread with a list of ChoiceDelta, an EngineError, or None when the request is done.
 """
 
@@ -30,6 +36,8 @@ from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, Engine
 
 log = logging.getLogger(__name__)
 
+KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
+
 Sink = Callable[[list[ChoiceDelta] | EngineError | None], None]
 
 
@@ -48,17 +56,36 @@ class _Request:
     sink: Sink
     stats: RequestStats
     generator: torch.Generator
-    kv_tokens: int  # reserved KV budget
+    kv_tokens: int = 0  # KV budget held now (all its caches together)
     seqs: list[Sequence] = field(default_factory=list)
-    prefilled: int = 0
+    prefilled: int = 0  # tokens of `context` whose KV is in the cache
+    recompute: list[int] | None = None  # after a preemption: prompt + output so far, to prefill again
     beam: BeamSearch | None = None
     done_candidates: list[Sequence] = field(default_factory=list)  # best_of > n: ranked at the end
     emitted: bool = False  # has handed out at least one token
     closed: bool = False  # its consumer has been told it ended
 
     @property
+    def context(self) -> list[int]:
+        return self.req.prompt_ids if self.recompute is None else self.recompute
+
+    @property
     def prefill_done(self) -> bool:
-        return self.prefilled >= len(self.req.prompt_ids)
+        return self.prefilled >= len(self.context)
+
+    @property
+    def preemptible(self) -> bool:
+        return self.req.params.num_candidates == 1 and not self.req.params.use_beam_search
+
+    @property
+    def final_tokens(self) -> int:
+        """KV tokens one of its sequences can ever need."""
+        return len(self.req.prompt_ids) + self.req.params.max_tokens
+
+    def admission_tokens(self) -> int:
+        if not self.preemptible:
+            return self.final_tokens * self.req.params.num_candidates
+        return min(self.final_tokens, len(self.context) + 1 + KV_GROW)
 
 
 class Engine:
@@ -88,6 +115,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._seed_source = random.SystemRandom()
         self.steps = 0
+        self.preemptions = 0
 
     # ---- caller side (any thread) ----
 
@@ -108,6 +136,7 @@ class Engine:
                 "waiting": len(self._incoming) + len(self._waiting),
                 "running": len(self._running),
                 "kv_tokens_used": self._kv_used,
+                "preemptions": self.preemptions,
             }
 
     def submit(self, req: EngineRequest, sink: Sink) -> RequestStats:
@@ -120,7 +149,7 @@ class Engine:
         gen = torch.Generator(device=self.device if self.device.startswith("cuda") else "cpu")
         gen.manual_seed(seed)
         stats = RequestStats(prompt_tokens=len(req.prompt_ids), arrival=time.perf_counter())
-        r = _Request(req, sink, stats, gen, need)
+        r = _Request(req, sink, stats, gen)
         with self._lock:
             if self._active >= self.limits.max_queue:
                 raise EngineError("the server is busy: request queue is full", queue_full=True)
@@ -181,27 +210,66 @@ class Engine:
         live = sum(r.req.params.num_candidates for r in self._running)
         while self._waiting:
             r = self._waiting[0]
-            cands = r.req.params.num_candidates
+            cands, want = r.req.params.num_candidates, r.admission_tokens()
             if self._running and (
-                live + cands > self.limits.max_num_seqs or self._kv_used + r.kv_tokens > self.limits.kv_cache_tokens
+                live + cands > self.limits.max_num_seqs or self._kv_used + want > self.limits.kv_cache_tokens
             ):
                 break  # first come, first served: nobody overtakes the head of the queue
             self._waiting.popleft()
-            self._kv_used += r.kv_tokens
+            self._kv_used += want
+            r.kv_tokens = want
             live += cands
-            first = Sequence(0, r.req.params, self.tokenizer, KVCache(), r.stats.arrival)
-            self.runner.reserve(first.cache, len(r.req.prompt_ids) + r.req.params.max_tokens)
-            r.seqs = [first]
+            if r.seqs:  # back from a preemption: same sequence, new cache
+                first = r.seqs[0]
+                first.cache = KVCache()
+            else:
+                first = Sequence(0, r.req.params, self.tokenizer, KVCache(), r.stats.arrival)
+                r.seqs = [first]
+            self.runner.reserve(first.cache, want // cands)
             if self.prefix_cache is not None and first.cache.k is not None:
-                chain = self.prefix_cache.match(r.req.prompt_ids, r.req.cache_salt)
+                chain = self.prefix_cache.match(r.context, r.req.cache_salt)
                 first.cache.length = self.prefix_cache.load(chain, first.cache.k, first.cache.v)
-                r.prefilled = r.stats.cached_tokens = first.cache.length
+                r.prefilled = first.cache.length
+                if r.recompute is None:
+                    r.stats.cached_tokens = r.prefilled
             if r.req.params.use_beam_search:
                 r.beam = BeamSearch(r.req.params.num_candidates, r.req.params.n, self.eos_ids)
             self._running.append(r)
 
+    def _grow(self) -> None:
+        """Give each decoding sequence room for this step's token, preempting the newest requests when the KV
+        budget is spent. Oldest first, so the oldest requests keep running and everyone makes progress."""
+        for r in list(self._running):
+            if r not in self._running or not r.preemptible or not r.prefill_done:
+                continue
+            seq = r.seqs[0]
+            if seq.finished or seq.cache.length + 1 <= r.kv_tokens:
+                continue
+            extra = min(r.final_tokens, r.kv_tokens + KV_GROW) - r.kv_tokens
+            while r in self._running and self._kv_used + extra > self.limits.kv_cache_tokens:
+                self._preempt([x for x in self._running if x.preemptible][-1])
+            if r in self._running:
+                r.kv_tokens += extra
+                self._kv_used += extra
+                self.runner.reserve(seq.cache, r.kv_tokens)
+
+    def _preempt(self, r: _Request) -> None:
+        seq = r.seqs[0]
+        context = r.req.prompt_ids + seq.output_ids[:-1]
+        if seq.cache.length:  # what it computed survives in the prefix cache while there is room
+            self._remember(r.req, context, seq.cache)
+        self._free_cache(seq.cache)
+        self._running.remove(r)
+        self._kv_used -= r.kv_tokens
+        r.kv_tokens, r.prefilled = 0, 0
+        r.recompute = context if seq.output_ids else None
+        self._waiting.appendleft(r)
+        self.preemptions += 1
+        log.info("preempted %s after %d tokens (KV budget spent)", r.req.request_id, len(seq.output_ids))
+
     def step(self) -> None:
         self._admit()
+        self._grow()
         if not self._running:
             return
         segments: list[Segment] = []
@@ -216,12 +284,14 @@ class Engine:
                 plan.append((r, live))
                 in_step.append(r)
             elif budget > 0:
-                chunk = r.req.prompt_ids[r.prefilled : r.prefilled + budget]
+                chunk = r.context[r.prefilled : r.prefilled + budget]
                 budget -= len(chunk)
                 r.prefilled += len(chunk)
-                segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done))
+                resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
+                segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed))
                 if r.prefill_done:
-                    plan.append((r, r.seqs[:1]))
+                    if not resumed:
+                        plan.append((r, r.seqs[:1]))
                     prefilled.append(r)
                 in_step.append(r)
         t0 = time.perf_counter()
@@ -234,7 +304,8 @@ class Engine:
         t1 = time.perf_counter()
         self.steps += 1
         for r in prefilled:
-            self._remember(r.req, r.req.prompt_ids, r.seqs[0].cache)
+            self._remember(r.req, r.context, r.seqs[0].cache)
+            r.recompute = None
         stats = {"batch_size": len(segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids}
         row = 0
         for r, seqs in plan:
