@@ -109,7 +109,9 @@ def build_service(settings: cfg.Settings) -> Any:
     cache = PrefixCache(settings.prefix_cache_tokens)
     core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
-    info = ModelInfo(settings.served_model_name or loaded.name, context, loaded.generation_config)
+    info = ModelInfo(
+        settings.served_model_name or loaded.name, context, loaded.generation_config, loaded.model.config.model_type
+    )
     return ChatService(core, loaded.tokenizer, info, settings)
 
 

@@ -57,6 +57,10 @@ class Settings:
     perf_stats: bool = _knob(True, "Emit MindIE timing extras on /v1.", spec=True)
     full_text_enabled: bool = _knob(False, "MindIE fullTextEnabled streaming mode.", spec=True)
     enable_reasoning: str = _knob("auto", "Reasoning split.", spec=True, choices=("auto", "true", "false"))
+    thinking_early_stop_text: str = _knob(
+        "\n\nConsidering the limited time, I have to give the solution directly now.\n</think>\n\n",
+        "Text forced when a request's thinking_budget is spent (MindIE early_stopping_text); ends the reasoning.",
+    )
     tool_call_parser: str = _knob(
         "auto", "Tool-call parser.", spec=True, choices=("auto", "hermes", "chatglm3", "none")
     )

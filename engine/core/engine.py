@@ -322,7 +322,11 @@ class Engine:
                     first.fork(i, self.runner.fork(first.cache)) for i in range(1, r.req.params.num_candidates)
                 ]
                 seqs, rows = r.seqs, rows.expand(len(r.seqs), -1)
-            picks = sample_rows(rows, [Row(s.params, r.generator, r.req.prompt_ids, s.output_ids) for s in seqs])
+            picks = sample_rows(
+                rows,
+                [Row(s.params, r.generator, r.req.prompt_ids, s.output_ids, s.forced.pop(0) if s.forced else None)
+                 for s in seqs],
+            )  # fmt: skip
             for seq, (token, lp, entry) in zip(seqs, picks):
                 seq.append(token, lp, entry, **stats)
             self._emit(r)

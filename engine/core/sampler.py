@@ -19,6 +19,7 @@ class Row:
     generator: torch.Generator
     prompt_ids: list[int]
     output_ids: list[int]
+    forced: int | None = None  # fed instead of sampled (the thinking budget's early-stop text)
 
 
 def apply_penalties(logits: torch.Tensor, row: Row) -> torch.Tensor:
@@ -73,7 +74,7 @@ def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float,
     raw = torch.log_softmax(logits, dim=-1)
     out = []
     for i, row in enumerate(rows):
-        token = choose(logits[i].clone(), row)
+        token = row.forced if row.forced is not None else choose(logits[i].clone(), row)
         entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
         out.append((token, float(raw[i, token]), entry))
     return out

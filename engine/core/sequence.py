@@ -1,4 +1,9 @@
-"""Per-sequence state: output tokens, KV cache, detokeniser, stop conditions and per-token statistics."""
+"""Per-sequence state: output tokens, KV cache, detokeniser, stop conditions and per-token statistics.
+
+When the reasoning split is active (spec §7) the tokens are routed by id: a leading <think> and the first
+</think> produce no text, tokens before </think> go to the reasoning detokeniser and the rest to the answer's,
+so each part is decoded on its own exactly as the non-stream rule says, token by token.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,16 @@ class Sequence:
         self.detok = IncrementalDetokenizer(
             tokenizer, params.skip_special_tokens, params.stop, params.include_stop_str_in_output
         )
+        # A stop string matched inside the reasoning stays at its end (spec §7.4), whatever include_stop says.
+        self.reasoning_detok = (
+            IncrementalDetokenizer(tokenizer, params.skip_special_tokens, params.stop, True)
+            if params.think_ids
+            else None
+        )
+        self.reasoning_tokens: int | None = None  # index of the first </think>, once seen
+        self.forced: list[int] = []  # tokens to feed instead of sampling (the thinking budget's early stop)
+        self._budget_spent = False
+        self._ended_by_token = False  # finished on EOS or a stop token id, which is not part of the output text
         self.pending = ChoiceDelta(index)  # what has not been handed to the caller yet
         self.closed = False  # its finishing delta has been handed out: nothing more may follow
 
@@ -71,28 +86,65 @@ class Sequence:
             return
         if token in p.stop_token_ids:
             self.finish_reason, self.stop_reason = FINISH_STOP, token
-            d.text += self.detok.add(token if p.include_stop_str_in_output else None)
+            self._ended_by_token = True
+            self._route(token if p.include_stop_str_in_output or self.thinking else None)
         elif token in eos_ids and not p.ignore_eos:
             self.finish_reason = FINISH_STOP
-            d.text += self.detok.add(None)
+            self._ended_by_token = True
+            self._route(None)
         else:
-            d.text += self.detok.add(token)
-            if self.detok.matched_stop is not None:
-                self.finish_reason, self.stop_reason = FINISH_STOP, self.detok.matched_stop
+            self._route(token)
         if not self.finished and len(self.output_ids) >= p.max_tokens:
             self.finish_reason = FINISH_LENGTH
         if self.finished:
-            d.text += self.detok.flush()
+            self._flush()
+        elif self.thinking and not self._budget_spent and len(self.output_ids) >= (p.thinking_budget or 1 << 62):
+            self._budget_spent = True
+            self.forced = list(p.think_stop_ids)
+
+    @property
+    def thinking(self) -> bool:
+        """Still inside the reasoning part (only ever true while the split is active)."""
+        return self.reasoning_detok is not None and self.reasoning_tokens is None
+
+    def _route(self, token: int | None) -> None:
+        """Send one token's text to the part it belongs to, and note a stop string it completes."""
+        d = self.pending
+        if self.thinking:
+            start, end = self.params.think_ids  # type: ignore[misc]
+            if token == end:
+                self.reasoning_tokens = len(self.output_ids) - 1
+                d.reasoning_text += self.reasoning_detok.flush()
+                return
+            if token == start and len(self.output_ids) == 1:
+                return
+            d.reasoning_text += self.reasoning_detok.add(token)
+            matched = self.reasoning_detok.matched_stop
+        else:
+            d.text += self.detok.add(token)
+            matched = self.detok.matched_stop
+        if matched is not None and not self.finished:
+            self.finish_reason, self.stop_reason = FINISH_STOP, matched
+
+    def _flush(self) -> None:
+        d = self.pending
+        if self.reasoning_detok is not None:
+            d.reasoning_text += self.reasoning_detok.flush()
+            if self.reasoning_tokens is None:  # no </think>: everything was reasoning, bar a closing stop token
+                self.reasoning_tokens = len(self.output_ids) - self._ended_by_token
+        d.text += self.detok.flush()
 
     def finish(self, reason: str) -> None:
         self.finish_reason = reason
-        self.pending.text += self.detok.flush()
+        self._flush()
 
     def take_delta(self) -> ChoiceDelta:
         """Hand out what accumulated since the last call."""
         d = self.pending
         d.finish_reason, d.stop_reason = self.finish_reason, self.stop_reason
         d.cumulative_logprob = self.cumulative_logprob
+        if self.finished and self.reasoning_detok is not None:
+            d.reasoning_tokens = self.reasoning_tokens
         self.closed = self.finished
         self.pending = ChoiceDelta(self.index)
         return d
@@ -102,6 +154,10 @@ class Sequence:
         ids = self.output_ids
         if ids and ids[-1] in eos_ids and not self.params.ignore_eos:
             ids = ids[:-1]
+        self._ended_by_token = len(ids) < len(self.output_ids)
+        done, self.output_ids = self.output_ids, []
         for t in ids:
-            self.pending.text += self.detok.add(t)
-        self.pending.text += self.detok.flush()
+            self.output_ids.append(t)
+            self._route(t)
+        self.output_ids = done
+        self._flush()

@@ -29,6 +29,9 @@ class SamplingParams:
     use_beam_search: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    think_ids: tuple[int, int] | None = None  # (<think>, </think>) ids when the reasoning split is active
+    thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
+    think_stop_ids: tuple[int, ...] = ()  # forced when the budget is spent; ends with the </think> id
 
     @property
     def greedy(self) -> bool:
@@ -56,7 +59,8 @@ class ChoiceDelta:
     """What one choice produced since its previous delta. Stats lists have one entry per new token."""
 
     index: int
-    text: str = ""
+    text: str = ""  # answer text (everything, when the reasoning split is off)
+    reasoning_text: str = ""  # reasoning text, when the split is active
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
@@ -65,6 +69,7 @@ class ChoiceDelta:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     cumulative_logprob: float = 0.0
+    reasoning_tokens: int | None = None  # on the finishing delta, when the split is active (spec §7.5)
 
 
 @dataclass

@@ -24,7 +24,9 @@ def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settin
     return source
 
 
-def render_prompt(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:
+def render_prompt(
+    req: ChatCompletionRequest, tokenizer: Any, settings: Settings, enable_thinking: bool | None = None
+) -> str:
     messages = req.text_only_messages()
     limit = settings.max_request_length_mb << 20
     size = len(
@@ -33,6 +35,8 @@ def render_prompt(req: ChatCompletionRequest, tokenizer: Any, settings: Settings
     if size > limit:
         raise RequestValidationError(f"Serialized messages must be at most {limit} characters, got {size}.")
     variables: dict[str, Any] = dict(req.chat_template_kwargs)
+    if enable_thinking is not None:  # resolved: request, then tokenizer config, then the model's default
+        variables["enable_thinking"] = enable_thinking
     variables.update(
         messages=messages,
         add_generation_prompt=True,

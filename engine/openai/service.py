@@ -7,6 +7,7 @@ The HTTP routes, the Gradio UI and the notebooks all call `start()` and iterate 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -26,12 +27,14 @@ from engine.openai.errors import (
 from engine.openai.fold import fold
 from engine.openai.logprobs import TokenFormatter
 from engine.openai.params import sampling_params
+from engine.openai.reasoning import ReasoningPolicy
 from engine.openai.request import ChatCompletionRequest, Route
 from engine.openai.response import (
     ChatCompletionChunk,
     ChatCompletionResponse,
     ChoiceLogprobs,
     ChunkChoice,
+    CompletionTokensDetails,
     Delta,
     TokenTimeline,
     Usage,
@@ -43,6 +46,7 @@ class ModelInfo:
     name: str
     context_length: int
     generation_config: dict[str, Any] = field(default_factory=dict)
+    model_type: str = ""
 
 
 @dataclass
@@ -51,13 +55,15 @@ class _ChoiceStats:
     batch_sizes: list[int] = field(default_factory=list)
     queue_waits_us: list[int] = field(default_factory=list)
     times_ms: list[float] = field(default_factory=list)
+    reasoning_tokens: int | None = None
 
 
 class Generation:
     """One running request: an async iterator of chunks. Leaving the iteration early aborts it in the engine."""
 
     def __init__(self, service: ChatService, request_id: str, created: int, model: str, params: SamplingParams,
-                 stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool):  # fmt: skip
+                 stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool,
+                 split: bool = False):  # fmt: skip
         self.service = service
         self.id = request_id
         self.created = created
@@ -67,6 +73,7 @@ class Generation:
         self._queue = queue
         self._accepted = accepted
         self._skip_special = skip_special
+        self.split = split  # reasoning_content is separated from content (spec §7)
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
@@ -93,6 +100,8 @@ class Generation:
             total_tokens=self.stats.prompt_tokens + tokens,
         )
         u.prompt_tokens_details.cached_tokens = self.stats.cached_tokens
+        if self.split:
+            u.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=st.reasoning_tokens or 0)
         u.batch_size, u.queue_wait_time = list(st.batch_sizes), list(st.queue_waits_us)
         return u
 
@@ -111,9 +120,16 @@ class Generation:
             logprobs = ChoiceLogprobs(content=self.service.formatter.entries(d.logprobs, self._skip_special))
         timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
-        choice = ChunkChoice(index=d.index, delta=Delta(role="assistant", content=d.text), logprobs=logprobs)
+        if d.reasoning_tokens is not None:
+            st.reasoning_tokens = d.reasoning_tokens
+        delta = Delta(role="assistant", content=d.text)
+        if self.split:  # each part only when it has text; the closing chunk carries both, so the fold has both
+            final = d.finish_reason is not None
+            delta.content = d.text or ("" if final else None)
+            delta.reasoning_content = d.reasoning_text or ("" if final else None)
+        choice = ChunkChoice(index=d.index, delta=delta, logprobs=logprobs)
         if d.finish_reason is None:
-            if not d.text and logprobs is None and not d.token_ids:
+            if not d.text and not d.reasoning_text and logprobs is None and not d.token_ids:
                 return None
             return self._chunk([choice], timeline=timeline)
         choice.finish_reason, choice.stop_reason = d.finish_reason, d.stop_reason
@@ -129,6 +145,8 @@ class Generation:
     def _final_usage(self) -> ChatCompletionChunk:
         longest = max(self._choices.values(), key=lambda s: s.tokens, default=_ChoiceStats())
         usage = self._usage(sum(s.tokens for s in self._choices.values()), longest)
+        if usage.completion_tokens_details is not None:  # for n > 1, choice 0's count (MindIE-faithful)
+            usage.completion_tokens_details.reasoning_tokens = self._choices.get(0, longest).reasoning_tokens or 0
         ms = [round(t) for t in longest.times_ms]
         decode = [max(0, b - a) for a, b in zip(ms, ms[1:])]
         return self._chunk([], usage=usage, prefill_time=ms[0] if ms else 0, decode_time_arr=decode)
@@ -170,6 +188,7 @@ class ChatService:
         self.model = model
         self.settings = settings
         self.formatter = TokenFormatter(tokenizer)
+        self.reasoning = ReasoningPolicy(tokenizer, model.model_type, settings)
         self.served_name = settings.served_model_name or model.name
 
     def check_model(self, req: ChatCompletionRequest, route: Route) -> str:
@@ -183,9 +202,14 @@ class ChatService:
         """Validate against the model and server, submit to the engine, and wait for its first answer."""
         accepted = time.perf_counter()
         model = self.check_model(req, route)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings)
+        plan = self.reasoning.plan(req)
+        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        if plan.split:
+            params = dataclasses.replace(
+                params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
+            )
         prefix = "chatcmpl-" if route == "v1" else "chat-"
         request_id = prefix + uuid.uuid4().hex
         loop = asyncio.get_running_loop()
@@ -199,8 +223,9 @@ class ChatService:
         except EngineError as err:
             raise _map_engine_error(err) from None
         gen = Generation(
-            self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens
-        )
+            self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens,
+            plan.split,
+        )  # fmt: skip
         try:
             await gen._prefetch()
         except asyncio.CancelledError:
@@ -214,4 +239,4 @@ class ChatService:
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:
         """The exact prompt text a request renders to (the UI's 'show prompt')."""
-        return prompts.render_prompt(req, self.tokenizer, self.settings)
+        return prompts.render_prompt(req, self.tokenizer, self.settings, self.reasoning.plan(req).thinking)
