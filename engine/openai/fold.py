@@ -5,7 +5,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterable
 
 from engine.openai.logprobs import merge
-from engine.openai.response import ChatCompletionChunk, ChatCompletionResponse, ResponseChoice, ResponseMessage
+from engine.openai.response import (
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    FunctionCall,
+    ResponseChoice,
+    ResponseMessage,
+    ToolCallItem,
+)
+
+
+def merge_tool_call(calls: list[ToolCallItem], part: ToolCallItem) -> None:
+    """Add one tool-call delta to the calls so far: a new index starts a call, the same index extends it."""
+    if not calls or calls[-1].index != part.index:
+        calls.append(ToolCallItem(index=part.index, id=part.id, type=part.type or "function",
+                                  function=FunctionCall(name=part.function.name, arguments="")))  # fmt: skip
+    call = calls[-1]
+    call.id = call.id or part.id
+    call.function.name = call.function.name or part.function.name
+    call.function.arguments = (call.function.arguments or "") + (part.function.arguments or "")
 
 
 async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResponse:
@@ -24,8 +42,8 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
                 msg.content += c.delta.content
             if c.delta.reasoning_content is not None:
                 msg.reasoning_content = (msg.reasoning_content or "") + c.delta.reasoning_content
-            if c.delta.tool_calls:
-                msg.tool_calls.extend(c.delta.tool_calls)
+            for call in c.delta.tool_calls or []:  # streamed calls arrive as id + name, then argument fragments
+                merge_tool_call(msg.tool_calls, call)
             choice.logprobs = merge(choice.logprobs, c.logprobs)
             if c.finish_reason is not None:
                 choice.finish_reason, choice.stop_reason = c.finish_reason, c.stop_reason

@@ -9,6 +9,7 @@ from engine.config import Settings
 from engine.openai import templates
 from engine.openai.errors import RequestValidationError
 from engine.openai.request import ChatCompletionRequest
+from engine.openai.tools import NamedToolChoice
 
 
 def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:
@@ -43,8 +44,11 @@ def render_prompt(
         bos_token=getattr(tokenizer, "bos_token", None) or "",
         eos_token=getattr(tokenizer, "eos_token", None) or "",
     )
-    if req.tools_active:
-        variables["tools"] = [t.model_dump(exclude_none=True) for t in req.tools or []]
+    if req.tools_active:  # spec §8.3: "none" renders no tools, a named choice only that tool
+        named = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+        variables["tools"] = [
+            t.model_dump(exclude_none=True) for t in req.tools or [] if named is None or t.function.name == named
+        ]
     return templates.render(template_source(req, tokenizer, settings), variables, limit)
 
 
