@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,17 @@ def test_device_apis_only_in_device_module(path: Path) -> None:
     text = path.read_text()
     for needle in ("torch.cuda", "torch_npu", "torch.npu", "torch.mps"):
         assert needle not in text, f"{path.relative_to(ROOT)} uses {needle}"
+
+
+@pytest.mark.parametrize("path", sources("engine/parsers"), ids=str)
+def test_parsers_import_only_the_standard_library(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+    assert not relative, f"{path.relative_to(ROOT)} uses relative imports {relative}"
+    bad = {m for m in imports(path) if not m.startswith("engine.parsers")
+           and m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}}  # fmt: skip
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_parsers_package_is_checked() -> None:
+    assert len(sources("engine/parsers")) >= 3  # a renamed folder must not turn the check above into no check
