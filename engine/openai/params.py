@@ -15,10 +15,8 @@ BEAM_MAX_TOKENS = 128
 def sampling_params(
     req: ChatCompletionRequest, settings: Settings, prompt_tokens: int, context_length: int, gen_config: dict[str, Any]
 ) -> SamplingParams:
-    # Spec §2.2 `tools` / `response_format`: what the engine cannot honour (no tool-call parser, no constrained
-    # decoding yet) must be refused, never silently ignored. Each guard goes when its feature lands.
-    if req.tools_active:
-        raise RequestValidationError("Parameter tools: tool calling is not supported by this model.")
+    # Spec §2.2 `response_format`: what the engine cannot honour (no constrained decoding yet) must be refused,
+    # never silently ignored. The guard goes when constrained decoding lands.
     if req.response_format is not None and req.response_format.type != "text":
         raise RequestValidationError(
             f"Parameter response_format.type {req.response_format.type!r} is not supported by this server "

@@ -36,9 +36,12 @@ from engine.openai.response import (
     ChunkChoice,
     CompletionTokensDetails,
     Delta,
+    FunctionCall,
     TokenTimeline,
+    ToolCallItem,
     Usage,
 )
+from engine.parsers import ToolCallParser, make_parser, select_parser
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Generation:
 
     def __init__(self, service: ChatService, request_id: str, created: int, model: str, params: SamplingParams,
                  stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool,
-                 split: bool = False):  # fmt: skip
+                 split: bool = False, tool_parser: str | None = None, streaming: bool = True):  # fmt: skip
         self.service = service
         self.id = request_id
         self.created = created
@@ -74,6 +77,9 @@ class Generation:
         self._accepted = accepted
         self._skip_special = skip_special
         self.split = split  # reasoning_content is separated from content (spec §7)
+        self.tool_parser = tool_parser  # parser name when tools are active (spec §8)
+        self._streaming = streaming  # a non-stream parser holds everything back and answers at the end (§8.2)
+        self._parsers: dict[int, ToolCallParser] = {}
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
@@ -122,10 +128,11 @@ class Generation:
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
         if d.reasoning_tokens is not None:
             st.reasoning_tokens = d.reasoning_tokens
-        delta = Delta(role="assistant", content=d.text)
+        final = d.finish_reason is not None
+        text, calls, called = self._parse_tools(d.index, d.text, final)
+        delta = Delta(role="assistant", content=text, tool_calls=calls or None)
         if self.split:  # each part only when it has text; the closing chunk carries both, so the fold has both
-            final = d.finish_reason is not None
-            delta.content = d.text or ("" if final else None)
+            delta.content = text or ("" if final else None)
             delta.reasoning_content = d.reasoning_text or ("" if final else None)
         choice = ChunkChoice(index=d.index, delta=delta, logprobs=logprobs)
         if d.finish_reason is None:
@@ -133,6 +140,8 @@ class Generation:
                 return None
             return self._chunk([choice], timeline=timeline)
         choice.finish_reason, choice.stop_reason = d.finish_reason, d.stop_reason
+        if called and d.finish_reason in ("stop", "length"):
+            choice.finish_reason = "tool_calls"
         ms = [round(t) for t in st.times_ms]
         return self._chunk(
             [choice],
@@ -141,6 +150,23 @@ class Generation:
             prefill_time=ms[0] if ms else 0,
             decode_time_arr=[max(0, b - a) for a, b in zip(ms, ms[1:])],
         )
+
+    def _parse_tools(self, index: int, text: str, final: bool) -> tuple[str, list[ToolCallItem], bool]:
+        """Content text through the choice's tool-call parser: (content to emit, tool-call deltas, called)."""
+        if self.tool_parser is None:
+            return text, [], False
+        parser = self._parsers.get(index)
+        if parser is None:
+            parser = self._parsers[index] = make_parser(self.tool_parser, streaming=self._streaming)
+        parts = [parser.feed(text)] if text else []
+        if final:
+            parts.append(parser.finish())
+        calls = [
+            ToolCallItem(index=e.index, id=e.id, type="function" if e.id else None,
+                         function=FunctionCall(name=e.name, arguments=e.arguments))
+            for p in parts for e in p.tool_calls
+        ]  # fmt: skip
+        return "".join(p.content for p in parts), calls, final and parser.called
 
     def _final_usage(self) -> ChatCompletionChunk:
         longest = max(self._choices.values(), key=lambda s: s.tokens, default=_ChoiceStats())
@@ -203,6 +229,7 @@ class ChatService:
         accepted = time.perf_counter()
         model = self.check_model(req, route)
         plan = self.reasoning.plan(req)
+        tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
         text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
@@ -224,7 +251,7 @@ class ChatService:
             raise _map_engine_error(err) from None
         gen = Generation(
             self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens,
-            plan.split,
+            plan.split, tool_parser, bool(req.stream),
         )  # fmt: skip
         try:
             await gen._prefetch()
@@ -232,6 +259,15 @@ class ChatService:
             gen.abort()
             raise
         return gen
+
+    def tool_parser_for(self, req: ChatCompletionRequest) -> str:
+        """The tool-call parser for a request with active tools (spec §8.1), or the 'not supported' error."""
+        source = prompts.template_source(req, self.tokenizer, self.settings)
+        special = set(getattr(self.tokenizer, "get_added_vocab", dict)())
+        name = select_parser(self.settings.tool_call_parser, source, self.model.model_type, special)
+        if name is None:
+            raise RequestValidationError("Parameter tools: tool calling is not supported by this model.")
+        return name
 
     async def complete(self, req: ChatCompletionRequest, route: Route = "v1") -> ChatCompletionResponse:
         gen = await self.start(req, route)
