@@ -110,7 +110,11 @@ def build_service(settings: cfg.Settings) -> Any:
     core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(
-        settings.served_model_name or loaded.name, context, loaded.generation_config, loaded.model.config.model_type
+        settings.served_model_name or loaded.name,
+        context,
+        loaded.generation_config,
+        loaded.model.config.model_type,
+        loaded.model.get_output_embeddings().weight.shape[0],
     )
     return ChatService(core, loaded.tokenizer, info, settings)
 

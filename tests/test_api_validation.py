@@ -171,17 +171,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         {"chat_template_kwargs": {"enable_thinking": True, "thinking_budget": 5}, "n": 2},
         ["thinking_budget"],
     ),
-    # tools and response_format: this model has no tool-call parser and the engine no constrained decoding
+    # tools and response_format: this model's template has no tool-call format
     ("tools-unsupported", {"tools": [TOOL]}, ["tool calling is not supported by this model"]),
     ("tools-required-without-tools", {"tool_choice": "required"}, ["tool_choice"]),
     ("tool-choice-unknown-string", {"tool_choice": "sometimes"}, ["tool_choice"]),
     ("tools-n2", {"tools": [TOOL], "n": 2}, ["n"]),
     ("tools-logprobs", {"tools": [TOOL], "logprobs": True}, ["logprobs"]),
-    ("response-format-json-object", {"response_format": {"type": "json_object"}}, ["response_format"]),
     (
-        "response-format-json-schema",
-        {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}},
-        ["response_format"],
+        "response-format-beam",
+        {"response_format": {"type": "json_object"}, "use_beam_search": True, "n": 2, "max_tokens": 4},
+        ["use_beam_search"],
     ),
     ("response-format-xml", {"response_format": {"type": "xml"}}, ["response_format"]),
     # Pangu-origin fields: types validated (§2.6)

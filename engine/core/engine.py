@@ -32,7 +32,7 @@ from engine.core.model_runner import KVCache, Segment
 from engine.core.prefix_cache import PrefixCache
 from engine.core.sampler import Row, sample_rows
 from engine.core.sequence import Sequence
-from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, EngineRequest, RequestStats
+from engine.core.types import FINISH_RESOURCES, FINISH_STOP, ChoiceDelta, EngineError, EngineRequest, RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,7 @@ class Engine:
                 first.cache = KVCache()
             else:
                 first = Sequence(0, r.req.params, self.tokenizer, KVCache(), r.stats.arrival)
+                first.constraint = r.req.constraint
                 r.seqs = [first]
             self.runner.reserve(first.cache, want // cands)
             if self.prefix_cache is not None and first.cache.k is not None:
@@ -322,14 +323,22 @@ class Engine:
                     first.fork(i, self.runner.fork(first.cache)) for i in range(1, r.req.params.num_candidates)
                 ]
                 seqs, rows = r.seqs, rows.expand(len(r.seqs), -1)
-            picks = sample_rows(
-                rows,
-                [Row(s.params, r.generator, r.req.prompt_ids, s.output_ids, s.forced.pop(0) if s.forced else None)
-                 for s in seqs],
-            )  # fmt: skip
+            picks = sample_rows(rows, [self._row(r, s) for s in seqs])
             for seq, (token, lp, entry) in zip(seqs, picks):
+                constrained = seq.constraint is not None and not seq.thinking
                 seq.append(token, lp, entry, **stats)
+                if constrained and not seq.finished:
+                    seq.constraint.accept(token)
+                    if seq.constraint.finished():  # the grammar is complete: only EOS could follow
+                        seq.finish(FINISH_STOP)
             self._emit(r)
+
+    def _row(self, r: _Request, s: Sequence) -> Row:
+        forced = s.forced.pop(0) if s.forced else None
+        mask = None
+        if s.constraint is not None and not s.thinking and forced is None:
+            mask = s.constraint.allowed(self.runner.vocab_size)
+        return Row(s.params, r.generator, r.req.prompt_ids, s.output_ids, forced, mask)
 
     def _emit(self, r: _Request) -> None:
         p = r.req.params

@@ -103,6 +103,7 @@ class DecoderRunner:
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.dtype = next(model.parameters()).dtype
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
         self.fused = [_fuse_layer(layer) for layer in self.layers]
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
@@ -212,6 +213,7 @@ class HFRunner:
         self.model = model
         self.device = device
         self.dtype = next(model.parameters()).dtype
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
         pass

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.core.constraints import apply_mask
 from engine.core.types import SamplingParams, TokenLogprob
 
 
@@ -20,6 +21,7 @@ class Row:
     prompt_ids: list[int]
     output_ids: list[int]
     forced: int | None = None  # fed instead of sampled (the thinking budget's early-stop text)
+    mask: torch.Tensor | None = None  # allowed tokens (constrained decoding); None = all
 
 
 def apply_penalties(logits: torch.Tensor, row: Row) -> torch.Tensor:
@@ -74,7 +76,7 @@ def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float,
     raw = torch.log_softmax(logits, dim=-1)
     out = []
     for i, row in enumerate(rows):
-        token = row.forced if row.forced is not None else choose(logits[i].clone(), row)
+        token = row.forced if row.forced is not None else choose(apply_mask(logits[i].clone(), row.mask), row)
         entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
         out.append((token, float(raw[i, token]), entry))
     return out

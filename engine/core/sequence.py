@@ -35,6 +35,7 @@ class Sequence:
             else None
         )
         self.reasoning_tokens: int | None = None  # index of the first </think>, once seen
+        self.constraint: Any = None  # TokenConstraint: masks the answer part (never the reasoning)
         self.forced: list[int] = []  # tokens to feed instead of sampling (the thinking budget's early stop)
         self._budget_spent = False
         self._ended_by_token = False  # finished on EOS or a stop token id, which is not part of the output text
@@ -47,6 +48,7 @@ class Sequence:
 
     def fork(self, index: int, cache: KVCache) -> Sequence:
         twin = Sequence(index, self.params, self.tokenizer, cache, self.last_time)
+        twin.constraint = self.constraint.fork() if self.constraint is not None else None
         twin.output_ids = list(self.output_ids)
         twin.cumulative_logprob = self.cumulative_logprob
         p, q = self.pending, twin.pending

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -85,6 +86,7 @@ class EngineRequest:
     prompt_ids: list[int]
     params: SamplingParams
     cache_salt: bytes = b""  # folded into prefix-cache keys: e.g. a digest of the request's media
+    constraint: Any = None  # a constraints.TokenConstraint for structured output / forced tool calls
 
 
 class EngineError(Exception):

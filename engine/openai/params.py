@@ -15,13 +15,6 @@ BEAM_MAX_TOKENS = 128
 def sampling_params(
     req: ChatCompletionRequest, settings: Settings, prompt_tokens: int, context_length: int, gen_config: dict[str, Any]
 ) -> SamplingParams:
-    # Spec §2.2 `response_format`: what the engine cannot honour (no constrained decoding yet) must be refused,
-    # never silently ignored. The guard goes when constrained decoding lands.
-    if req.response_format is not None and req.response_format.type != "text":
-        raise RequestValidationError(
-            f"Parameter response_format.type {req.response_format.type!r} is not supported by this server "
-            "(no constrained decoding); only 'text' is."
-        )
     defaults = gen_config if settings.use_model_generation_config else {}
 
     def pick(value: Any, key: str, fallback: Any) -> Any:

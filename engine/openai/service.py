@@ -41,6 +41,7 @@ from engine.openai.response import (
     ToolCallItem,
     Usage,
 )
+from engine.openai.structured import ConstraintBuilder
 from engine.parsers import ToolCallParser, make_parser, select_parser
 
 
@@ -50,6 +51,7 @@ class ModelInfo:
     context_length: int
     generation_config: dict[str, Any] = field(default_factory=dict)
     model_type: str = ""
+    vocab_size: int = 0  # width of the model's logits
 
 
 @dataclass
@@ -215,6 +217,7 @@ class ChatService:
         self.settings = settings
         self.formatter = TokenFormatter(tokenizer)
         self.reasoning = ReasoningPolicy(tokenizer, model.model_type, settings)
+        self.constraints = ConstraintBuilder(tokenizer, model.vocab_size or len(tokenizer), engine.eos_ids)
         self.served_name = settings.served_model_name or model.name
 
     def check_model(self, req: ChatCompletionRequest, route: Route) -> str:
@@ -230,6 +233,7 @@ class ChatService:
         model = self.check_model(req, route)
         plan = self.reasoning.plan(req)
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
+        constraint = await asyncio.to_thread(self.constraints.for_request, req)
         text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
@@ -246,7 +250,7 @@ class ChatService:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         try:
-            stats = self.engine.submit(EngineRequest(request_id, ids, params), sink)
+            stats = self.engine.submit(EngineRequest(request_id, ids, params, constraint=constraint), sink)
         except EngineError as err:
             raise _map_engine_error(err) from None
         gen = Generation(
