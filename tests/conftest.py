@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -137,3 +138,12 @@ def sse_events(text: str) -> list[Any]:
         payload = line[len("data: ") :]
         out.append(payload if payload == "[DONE]" else json.loads(payload))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir() -> Path:
+    """A tiny Qwen3 model directory that thinks and calls tools on the prompts of tests/tiny_qwen.py (built once
+    per source version and cached under the cache root's test-models/)."""
+    from tests.tiny_qwen import build_tiny_qwen
+
+    return build_tiny_qwen()
