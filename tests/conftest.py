@@ -147,3 +147,29 @@ def tiny_qwen_dir() -> Path:
     from tests.tiny_qwen import build_tiny_qwen
 
     return build_tiny_qwen()
+
+
+QWEN_MODEL = "tiny-qwen3"
+
+
+@pytest.fixture(scope="session")
+def qwen_live(settings: Any, tiny_qwen_dir: Path) -> Iterator[LiveServer]:
+    """The real app serving the tiny reasoning / tool-calling Qwen3 on its own port (one per session)."""
+    from app import AppState, build_service
+
+    cfg = settings.replace(port=free_port(), model=str(tiny_qwen_dir), served_model_name=QWEN_MODEL)
+    svc = build_service(cfg)
+    state = AppState()
+    state.service = svc
+    server, thread = start_server(cfg, state)
+    yield LiveServer(f"http://127.0.0.1:{cfg.port}", svc, cfg, server)
+    server.should_exit = True
+    thread.join(timeout=10)
+    svc.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def qoai(qwen_live: LiveServer) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=qwen_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
