@@ -60,9 +60,16 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+def _no_callables(value: Any) -> Any:
+    return "" if callable(value) else value
+
+
 @lru_cache(maxsize=64)
 def _compile(source: str) -> jinja2.Template:
-    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    # finalize: a callable printed by mistake (or on purpose: {{ raise_exception }}) renders as nothing, never as a
+    # repr carrying a memory address. lipsum is Jinja's text generator, of no use to a chat template.
+    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"], finalize=_no_callables)
+    env.globals.pop("lipsum", None)
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
