@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import engine  # noqa: E402,F401  (process settings before torch)
+import engine  # noqa: F401  (process settings before torch)
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     print("usage:            ", r.usage.completion_tokens, "tokens,", r.usage.completion_tokens_details)
 
     r = ask(WEATHER)
-    print("\n== a tool call (finish_reason %s)" % r.choices[0].finish_reason)
+    print(f"\n== a tool call (finish_reason {r.choices[0].finish_reason})")
     for call in r.choices[0].message.tool_calls:
         print(f"{call.id} {call.function.name}({call.function.arguments})")
 
