@@ -103,3 +103,22 @@ def test_enable_reasoning_false_passes_text_through(qwen_live, mode) -> None:
     policy = ReasoningPolicy(svc.tokenizer, "qwen3", qwen_live.settings.replace(enable_reasoning=mode))
     req = parse_chat_request({"model": QWEN_MODEL, **MATH.request()}, "v1")
     assert policy.plan(req).split is False
+
+
+def test_beam_search_splits_each_beam(qwen_live) -> None:
+    body = post(qwen_live, MATH.request(use_beam_search=True, n=2, best_of=2)).json()
+    assert len(body["choices"]) == 2
+    for choice in body["choices"]:  # beams differ (the shortest has the best cumulative logprob), splits do not
+        message = choice["message"]
+        assert message["reasoning_content"].endswith(" plus two is four.\n")
+        assert message["content"].startswith("\n\nThe answer is 4")
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 2
+
+
+def test_n_choices_each_carry_their_own_split(qwen_live) -> None:
+    r = post(qwen_live, MATH.request(n=2, temperature=0.01, seed=1, stream=True))
+    events = [e for e in sse_events(r.text) if e != "[DONE]" and e["choices"]]
+    closing = [e for e in events if e["choices"][0]["finish_reason"]]
+    assert sorted(e["choices"][0]["index"] for e in closing) == [0, 1]
+    for e in closing:
+        assert e["usage"]["completion_tokens_details"]["reasoning_tokens"] >= 2
