@@ -115,7 +115,7 @@ def parse_data_url(source: str, kind: str) -> tuple[str, str]:
         raise MediaError("invalid data URL: expected data:<type>/<subtype>;base64,<data> with a supported type")
     mime = f"{match[1]}/{match[2]}"
     if match[1] != kind:
-        raise MediaError(f"a {kind} part cannot carry {mime} data")
+        raise MediaError(f"{kind}_url parts cannot carry {mime} data")
     if mime not in MIME_TABLE[kind]:
         raise MediaError(f"unsupported {kind} type {mime}; supported: {', '.join(MIME_TABLE[kind])}")
     return mime, match[3]
