@@ -9,6 +9,7 @@ from engine.media.errors import MediaError
 from engine.media.loader import LoadedMedia, load_all, load_media
 from engine.media.remote import Timeouts
 from engine.media.sources import MAX_BYTES, MAX_ITEMS, MAX_TOTAL_BYTES, MediaInput, media_input
+from engine.media.transcribe import Transcriber
 
 __all__ = [
     "MAX_BYTES",
@@ -19,6 +20,7 @@ __all__ = [
     "MediaError",
     "MediaInput",
     "Timeouts",
+    "Transcriber",
     "Video",
     "load_all",
     "load_media",
