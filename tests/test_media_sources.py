@@ -207,3 +207,16 @@ def test_total_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MediaError, match="in total") as info:
         asyncio.run(load_all([part, part, part], SETTINGS))
     assert info.value.index == 2
+
+
+def test_media_package_imports_nothing_of_the_api() -> None:
+    """engine/media may use engine.config (and engine.models for the cache root), never the protocol layer."""
+    import ast
+    from pathlib import Path
+
+    for path in (Path(__file__).resolve().parents[1] / "engine" / "media").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            ours = [n for n in names if n.startswith("engine.") and not n.startswith("engine.media")]
+            assert set(ours) <= {"engine.config", "engine.models"}, f"{path.name} imports {ours}"
