@@ -79,7 +79,7 @@ def test_video_frames_are_sampled_by_fps_and_capped(container: str) -> None:
 def test_video_frame_pixel_cap_and_garbage() -> None:
     clip = video_bytes("mp4", seconds=0.5, fps=10, size=(64, 48))
     with pytest.raises(MediaError, match="video frames must have at most"):
-        decode_video(clip, DecodeOptions(max_pixels=64 * 48 - 1))
+        decode_video(clip, DecodeOptions(max_frame_pixels=64 * 48 - 1))
     with pytest.raises(MediaError, match="could not decode|no video stream"):  # the mp4 index is at the end
         decode_video(clip[: len(clip) // 3], OPTIONS)
     with pytest.raises(MediaError, match="could not decode"):

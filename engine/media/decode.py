@@ -24,7 +24,8 @@ class DecodeOptions:
     video_fps: float = 2.0
     video_max_frames: int = 32
     audio_rate: int = 16000
-    max_pixels: int = 40_000_000  # per image or video frame: a decompression-bomb guard
+    max_pixels: int = 40_000_000  # per image: a decompression-bomb guard
+    max_frame_pixels: int = 3840 * 2160  # per video frame (4K UHD): bounds the memory of the sampled frames
     max_audio_seconds: float = 1200.0
 
 
@@ -109,8 +110,8 @@ def decode_video(data: bytes, options: DecodeOptions) -> Video:
                 t = float(frame.time) - start if frame.time is not None else n / rate
                 if t + tolerance < targets[index]:
                     continue
-                if frame.width * frame.height > options.max_pixels:
-                    raise MediaError(f"video frames must have at most {options.max_pixels} pixels")
+                if frame.width * frame.height > options.max_frame_pixels:
+                    raise MediaError(f"video frames must have at most {options.max_frame_pixels} pixels")
                 frames.append(frame.to_ndarray(format="rgb24"))
                 times.append(t)
                 while index < len(targets) and targets[index] <= t + tolerance:

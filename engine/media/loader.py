@@ -109,7 +109,7 @@ def _prepare(item: MediaInput, origin: Origin, raw: bytes | None, options: decod
     mime = sources.check_content(raw, item.kind, declared)
     salt = f"{item.kind}:{mime}:"
     if item.kind == "video":
-        salt += f"{options.video_fps}:{options.video_max_frames}:{options.max_pixels}:"
+        salt += f"{options.video_fps}:{options.video_max_frames}:{options.max_frame_pixels}:"
     elif item.kind == "audio":
         salt += f"{options.audio_rate}:"
     digest = hashlib.sha256(salt.encode() + raw).hexdigest()
