@@ -116,7 +116,7 @@ def build_service(settings: cfg.Settings) -> Any:
         loaded.model.config.model_type,
         loaded.model.get_output_embeddings().weight.shape[0],
     )
-    return ChatService(core, loaded.tokenizer, info, settings)
+    return ChatService(core, loaded.tokenizer, info, settings, place.device)
 
 
 class AppState:

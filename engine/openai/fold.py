@@ -30,8 +30,10 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
     choices: dict[int, ResponseChoice] = {}
     head: ChatCompletionChunk | None = None
     final: ChatCompletionChunk | None = None
+    transcription = None
     async for chunk in chunks:
         head = head or chunk
+        transcription = transcription or chunk.transcription
         if not chunk.choices:
             final = chunk
             continue
@@ -56,4 +58,5 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         usage=final.usage,
         prefill_time=final.prefill_time,
         decode_time_arr=final.decode_time_arr,
+        transcription=transcription,
     )

@@ -129,7 +129,25 @@ def _function_name(value: str) -> str:
 
 FunctionName = Annotated[str, AfterValidator(_function_name)]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
-MediaSource = Annotated[str, StringConstraints(min_length=1, max_length=MAX_URL_CHARS)]
+_BASE64 = re.compile("[A-Za-z0-9+/=]*")
+
+
+def _url_cap(raw_base64: bool) -> Any:
+    """Spec §2.3 caps a media *URL* (remote URL, file:// or path) at 4096 characters. Inline data (a data: URL, or
+    for images raw base64, §3.2 step 4) is bounded by its decoded size and the body cap instead, or no real image
+    could be sent inline."""
+
+    def check(value: str) -> str:
+        inline = value.startswith("data:") or (raw_base64 and _BASE64.fullmatch(value) is not None)
+        if len(value) > MAX_URL_CHARS and not inline:
+            raise fail(f"must be at most {MAX_URL_CHARS} characters long, got {len(value)}.")
+        return value
+
+    return AfterValidator(check)
+
+
+MediaSource = Annotated[str, StringConstraints(min_length=1), _url_cap(raw_base64=False)]
+ImageSource = Annotated[str, StringConstraints(min_length=1), _url_cap(raw_base64=True)]
 
 
 def _by_json_type(value: Any) -> str | None:
@@ -137,9 +155,9 @@ def _by_json_type(value: Any) -> str | None:
     return {str: "#str", dict: "#obj", list: "#list"}.get(type(value))
 
 
-def _str_or_obj(model: type, what: str) -> Any:
+def _str_or_obj(model: type, what: str, source: Any = MediaSource) -> Any:
     return Annotated[
-        Annotated[MediaSource, Tag("#str")] | Annotated[model, Tag("#obj")],
+        Annotated[source, Tag("#str")] | Annotated[model, Tag("#obj")],
         Discriminator(_by_json_type, custom_error_type="request", custom_error_message=f"must be a string or {what}."),
     ]
 
@@ -148,7 +166,8 @@ class MediaURL(StrictModel):
     url: MediaSource
 
 
-class ImageURL(MediaURL):
+class ImageURL(StrictModel):
+    url: ImageSource
     detail: str | None = None  # anything other than "auto" is accepted and ignored (MindIE-faithful)
 
 
@@ -164,7 +183,7 @@ class TextPart(StrictModel):
 
 class ImageURLPart(StrictModel):
     type: Literal["image_url"]
-    image_url: _str_or_obj(ImageURL, "an object {url, detail}")
+    image_url: _str_or_obj(ImageURL, "an object {url, detail}", ImageSource)
 
 
 class VideoURLPart(StrictModel):

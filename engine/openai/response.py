@@ -89,6 +89,7 @@ class ChatCompletionChunk(BaseModel):
     timeline: TokenTimeline | None = Field(default=None, exclude=True)
     prefill_time: int | None = Field(default=None, exclude=True)  # closing chunks: ms to the first token
     decode_time_arr: list[int] | None = Field(default=None, exclude=True)  # closing chunks: ms per later token
+    transcription: list[dict[str, Any]] | None = Field(default=None, exclude=True)  # first chunk: audio → text
 
 
 class ResponseMessage(BaseModel):
@@ -116,3 +117,4 @@ class ChatCompletionResponse(BaseModel):
     prompt_logprobs: Any = None
     prefill_time: int | None = None
     decode_time_arr: list[int] | None = None
+    transcription: list[dict[str, Any]] | None = None  # audio parts transcribed into the prompt (spec §2.4.1)

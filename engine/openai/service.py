@@ -26,6 +26,7 @@ from engine.openai.errors import (
 )
 from engine.openai.fold import fold
 from engine.openai.logprobs import TokenFormatter
+from engine.openai.media_parts import MediaPreparer
 from engine.openai.params import sampling_params
 from engine.openai.reasoning import ReasoningPolicy
 from engine.openai.request import ChatCompletionRequest, Route
@@ -68,7 +69,8 @@ class Generation:
 
     def __init__(self, service: ChatService, request_id: str, created: int, model: str, params: SamplingParams,
                  stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool,
-                 split: bool = False, tool_parser: str | None = None, streaming: bool = True):  # fmt: skip
+                 split: bool = False, tool_parser: str | None = None, streaming: bool = True,
+                 transcription: list[dict[str, Any]] | None = None):  # fmt: skip
         self.service = service
         self.id = request_id
         self.created = created
@@ -82,6 +84,7 @@ class Generation:
         self.tool_parser = tool_parser  # parser name when tools are active (spec §8)
         self._streaming = streaming  # a non-stream parser holds everything back and answers at the end (§8.2)
         self._parsers: dict[int, ToolCallParser] = {}
+        self._transcription = transcription  # rides on the first chunk
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
@@ -99,6 +102,8 @@ class Generation:
             self.service.engine.abort(self.id)
 
     def _chunk(self, choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
+        if self._transcription is not None:
+            extra["transcription"], self._transcription = self._transcription, None
         return ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, **extra)
 
     def _usage(self, tokens: int, st: _ChoiceStats) -> Usage:
@@ -210,13 +215,16 @@ def _map_engine_error(err: EngineError) -> ApiError:
 
 
 class ChatService:
-    def __init__(self, engine: Engine, tokenizer: Any, model: ModelInfo, settings: Settings) -> None:
+    def __init__(
+        self, engine: Engine, tokenizer: Any, model: ModelInfo, settings: Settings, device: str = "cpu"
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model = model
         self.settings = settings
         self.formatter = TokenFormatter(tokenizer)
         self.reasoning = ReasoningPolicy(tokenizer, model.model_type, settings)
+        self.media = MediaPreparer(settings, device)
         self.constraints = ConstraintBuilder(tokenizer, model.vocab_size or len(tokenizer), engine.eos_ids)
         self.served_name = settings.served_model_name or model.name
 
@@ -231,6 +239,8 @@ class ChatService:
         """Validate against the model and server, submit to the engine, and wait for its first answer."""
         accepted = time.perf_counter()
         model = self.check_model(req, route)
+        media = await self.media.prepare(req)
+        req = media.request
         plan = self.reasoning.plan(req)
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
         constraint = await asyncio.to_thread(self.constraints.for_request, req)
@@ -250,12 +260,13 @@ class ChatService:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         try:
-            stats = self.engine.submit(EngineRequest(request_id, ids, params, constraint=constraint), sink)
+            stats = self.engine.submit(EngineRequest(request_id, ids, params, media.salt, constraint), sink)
         except EngineError as err:
             raise _map_engine_error(err) from None
         gen = Generation(
             self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens,
             plan.split, tool_parser, bool(req.stream),
+            [t.as_json() for t in media.transcripts] or None,
         )  # fmt: skip
         try:
             await gen._prefetch()

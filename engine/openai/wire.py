@@ -46,6 +46,8 @@ def response_json(resp: ChatCompletionResponse, perf_stats: bool) -> dict[str, A
         "usage": usage_json(resp.usage, perf_stats),
         "prompt_logprobs": None,
     }
+    if resp.transcription is not None:
+        out["transcription"] = resp.transcription
     if perf_stats:
         out["prefill_time"] = resp.prefill_time or 0
         out["decode_time_arr"] = resp.decode_time_arr or []
@@ -66,7 +68,10 @@ class V1StreamWriter:
     _tokens: dict[int, int] = field(default_factory=dict)
 
     def chunk(self, chunk: ChatCompletionChunk) -> dict[str, Any] | None:
-        head = {"id": chunk.id, "object": "chat.completion.chunk", "created": chunk.created, "model": chunk.model}
+        head: dict[str, Any] = {"id": chunk.id, "object": "chat.completion.chunk", "created": chunk.created,
+                                "model": chunk.model}  # fmt: skip
+        if chunk.transcription is not None:
+            head["transcription"] = chunk.transcription
         if not chunk.choices:
             if not self.include_usage or chunk.usage is None:
                 return None

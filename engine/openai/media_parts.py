@@ -1,0 +1,101 @@
+"""Media parts of a request -> what the prompt gets (spec §2.4.1, §3).
+
+Today every served model takes text only: image and video parts are refused with the spec's error, and audio
+parts are either refused or, with `audio_transcription` on, loaded through engine/media (sources, limits and
+security rules of §3), transcribed by Whisper and replaced by their transcript as text. The response reports
+each transcript in its `transcription` field. Nothing is fetched or decoded for a request that will be refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.config import Settings
+from engine.openai.errors import RequestValidationError
+from engine.openai.messages import MEDIA_MODALITY, TextPart
+from engine.openai.request import ChatCompletionRequest
+
+
+@dataclass
+class Transcript:
+    message: int  # index in messages
+    part: int  # index in that message's content
+    text: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"message": self.message, "part": self.part, "text": self.text}
+
+
+@dataclass
+class PreparedMedia:
+    request: ChatCompletionRequest  # media replaced by what the prompt takes (transcripts)
+    transcripts: list[Transcript] = field(default_factory=list)
+    salt: bytes = b""  # digest of the media, for prefix-cache keys: never reuse KV across different media
+
+
+class MediaPreparer:
+    def __init__(self, settings: Settings, device: str = "cpu") -> None:
+        self.settings = settings
+        self.device = device
+        self._transcriber: Any = None
+        self._lock = threading.Lock()
+
+    def transcriber(self) -> Any:
+        """Whisper, loaded (and converted on first use) once; blocking, so called off the event loop."""
+        with self._lock:
+            if self._transcriber is None:
+                from engine.media import Transcriber
+                from engine.models import cache_root
+
+                self._transcriber = Transcriber.load(cache_root(self.settings.cache_dir), self.device)
+            return self._transcriber
+
+    async def prepare(self, req: ChatCompletionRequest) -> PreparedMedia:
+        parts = [
+            (i, j, part)
+            for i, message in enumerate(req.messages)
+            for j, part in enumerate(message.content if isinstance(message.content, list) else [])
+            if not isinstance(part, TextPart)
+        ]
+        if not parts:
+            return PreparedMedia(req)
+        for i, j, part in parts:  # refuse before fetching anything
+            modality = MEDIA_MODALITY[part.type]
+            if modality != "audio" or not self.settings.audio_transcription:
+                raise RequestValidationError(f"messages[{i}].content[{j}]: model does not accept {modality} input.")
+        from engine.media import MediaError, load_all
+
+        try:
+            loaded = await load_all([part for _, _, part in parts], self.settings)
+        except MediaError as exc:
+            where = f"messages[{parts[exc.index][0]}].content[{parts[exc.index][1]}]: " if exc.index is not None else ""
+            raise RequestValidationError(where + str(exc)) from None
+        model = await asyncio.to_thread(self.transcriber)
+        transcripts, digest = [], hashlib.sha256()
+        for (i, j, _), media in zip(parts, loaded):
+            text = (await asyncio.to_thread(model.transcribe, media.audio)).strip()
+            transcripts.append(Transcript(i, j, text))
+            digest.update(media.digest.encode())
+        return PreparedMedia(_replace_parts(req, transcripts), transcripts, digest.digest())
+
+
+def _replace_parts(req: ChatCompletionRequest, transcripts: list[Transcript]) -> ChatCompletionRequest:
+    by_place = {(t.message, t.part): t.text for t in transcripts}
+    messages = []
+    for i, message in enumerate(req.messages):
+        if not isinstance(message.content, list) or not any((i, j) in by_place for j in range(len(message.content))):
+            messages.append(message)
+            continue
+        last = len(message.content) - 1
+        content = [  # parts join with no separator (§2.4.1): space a transcript off its neighbours
+            TextPart(type="text", text=(" " if j else "") + (by_place[(i, j)] or "…") + (" " if j < last else ""))
+            if (i, j) in by_place
+            else part
+            for j, part in enumerate(message.content)
+        ]
+        messages.append(message.model_copy(update={"content": content}))
+    return req.model_copy(update={"messages": messages})
