@@ -156,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # keep serving /health (503) with the reason in the log
             state.error = f"{type(exc).__name__}: {exc}"
             log.exception("model failed to load")
+            return
+        if settings.audio_transcription:  # so the first audio request need not wait for Whisper
+            try:
+                state.service.media.transcriber()
+                log.info("speech-to-text ready (Whisper tiny.en)")
+            except Exception:  # audio requests will retry and fail with a clear error; text keeps working
+                log.exception("speech-to-text failed to load")
 
     threading.Thread(target=load, name="loader", daemon=True).start()
     import uvicorn
