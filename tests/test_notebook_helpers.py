@@ -266,3 +266,32 @@ def test_run_sync_returns_the_coroutines_value() -> None:
         return 7
 
     assert run_sync(seven()) == 7
+
+
+def test_serve_in_thread_serves_the_kernels_engine_to_http_clients(settings: Any, service: Any) -> None:
+    from app import serve_in_thread
+
+    server = serve_in_thread(settings.replace(ui=False), service)
+    try:
+        remote = RemoteBackend(server.url)
+        assert (
+            remote.chat(QUESTION, temperature=0, max_tokens=4).reply
+            == connect(service).chat(QUESTION, temperature=0, max_tokens=4).reply
+        )
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
+
+
+def test_a_closed_caller_loop_aborts_its_request_and_the_engine_keeps_serving(
+    local: LocalBackend, service: Any
+) -> None:
+    """A sync chat() runs on a loop that closes when it returns; an abandoned request must not take the engine
+    thread down when its tokens find that loop closed."""
+
+    async def abandon() -> None:
+        await service.start(local.request(QUESTION, max_tokens=300, ignore_eos=True))
+
+    asyncio.run(abandon())
+    wait_idle(service)
+    assert local.chat(QUESTION, temperature=0, max_tokens=2).completion_tokens == 2

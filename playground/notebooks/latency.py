@@ -37,6 +37,7 @@ def timeline_frame(result: ChatResult) -> pd.DataFrame:
 def plot_timeline(result: ChatResult) -> Any:
     """Top: when each token was ready (the first gap is prefill). Bottom: the batch each token was decoded in."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     frame = timeline_frame(result)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True, height_ratios=(3, 1))
@@ -46,6 +47,7 @@ def plot_timeline(result: ChatResult) -> Any:
     top.legend(fontsize="small")
     top.grid(alpha=0.3)
     bottom.step(frame.index, frame["batch_size"], where="mid", color="tab:green")
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
     bottom.set_ylabel("batch size")
     bottom.set_xlabel("token")
     bottom.grid(alpha=0.3)
@@ -77,7 +79,7 @@ def concurrency(backend: ChatBackend, messages: Messages, levels: Sequence[int] 
 
 def summarize_concurrency(df: pd.DataFrame) -> pd.DataFrame:
     """Per level: TTFT (mean, max), per-request decode tokens/s, aggregate tokens/s over the level's wall time,
-    and the largest batch the engine reported."""
+    the largest batch the engine reported, and how much of each prompt the prefix cache served."""
     g = df.groupby("concurrency")
     out = pd.DataFrame({
         "ttft_ms_mean": g["ttft_ms"].mean(),
@@ -85,6 +87,7 @@ def summarize_concurrency(df: pd.DataFrame) -> pd.DataFrame:
         "tokens_per_s_per_request": g["tokens_per_s"].mean(),
         "tokens_per_s_total": g["completion_tokens"].sum() / g["level_wall_s"].first(),
         "max_batch_size": g["max_batch_size"].max(),
+        "cached_tokens_mean": g["cached_tokens"].mean(),
     })  # fmt: skip
     return out.reset_index()
 
@@ -98,12 +101,13 @@ def plot_concurrency(summary: pd.DataFrame) -> Any:
     left.set_title("time to first token (ms)")
     left.legend(fontsize="small")
     right.plot(summary["concurrency"], summary["tokens_per_s_per_request"], marker="o", label="per request")
-    right.plot(summary["concurrency"], summary["tokens_per_s_total"], marker="o", label="all requests")
-    right.set_title("decode tokens/s")
+    right.plot(summary["concurrency"], summary["tokens_per_s_total"], marker="o", label="all requests, wall clock")
+    right.set_title("tokens/s")
     right.legend(fontsize="small")
     for ax in (left, right):
         ax.set_xlabel("concurrent requests")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(list(summary["concurrency"]), [str(k) for k in summary["concurrency"]])
         ax.grid(alpha=0.3)
     fig.tight_layout()
     plt.close(fig)

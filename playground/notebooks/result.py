@@ -15,7 +15,7 @@ from engine.openai.response import ChatCompletionChunk, LogprobEntry
 from playground.render import ReplyView
 
 
-@dataclass
+@dataclass(repr=False)
 class ChatResult:
     view: ReplyView = field(default_factory=ReplyView)
     id: str = ""
@@ -99,6 +99,10 @@ class ChatResult:
 
     def stats_html(self) -> str:
         return rows_html(self.view.stats_rows())
+
+    def __repr__(self) -> str:
+        return (f"ChatResult(reply={self.reply!r}, finish_reason={self.finish_reason!r}, "
+                f"completion_tokens={self.completion_tokens})")  # fmt: skip
 
     def _repr_html_(self) -> str:
         parts = []
