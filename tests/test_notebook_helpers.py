@@ -113,7 +113,8 @@ def test_remote_backend_gives_the_same_reply_and_stats_as_the_embedded_one(live:
     there, here = remote.chat(QUESTION, **params), local.chat(QUESTION, **params)
     assert there.reply == here.reply and there.tokens == here.tokens
     assert there.completion_tokens == here.completion_tokens == len(there.token_times_ms)
-    assert len(there.batch_sizes) == there.completion_tokens  # from the closing usage: no timeline on the wire
+    # from the usage: a remote stream carries no timeline
+    assert len(there.batch_sizes) == len(there.queue_waits_us) == there.completion_tokens
     assert there.stats()["ttft_ms"] > 0 and len(there.decode_time_arr) == there.completion_tokens - 1
 
 

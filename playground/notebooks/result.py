@@ -22,7 +22,7 @@ class ChatResult:
     reasoning: str | None = None  # None: the reply carried no reasoning part at all
     logprobs: list[LogprobEntry] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)  # empty from a remote backend (not on the wire)
-    queue_waits_us: list[int] = field(default_factory=list)
+    queue_waits_us: list[int] = field(default_factory=list)  # µs per token, from the timeline or the usage
     prefill_time: int | None = None  # ms to the first token, from the closing chunk
     decode_time_arr: list[int] = field(default_factory=list)  # ms per later token, from the closing chunk
 
@@ -41,7 +41,10 @@ class ChatResult:
         if chunk.timeline is not None and (not chunk.choices or chunk.choices[0].index == 0):
             self.token_ids += chunk.timeline.token_ids
             self.queue_waits_us += chunk.timeline.queue_waits_us
-        return self.view.add(chunk)
+        render = self.view.add(chunk)
+        if not self.queue_waits_us and chunk.usage is not None and not chunk.choices:
+            self.queue_waits_us = list(chunk.usage.queue_wait_time)  # a remote stream: only the usage has them
+        return render
 
     # ---- what a notebook reads --------------------------------------------------------------------------------
     @property
