@@ -1,7 +1,8 @@
 """Every notebook in notebooks/ runs top to bottom on a fresh kernel of this venv's python, on the real model.
 
 PLAYGROUND_NOTEBOOK_FAST=1 shrinks replies and grids so the four run in about two minutes on 2 cores (each
-kernel loads the model once). The committed notebooks carry no outputs, so their diffs stay readable.
+kernel loads the model once). After the last cell, the widget chat and the explorer get the comm messages a browser
+sends on a click or a slider move. The committed notebooks carry no outputs, so their diffs stay readable.
 """
 
 from __future__ import annotations
@@ -63,6 +64,37 @@ def test_committed_notebooks_carry_no_outputs(path: Path) -> None:
         assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: strip outputs before committing"
 
 
+# What a browser sends when the user works the widgets, replayed on the live kernel after the last cell: proves the
+# callbacks run their requests on the kernel's loop. (widget expression, comm data); then a cell and what it prints.
+BROWSER = {
+    "01_quickstart.ipynb": (
+        [("panel.box", {"method": "update", "state": {"value": "Now one about rivers."}, "buffer_paths": []}),
+         ("panel.send_button", {"method": "custom", "content": {"event": "click"}})],
+        "reply = await panel.task\nprint(len(panel.history), panel.history[-2]['content'], reply.finish_reason)",
+        "4 Now one about rivers.",
+    ),
+    "02_parameter_explorer.ipynb": (
+        [("explorer.controls['temperature']", {"method": "update", "state": {"value": 0.3}, "buffer_paths": []})],
+        "moved = await explorer.task\nprint(explorer.values()['temperature'], moved.completion_tokens > 0)",
+        "0.3 True",
+    ),
+}  # fmt: skip
+
+
+def run_cell(client: Any, nb: Any, source: str) -> str:
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+    return outputs_text(nb.cells[-1])
+
+
+def replay_browser(client: Any, nb: Any, events: list[tuple[str, dict[str, Any]]]) -> None:
+    ids = run_cell(client, nb, "print(" + ", ".join(f"{expr}.model_id" for expr, _ in events) + ")").split()
+    for (_, data), comm_id in zip(events, ids):
+        client.kc.session.send(client.kc.shell_channel.socket, "comm_msg", {"comm_id": comm_id, "data": data})
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path: Path, kernel: Path) -> None:
@@ -72,10 +104,16 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S, startup_timeout=60,
                             resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
-    started = time.monotonic()
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, on the first failing cell
-    print(f"{path.name}: {time.monotonic() - started:.1f} s")
     cells = code_cells(nb)
+    started = time.monotonic()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)  # raises CellExecutionError, with its traceback, on a failing cell
+        print(f"{path.name}: {time.monotonic() - started:.1f} s")
+        if path.name in BROWSER:
+            events, check, expected = BROWSER[path.name]
+            replay_browser(client, nb, events)
+            assert run_cell(client, nb, check).startswith(expected)
     assert all(c.execution_count for c in cells)
     assert cells[-1].outputs or path.name.startswith("01"), f"{path.name}: the last cell showed nothing"
     if path.name.startswith("01"):
