@@ -57,20 +57,14 @@ class ReplyView:
         t = self.token_times_ms
         return (len(t) - 1) / ((t[-1] - t[0]) / 1000) if len(t) > 1 and t[-1] > t[0] else 0.0
 
-    @property
-    def all_batch_sizes(self) -> list[int]:
-        """Per-token batch sizes: the live timeline's, else the closing usage's (a remote stream has no timeline)."""
-        return self.batch_sizes or (list(self.usage.batch_size) if self.usage is not None else [])
-
     def stats_rows(self) -> list[tuple[str, str]]:
         """(statistic, value) pairs: the one list the page and the notebooks both render."""
         t = self.token_times_ms
         if not t:
             return []
-        sizes = self.all_batch_sizes
         rows = [("completion tokens", str(len(t))), ("time to first token", f"{self.ttft_ms:.0f} ms"),
                 ("decode speed", f"{self.decode_tokens_per_s:.1f} tokens/s"), ("end to end", f"{t[-1]:.0f} ms"),
-                ("batch size (max)", str(max(sizes) if sizes else 0))]  # fmt: skip
+                ("batch size (max)", str(max(self.batch_sizes) if self.batch_sizes else 0))]  # fmt: skip
         if self.usage is not None:
             rows.insert(0, ("prompt tokens", str(self.usage.prompt_tokens)))
             rows.insert(1, ("cached tokens", str(self.usage.prompt_tokens_details.cached_tokens)))

@@ -41,10 +41,10 @@ class ChatResult:
         if chunk.timeline is not None and (not chunk.choices or chunk.choices[0].index == 0):
             self.token_ids += chunk.timeline.token_ids
             self.queue_waits_us += chunk.timeline.queue_waits_us
-        render = self.view.add(chunk)
-        if not self.queue_waits_us and chunk.usage is not None and not chunk.choices:
-            self.queue_waits_us = list(chunk.usage.queue_wait_time)  # a remote stream: only the usage has them
-        return render
+        if chunk.usage is not None and not chunk.choices:  # a remote stream has no timeline: take the usage's lists
+            self.queue_waits_us = self.queue_waits_us or list(chunk.usage.queue_wait_time)
+            self.view.batch_sizes = self.view.batch_sizes or list(chunk.usage.batch_size)
+        return self.view.add(chunk)
 
     # ---- what a notebook reads --------------------------------------------------------------------------------
     @property
@@ -65,7 +65,7 @@ class ChatResult:
 
     @property
     def batch_sizes(self) -> list[int]:
-        return self.view.all_batch_sizes
+        return self.view.batch_sizes
 
     @property
     def completion_tokens(self) -> int:
