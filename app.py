@@ -143,6 +143,42 @@ def create_application(settings: cfg.Settings, state: AppState) -> Any:
     return app
 
 
+@dataclasses.dataclass
+class BackgroundServer:
+    url: str
+    server: Any
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def serve_in_thread(settings: cfg.Settings, service: Any, host: str = "127.0.0.1") -> BackgroundServer:
+    """Serve an already built service on a free port of `host` from a daemon thread (a notebook's kernel, a test),
+    so HTTP clients such as the openai SDK reach the engine that process already holds."""
+    import socket
+
+    import uvicorn
+
+    check_exposure(settings.replace(host=host))
+    state = AppState()
+    state.service = service
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
+    port = sock.getsockname()[1]
+    app = create_application(settings.replace(host=host, port=port), state)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.05)
+    return BackgroundServer(f"http://{host}:{port}", server, thread)
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from(argv)

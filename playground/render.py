@@ -46,18 +46,34 @@ class ReplyView:
             text = (text + "\n\n" if text else "") + f"⚠️ {self.error}"
         return {"role": "assistant", "content": text}
 
-    def stats_markdown(self) -> str:
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to first token, from the engine's timeline (ms since the request was accepted)."""
+        return self.token_times_ms[0] if self.token_times_ms else None
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the first over the time they took: the decode speed, prefill excluded."""
+        t = self.token_times_ms
+        return (len(t) - 1) / ((t[-1] - t[0]) / 1000) if len(t) > 1 and t[-1] > t[0] else 0.0
+
+    def stats_rows(self) -> list[tuple[str, str]]:
+        """(statistic, value) pairs: the one list the page and the notebooks both render."""
         t = self.token_times_ms
         if not t:
-            return ""
-        ttft = t[0]
-        decode = (len(t) - 1) / ((t[-1] - t[0]) / 1000) if len(t) > 1 and t[-1] > t[0] else 0.0
-        rows = [("completion tokens", str(len(t))), ("time to first token", f"{ttft:.0f} ms"),
-                ("decode speed", f"{decode:.1f} tokens/s"), ("end to end", f"{t[-1]:.0f} ms"),
+            return []
+        rows = [("completion tokens", str(len(t))), ("time to first token", f"{self.ttft_ms:.0f} ms"),
+                ("decode speed", f"{self.decode_tokens_per_s:.1f} tokens/s"), ("end to end", f"{t[-1]:.0f} ms"),
                 ("batch size (max)", str(max(self.batch_sizes) if self.batch_sizes else 0))]  # fmt: skip
         if self.usage is not None:
             rows.insert(0, ("prompt tokens", str(self.usage.prompt_tokens)))
             rows.insert(1, ("cached tokens", str(self.usage.prompt_tokens_details.cached_tokens)))
         if self.finish_reason:
             rows.append(("finish reason", self.finish_reason))
+        return rows
+
+    def stats_markdown(self) -> str:
+        rows = self.stats_rows()
+        if not rows:
+            return ""
         return "| statistic | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)

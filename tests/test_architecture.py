@@ -60,3 +60,45 @@ def test_parsers_import_only_the_standard_library(path: Path) -> None:
 
 def test_parsers_package_is_checked() -> None:
     assert len(sources("engine/parsers")) >= 3  # a renamed folder must not turn the check above into no check
+
+
+# The notebook layer renders only the service's chunks: it reaches the engine through the request parser, the chunk
+# models, the errors and (in-process) the ChatService, never the tokenizer, the chat template or the model.
+NOTEBOOK_ENGINE_MODULES = {"engine.openai.request", "engine.openai.response", "engine.openai.errors",
+                           "engine.openai.service"}  # fmt: skip
+NOT_IN_NOTEBOOKS = ("tokenizer", "apply_chat_template", ".generate(", "render_prompt", "<think>")
+
+
+def notebook_cells(path: Path) -> str:
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def notebook_imports(source: str) -> set[str]:
+    tree = compile(source, "cell", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", sources("playground/notebooks"), ids=str)
+def test_notebook_helpers_use_only_the_service_and_protocol(path: Path) -> None:
+    bad = {m for m in imports(path) if m.startswith("engine") and m not in NOTEBOOK_ENGINE_MODULES}
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+    text = path.read_text()
+    assert not [n for n in NOT_IN_NOTEBOOKS if n in text], f"{path.relative_to(ROOT)} works around the service"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_cells_stay_thin(path: Path) -> None:
+    source = notebook_cells(path)
+    allowed = {"playground", "app", "os", "sys", "pathlib", "openai", "IPython"}
+    bad = {m for m in notebook_imports(source) if m.split(".")[0] not in allowed or m.startswith("playground.ui")}
+    assert not bad, f"{path.name} imports {bad}: logic belongs in playground/notebooks"
+    assert not [n for n in NOT_IN_NOTEBOOKS if n in source], f"{path.name} works around the service"

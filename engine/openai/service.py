@@ -257,7 +257,10 @@ class ChatService:
         queue: asyncio.Queue = asyncio.Queue()
 
         def sink(item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the caller's loop is closed (its asyncio.run ended): nobody reads this any more
+                self.engine.abort(request_id)
 
         try:
             stats = self.engine.submit(EngineRequest(request_id, ids, params, media.salt, constraint), sink)

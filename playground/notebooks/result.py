@@ -1,0 +1,147 @@
+"""Chunks -> one reply with its reasoning, logprobs and the engine's statistics, as notebooks want to see it.
+
+Folds the same ChatCompletionChunk objects the UI renders; the text, timeline and usage part is the UI's own
+`ReplyView`, so the two front ends cannot disagree on a statistic.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.openai.response import ChatCompletionChunk, LogprobEntry
+from playground.render import ReplyView
+
+
+@dataclass(repr=False)
+class ChatResult:
+    view: ReplyView = field(default_factory=ReplyView)
+    id: str = ""
+    reasoning: str | None = None  # None: the reply carried no reasoning part at all
+    logprobs: list[LogprobEntry] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # empty from a remote backend (not on the wire)
+    queue_waits_us: list[int] = field(default_factory=list)  # µs per token, from the timeline or the usage
+    prefill_time: int | None = None  # ms to the first token, from the closing chunk
+    decode_time_arr: list[int] = field(default_factory=list)  # ms per later token, from the closing chunk
+
+    def add(self, chunk: ChatCompletionChunk) -> bool:
+        """Fold one chunk in (choice 0 only); True when a live display should re-render now."""
+        self.id = self.id or chunk.id
+        for c in chunk.choices:
+            if c.index != 0:
+                continue
+            if c.delta.reasoning_content is not None:
+                self.reasoning = (self.reasoning or "") + c.delta.reasoning_content
+            if c.logprobs is not None:
+                self.logprobs += c.logprobs.content
+            if c.finish_reason is not None and chunk.decode_time_arr is not None:
+                self.prefill_time, self.decode_time_arr = chunk.prefill_time, list(chunk.decode_time_arr)
+        if chunk.timeline is not None and (not chunk.choices or chunk.choices[0].index == 0):
+            self.token_ids += chunk.timeline.token_ids
+            self.queue_waits_us += chunk.timeline.queue_waits_us
+        if chunk.usage is not None and not chunk.choices:  # a remote stream has no timeline: take the usage's lists
+            self.queue_waits_us = self.queue_waits_us or list(chunk.usage.queue_wait_time)
+            self.view.batch_sizes = self.view.batch_sizes or list(chunk.usage.batch_size)
+        return self.view.add(chunk)
+
+    # ---- what a notebook reads --------------------------------------------------------------------------------
+    @property
+    def reply(self) -> str:
+        return self.view.content
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.view.finish_reason
+
+    @property
+    def usage(self) -> Any:
+        return self.view.usage
+
+    @property
+    def token_times_ms(self) -> list[float]:
+        return self.view.token_times_ms
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return self.view.batch_sizes
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.usage.completion_tokens if self.usage is not None else len(self.token_times_ms)
+
+    @property
+    def tokens(self) -> list[str]:
+        """Token texts when logprobs were asked for, else the token ids as strings (still fine for distinct-n)."""
+        return [e.token for e in self.logprobs] if self.logprobs else [str(i) for i in self.token_ids]
+
+    @property
+    def mean_logprob(self) -> float:
+        return sum(e.logprob for e in self.logprobs) / len(self.logprobs) if self.logprobs else math.nan
+
+    @property
+    def min_logprob(self) -> float:
+        return min(e.logprob for e in self.logprobs) if self.logprobs else math.nan
+
+    def stats(self) -> dict[str, Any]:
+        """One flat row of numbers: what the sweep and latency tables are made of."""
+        usage, view = self.usage, self.view
+        sizes = self.batch_sizes
+        return {
+            "prompt_tokens": usage.prompt_tokens if usage is not None else None,
+            "cached_tokens": usage.prompt_tokens_details.cached_tokens if usage is not None else None,
+            "completion_tokens": self.completion_tokens,
+            "ttft_ms": view.ttft_ms if view.ttft_ms is not None else math.nan,
+            "tokens_per_s": view.decode_tokens_per_s,
+            "e2e_ms": self.token_times_ms[-1] if self.token_times_ms else math.nan,
+            "max_batch_size": max(sizes) if sizes else 0,
+            "mean_queue_wait_us": sum(self.queue_waits_us) / len(self.queue_waits_us) if self.queue_waits_us else 0,
+            "finish_reason": self.finish_reason,
+        }
+
+    def stats_html(self) -> str:
+        return rows_html(self.view.stats_rows())
+
+    def __repr__(self) -> str:
+        return (f"ChatResult(reply={self.reply!r}, finish_reason={self.finish_reason!r}, "
+                f"completion_tokens={self.completion_tokens})")  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        parts = []
+        if self.reasoning:
+            parts.append(f"<details><summary>reasoning</summary>{text_html(self.reasoning)}</details>")
+        parts.append(text_html(self.reply))
+        if self.view.error:
+            parts.append(f"<p>⚠️ {html.escape(self.view.error)}</p>")
+        parts.append(self.stats_html())
+        return "\n".join(parts)
+
+
+def text_html(text: str) -> str:
+    return f'<div style="white-space: pre-wrap">{html.escape(text)}</div>'
+
+
+def rows_html(rows: list[tuple[str, str]]) -> str:
+    """The UI's (statistic, value) rows as a small HTML table (widgets show HTML, not Markdown)."""
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table><tr><th>statistic</th><th>value</th></tr>{body}</table>"
+
+
+def heatmap_html(entries: list[LogprobEntry]) -> str:
+    """The reply with each token shaded by its probability: red = unlikely, green = near certain.
+
+    Hovering a token shows its probability and the alternatives the engine reported (`top_logprobs`).
+    """
+    spans = []
+    for e in entries:
+        p = math.exp(e.logprob)
+        alternatives = ", ".join(f"{t.token!r} {math.exp(t.logprob):.2f}" for t in e.top_logprobs)
+        tip = f"p = {p:.3f}" + (f" | top: {alternatives}" if alternatives else "")
+        shown = html.escape(e.token).replace("\n", "↵\n")
+        spans.append(
+            f'<span title="{html.escape(tip, quote=True)}" style="background: hsl({120 * p:.0f}, 75%, 82%)">{shown}</span>'
+        )
+    return f'<div style="white-space: pre-wrap; line-height: 1.6">{"".join(spans)}</div>'

@@ -1,0 +1,298 @@
+"""playground/notebooks on the real model: the in-process and the remote backend, widgets, sweeps, latency."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import pytest
+
+from engine.openai.errors import RequestValidationError
+from engine.openai.request import parse_chat_request
+from playground.notebooks import (
+    ChatPanel,
+    LocalBackend,
+    ParameterExplorer,
+    RemoteBackend,
+    RemoteError,
+    concurrency,
+    connect,
+    distinct_n,
+    diversity,
+    expand_grid,
+    heatmap_html,
+    plot_sweep,
+    plot_timeline,
+    run_sync,
+    summarize_concurrency,
+    sweep,
+    timeline_frame,
+)
+from playground.notebooks.backend import SSEChunks
+from playground.notebooks.result import ChatResult
+from tests.conftest import MODEL
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def local(service: Any) -> LocalBackend:
+    backend = connect(service)
+    assert isinstance(backend, LocalBackend)
+    return backend
+
+
+def wait_idle(service: Any) -> None:
+    deadline = time.monotonic() + 10
+    while service.engine.load()["running"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert service.engine.load()["running"] == 0
+
+
+# ---- the request and one chat ---------------------------------------------------------------------------------
+def test_request_is_the_one_the_api_parses(local: LocalBackend) -> None:
+    req = local.request(QUESTION, temperature=0.5, seed=None)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0.5,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    assert req == parse_chat_request(body)
+    with pytest.raises(RequestValidationError, match=r"Parameter temperature must be in \[0.0, 2.0\], got 2.5"):
+        local.request(QUESTION, temperature=2.5)
+
+
+def test_chat_equals_the_services_fold_and_carries_the_engine_stats(local: LocalBackend, service: Any) -> None:
+    result = local.chat(QUESTION, temperature=0, max_tokens=12)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0, "max_tokens": 12}
+    expected = asyncio.run(service.complete(parse_chat_request(body)))
+    assert result.reply == expected.choices[0].message.content and result.reply
+    assert result.finish_reason == expected.choices[0].finish_reason
+    assert result.reasoning is None  # SmolLM2 has no reasoning part
+    n = result.completion_tokens
+    assert n == expected.usage.completion_tokens == len(result.token_times_ms) == len(result.token_ids)
+    assert len(result.batch_sizes) == len(result.queue_waits_us) == n
+    assert result.prefill_time == round(result.token_times_ms[0]) and len(result.decode_time_arr) == n - 1
+    stats = result.stats()
+    assert stats["prompt_tokens"] == expected.usage.prompt_tokens
+    assert stats["ttft_ms"] > 0 and stats["tokens_per_s"] > 0 and stats["max_batch_size"] >= 1
+    assert math.isnan(result.mean_logprob)  # no logprobs asked for
+    html = result._repr_html_()
+    assert "time to first token" in html and "finish reason" in html
+
+
+def test_sync_chat_works_inside_a_running_loop_as_in_jupyter(local: LocalBackend) -> None:
+    async def cell() -> str:
+        return local.chat(QUESTION, temperature=0, max_tokens=4).reply
+
+    assert asyncio.run(cell()) == local.chat(QUESTION, temperature=0, max_tokens=4).reply
+
+
+def test_logprobs_feed_the_heatmap(local: LocalBackend) -> None:
+    result = local.chat(QUESTION, temperature=0, max_tokens=6, logprobs=True, top_logprobs=2)
+    assert len(result.logprobs) == result.completion_tokens and "".join(result.tokens) == result.reply
+    assert result.min_logprob <= result.mean_logprob <= 0
+    html = heatmap_html(result.logprobs)
+    assert html.count("<span") == result.completion_tokens and "top: " in html
+
+
+def test_heatmap_escapes_and_shades_by_probability() -> None:
+    from engine.openai.response import LogprobEntry
+
+    html = heatmap_html(
+        [LogprobEntry(token="<b>", logprob=0.0, bytes=[]), LogprobEntry(token="\n", logprob=-50, bytes=[])]
+    )
+    assert "&lt;b&gt;" in html and "<b>" not in html
+    assert "hsl(120," in html and "hsl(0," in html and "↵" in html
+
+
+# ---- remote backend ---------------------------------------------------------------------------------------------
+def test_remote_backend_gives_the_same_reply_and_stats_as_the_embedded_one(live: Any, local: LocalBackend) -> None:
+    remote = connect(live.url + "/v1")
+    assert isinstance(remote, RemoteBackend) and remote.model == MODEL
+    params = {"temperature": 0, "max_tokens": 10, "logprobs": True}
+    there, here = remote.chat(QUESTION, **params), local.chat(QUESTION, **params)
+    assert there.reply == here.reply and there.tokens == here.tokens
+    assert there.completion_tokens == here.completion_tokens == len(there.token_times_ms)
+    # from the usage: a remote stream carries no timeline
+    assert len(there.batch_sizes) == len(there.queue_waits_us) == there.completion_tokens
+    assert there.stats()["ttft_ms"] > 0 and len(there.decode_time_arr) == there.completion_tokens - 1
+
+
+def test_remote_errors_carry_the_servers_message_and_status(live: Any) -> None:
+    with pytest.raises(RemoteError, match="Model not found") as err:
+        RemoteBackend(live.url, model="nope").chat("hi", max_tokens=2)
+    assert err.value.status == 422
+
+
+def sse(*events: str) -> list[str]:
+    return [line for e in events for line in (f"data: {e}", "")]
+
+
+HEAD = '"id": "x", "created": 1, "model": "m"'
+
+
+def test_sse_parser_keeps_reasoning_apart_and_counts_tokens_from_usage() -> None:
+    lines = [": keep-alive", *sse(
+        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"role": "assistant", "content": ""}}}}]}}',
+        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"reasoning_content": "think"}}}}]}}',
+        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "Hi there"}}}}]}}',
+        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "!"}}, "finish_reason": "stop"}}], '
+        '"usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
+        f'{{{HEAD}, "choices": [], "usage": {{"prompt_tokens": 3, "prompt_tokens_details": null, '
+        '"completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
+        "[DONE]",
+    )]  # fmt: skip
+    parser, result = SSEChunks(), ChatResult()
+    for line in lines:
+        chunk = parser.line(line)
+        if chunk is not None:
+            result.add(chunk)
+    assert (result.reasoning, result.reply, result.finish_reason) == ("think", "Hi there!", "stop")
+    assert len(result.token_times_ms) == result.completion_tokens == 5  # the closing chunk pads to the usage
+    assert result.batch_sizes == [1, 1, 2, 2, 2] and result.stats()["max_batch_size"] == 2
+    assert "reasoning" in result._repr_html_()
+
+
+def test_sse_parser_raises_a_mid_stream_error() -> None:
+    with pytest.raises(RemoteError, match="boom"):
+        SSEChunks().line('data: {"error": "boom", "error_type": "Error"}')
+
+
+# ---- widgets ----------------------------------------------------------------------------------------------------
+def test_chat_panel_streams_turns_and_keeps_the_history(local: LocalBackend) -> None:
+    async def cell() -> tuple[Any, Any, ChatPanel]:
+        panel = ChatPanel(local, system="Answer briefly.", temperature=0, max_tokens=8)
+        first = await panel.send(QUESTION)
+        second = await panel.send("And of Italy?")
+        return first, second, panel
+
+    first, second, panel = asyncio.run(cell())
+    assert [m["role"] for m in panel.history] == ["user", "assistant", "user", "assistant"]
+    assert panel.history[1]["content"] == first.reply
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens  # the second turn sent the first one along
+    assert len(panel.turns.children) == 4 and panel.box.value == ""
+    reply_box = panel.turns.children[1]
+    assert first.reply.split()[0] in reply_box.children[1].value and "finish reason" in reply_box.children[2].value
+    assert reply_box.children[0].layout.display == "none"  # no reasoning part: its fold stays hidden
+    panel.clear()
+    assert panel.history == [] and panel.turns.children == ()
+
+
+def test_chat_panel_stop_aborts_the_request_and_shows_validation_errors(local: LocalBackend, service: Any) -> None:
+    async def cell() -> tuple[ChatPanel, Any]:
+        panel = ChatPanel(local, temperature=0, max_tokens=400, ignore_eos=True)
+        task = panel.send("Count to a thousand.")
+        await asyncio.sleep(0.5)
+        panel.stop()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        panel.params["seed"] = -5
+        return panel, await panel.send("hi")
+
+    panel, bad = asyncio.run(cell())
+    wait_idle(service)
+    assert "stopped" in panel.turns.children[1].children[1].value
+    assert bad.view.error and "Parameter seed must be in" in panel.turns.children[3].children[1].value
+
+
+def test_parameter_explorer_reruns_with_the_fixed_seed(local: LocalBackend) -> None:
+    async def cell() -> tuple[Any, ...]:
+        explorer = ParameterExplorer(local, QUESTION, max_tokens=8, seed=7, temperature=1.0)
+        a = await explorer.run()
+        b = await explorer.run()
+        c = await explorer.set(temperature=0.0, top_k=5)
+        d = await explorer.set(seed=-1)
+        return explorer, a, b, c, d
+
+    explorer, a, b, c, d = asyncio.run(cell())
+    assert a.reply == b.reply and len(a.logprobs) == a.completion_tokens
+    assert c.reply == local.chat(QUESTION, temperature=0, max_tokens=8).reply
+    assert explorer.values()["top_k"] == 5 and explorer.values()["stop"] is None
+    assert d.view.error and "Parameter seed must be in" in explorer.stats.value
+    assert explorer.result is d
+
+
+# ---- sweeps -----------------------------------------------------------------------------------------------------
+def test_expand_grid_and_distinct_n() -> None:
+    assert expand_grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    assert distinct_n(["a", "b", "a", "b"], 1) == 0.5 and distinct_n(["a", "b", "a", "b"], 2) == 2 / 3
+    assert math.isnan(distinct_n(["a"], 2))
+
+
+def test_sweep_runs_the_grid_as_one_batched_job(local: LocalBackend) -> None:
+    grid = {"temperature": [0.5, 1.5], "seed": [1, 2]}
+    df = sweep(local, grid, QUESTION, max_tokens=6)
+    assert list(df[["temperature", "seed"]].itertuples(index=False, name=None)) == [(0.5, 1), (0.5, 2), (1.5, 1),
+                                                                                    (1.5, 2)]  # fmt: skip
+    assert df["error"].isna().all() and (df["length"] <= 6).all() and (df["length"] > 0).all()
+    for column in ("reply", "mean_logprob", "min_logprob", "distinct_1", "distinct_2", "ttft_ms", "tokens_per_s",
+                   "finish_reason"):  # fmt: skip
+        assert column in df and df[column].notna().all(), column
+    assert df["max_batch_size"].max() > 1  # in flight together: the engine batched them
+    again = sweep(local, [{"temperature": 1.5, "seed": 2}], QUESTION, max_tokens=6)
+    assert again["reply"][0] == df["reply"][3]  # a seed reproduces its reply inside a batch
+    div = diversity(df, by="temperature")
+    assert list(div.columns) == ["temperature", "distinct_2_across", "replies"] and (div["replies"] == 2).all()
+    fig = plot_sweep(df, x="temperature", hue="seed")
+    assert len(fig.axes) == 3
+
+
+def test_sweep_reports_a_refused_request_as_a_row(local: LocalBackend) -> None:
+    df = sweep(local, {"temperature": [0.0, 9.0]}, QUESTION, max_tokens=2)
+    assert df["error"].isna().tolist() == [True, False]
+    assert "Parameter temperature must be in" in df["error"][1]
+
+
+# ---- latency ----------------------------------------------------------------------------------------------------
+def test_timeline_frame_reads_the_engine_timeline(local: LocalBackend) -> None:
+    result = local.chat(QUESTION, temperature=0, max_tokens=8, logprobs=True)
+    frame = timeline_frame(result)
+    assert len(frame) == result.completion_tokens and "".join(frame["token"]) == result.reply
+    assert frame["gap_ms"].sum() == pytest.approx(frame["time_ms"].iloc[-1])
+    assert frame["batch_size"].tolist() == result.batch_sizes
+    assert len(plot_timeline(result).axes) == 2
+
+
+def test_concurrency_experiment_batches_the_parallel_requests(local: LocalBackend) -> None:
+    df = concurrency(local, QUESTION, levels=(1, 3), max_tokens=4, temperature=0.7)
+    assert df["concurrency"].tolist() == [1, 3, 3, 3] and (df["completion_tokens"] == 4).all()
+    summary = summarize_concurrency(df)
+    assert summary["concurrency"].tolist() == [1, 3]
+    assert summary["max_batch_size"].tolist()[0] == 1 and summary["max_batch_size"].tolist()[1] >= 2
+    assert (summary["tokens_per_s_total"] > 0).all()
+
+
+def test_run_sync_returns_the_coroutines_value() -> None:
+    async def seven() -> int:
+        return 7
+
+    assert run_sync(seven()) == 7
+
+
+def test_serve_in_thread_serves_the_kernels_engine_to_http_clients(settings: Any, service: Any) -> None:
+    from app import serve_in_thread
+
+    server = serve_in_thread(settings.replace(ui=False), service)
+    try:
+        remote = RemoteBackend(server.url)
+        assert (
+            remote.chat(QUESTION, temperature=0, max_tokens=4).reply
+            == connect(service).chat(QUESTION, temperature=0, max_tokens=4).reply
+        )
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
+
+
+def test_a_closed_caller_loop_aborts_its_request_and_the_engine_keeps_serving(
+    local: LocalBackend, service: Any
+) -> None:
+    """A sync chat() runs on a loop that closes when it returns; an abandoned request must not take the engine
+    thread down when its tokens find that loop closed."""
+
+    async def abandon() -> None:
+        await service.start(local.request(QUESTION, max_tokens=300, ignore_eos=True))
+
+    asyncio.run(abandon())
+    wait_idle(service)
+    assert local.chat(QUESTION, temperature=0, max_tokens=2).completion_tokens == 2

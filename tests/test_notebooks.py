@@ -1,0 +1,123 @@
+"""Every notebook in notebooks/ runs top to bottom on a fresh kernel of this venv's python, on the real model.
+
+PLAYGROUND_NOTEBOOK_FAST=1 shrinks replies and grids so the four run in about two minutes on 2 cores (each
+kernel loads the model once). After the last cell, the widget chat and the explorer get the comm messages a browser
+sends on a click or a slider move. The committed notebooks carry no outputs, so their diffs stay readable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+KERNEL = "playground-test"
+CELL_TIMEOUT_S = 180  # the model-loading cell converts the GGUF on a fresh machine (about a minute on 2 cores)
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A kernelspec for sys.executable (whatever `python3` a machine has installed may be another environment)
+    and the environment the kernels inherit; yields the folder the notebooks write their exports to."""
+    jupyter = tmp_path_factory.mktemp("jupyter")
+    spec = jupyter / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"}))
+    out = tmp_path_factory.mktemp("notebook-out")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(jupyter))
+        mp.setenv("JUPYTER_PLATFORM_DIRS", "1")  # jupyter_core warns about its path migration otherwise
+        mp.setenv("PLAYGROUND_NOTEBOOK_FAST", "1")
+        mp.setenv("PLAYGROUND_NOTEBOOK_OUT", str(out))
+        mp.delenv("PLAYGROUND_NOTEBOOK_URL", raising=False)  # always the embedded engine here
+        yield out
+
+
+def code_cells(nb: Any) -> list[Any]:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def outputs_text(cell: Any) -> str:
+    parts = []
+    for out in cell.outputs:
+        parts.append(out.get("text", ""))
+        parts += [str(v) for k, v in out.get("data", {}).items() if k.startswith("text/")]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebooks_carry_no_outputs(path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    for cell in code_cells(nb):
+        assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: strip outputs before committing"
+
+
+# What a browser sends when the user works the widgets, replayed on the live kernel after the last cell: proves the
+# callbacks run their requests on the kernel's loop. (widget expression, comm data); then a cell and what it prints.
+BROWSER = {
+    "01_quickstart.ipynb": (
+        [("panel.box", {"method": "update", "state": {"value": "Now one about rivers."}, "buffer_paths": []}),
+         ("panel.send_button", {"method": "custom", "content": {"event": "click"}})],
+        "reply = await panel.task\nprint(len(panel.history), panel.history[-2]['content'], reply.finish_reason)",
+        "4 Now one about rivers.",
+    ),
+    "02_parameter_explorer.ipynb": (
+        [("explorer.controls['temperature']", {"method": "update", "state": {"value": 0.3}, "buffer_paths": []})],
+        "moved = await explorer.task\nprint(explorer.values()['temperature'], moved.completion_tokens > 0)",
+        "0.3 True",
+    ),
+}  # fmt: skip
+
+
+def run_cell(client: Any, nb: Any, source: str) -> str:
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+    return outputs_text(nb.cells[-1])
+
+
+def replay_browser(client: Any, nb: Any, events: list[tuple[str, dict[str, Any]]]) -> None:
+    ids = run_cell(client, nb, "print(" + ", ".join(f"{expr}.model_id" for expr, _ in events) + ")").split()
+    for (_, data), comm_id in zip(events, ids):
+        client.kc.session.send(client.kc.shell_channel.socket, "comm_msg", {"comm_id": comm_id, "data": data})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path: Path, kernel: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S, startup_timeout=60,
+                            resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    cells = code_cells(nb)
+    started = time.monotonic()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)  # raises CellExecutionError, with its traceback, on a failing cell
+        print(f"{path.name}: {time.monotonic() - started:.1f} s")
+        if path.name in BROWSER:
+            events, check, expected = BROWSER[path.name]
+            replay_browser(client, nb, events)
+            assert run_cell(client, nb, check).startswith(expected)
+    assert all(c.execution_count for c in cells)
+    assert cells[-1].outputs or path.name.startswith("01"), f"{path.name}: the last cell showed nothing"
+    if path.name.startswith("01"):
+        sdk = outputs_text(cells[-2])
+        assert "prompt_tokens" in sdk and "batch_size" in sdk, sdk
+    if path.name.startswith("03"):
+        assert (kernel / "sweep.csv").read_text().startswith("temperature,top_p,seed,reply,")
