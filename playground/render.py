@@ -6,8 +6,10 @@ estimated. The excluded `timeline` attribute of a chunk belongs to that chunk's 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,13 +120,14 @@ class ReplyView:
 class Throttle:
     """True at most once per `every` seconds: the page re-renders ~10 times a second however fast tokens come."""
 
-    def __init__(self, every: float = 0.1) -> None:
+    def __init__(self, every: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every
-        self._last = 0.0
+        self.clock = clock
+        self._last = -math.inf
         self.count = 0
 
     def due(self) -> bool:
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last >= self.every:
             self._last = now
             self.count += 1

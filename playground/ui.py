@@ -137,7 +137,9 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     knobs, preset, thinking_note = _knob_panel()
                 with gr.Tab("🛠 Tools", id="tools"):
                     tools_note = gr.Markdown("")
-                    example = gr.Dropdown(list(tools_panel.EXAMPLES), label="insert an example", value=None, elem_id="pg-tool-example")
+                    example = gr.Dropdown(
+                        list(tools_panel.EXAMPLES), label="insert an example", value=None, elem_id="pg-tool-example"
+                    )
                     tools_code = gr.Code("", language="json", label="tools (JSON array)", lines=12,
                                          elem_id="pg-tools")  # fmt: skip
                     tools_check = gr.Markdown("", elem_id="pg-tools-check")
