@@ -46,19 +46,19 @@ SERVICE_HELP = (
 
 
 def knob_component(k: Knob) -> gr.Component:
-    label = k.label or k.name
+    label, elem_id = k.label or k.name, f"pg-{k.name}"
     if k.kind == "slider":
-        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=k.help)
+        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=k.help, elem_id=elem_id)
     if k.kind == "int":  # no min/max here: an out-of-range number gets the API's own message before sending
-        return gr.Number(value=k.default, precision=0, label=label, info=k.help)
+        return gr.Number(value=k.default, precision=0, label=label, info=k.help, elem_id=elem_id)
     if k.kind == "check":
-        return gr.Checkbox(value=k.default, label=label, info=k.help)
+        return gr.Checkbox(value=k.default, label=label, info=k.help, elem_id=elem_id)
     if k.kind == "choice":
-        return gr.Radio(list(k.choices), value=k.default, label=label, info=k.help)
+        return gr.Radio(list(k.choices), value=k.default, label=label, info=k.help, elem_id=elem_id)
     if k.kind == "code":
-        return gr.Code(value=k.default, language="json", label=label, lines=5)
+        return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
     return gr.Textbox(value=k.default, label=label, info=k.help, lines=2 if k.kind == "lines" else 1,
-                      max_lines=6 if k.kind == "lines" else 1)  # fmt: skip
+                      max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
 
 
 def capabilities(service: Any) -> dict[str, bool]:
@@ -195,7 +195,9 @@ def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
     """The Sampling tab: presets, then the request fields grouped by what they do."""
     comps: dict[str, Any] = {}
     note = None
-    preset = gr.Radio(list(controls.PRESETS), label="preset", value=None, info="Sets the sampling fields below.")
+    preset = gr.Radio(
+        list(controls.PRESETS), label="preset", value=None, info="Sets the sampling fields below.", elem_id="pg-preset"
+    )
     for title, group, open_ in (("Sampling", controls.SAMPLING, True), ("Length and stopping", controls.LENGTH, True),
                                 ("Candidates and log-probabilities", controls.CANDIDATES, False),
                                 ("Response format", controls.FORMAT, False), ("Thinking", controls.THINKING, False)):  # fmt: skip
