@@ -31,62 +31,46 @@ class Knob:
 
 
 SAMPLING = (
-    Knob("temperature", "slider", 0.7, None, "0 = greedy (the other sampling fields are then ignored). "
-         "Range [0.0, 2.0]; API default 1.0.", 0.0, 2.0, 0.05),
-    Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling: keep the most likely tokens up to this total probability. "
-         "1.0 = off. Range (1e-6, 1.0].", 0.01, 1.0, 0.01),
-    Knob("top_k", "int", -1, -1, "Keep only the k most likely tokens. -1 or 0 = off. Range -1, 0 or [1, 2147483647].",
-         -1, 2147483647),
-    Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage any token already in the output. 0 = off. "
-         "Range [-2.0, 2.0].", -2.0, 2.0, 0.1),
-    Knob("frequency_penalty", "slider", 0.0, 0.0, "Penalty grows with how often a token already appeared. 0 = off. "
-         "Range [-2.0, 2.0].", -2.0, 2.0, 0.1),
-    Knob("repetition_penalty", "slider", 1.0, 1.0, "Multiplicative penalty on tokens seen in prompt or output. "
-         "1.0 = off, < 1 rewards repetition. Range (0.0, 2.0].", 0.05, 2.0, 0.05),
-    Knob("seed", "text", "", "", "Same seed + same request + same model reproduces the output. Empty = random. "
-         "Range [0, 18446744073709551615]."),
+    Knob("temperature", "slider", 0.7, None, "0 = greedy. Range [0, 2]; API default 1.", 0.0, 2.0, 0.05),
+    Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling; 1 = off. Range (1e-6, 1].", 0.01, 1.0, 0.01),
+    Knob("top_k", "int", -1, -1, "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].", -1, 2147483647),
+    Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage tokens already used; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
+    Knob("frequency_penalty", "slider", 0.0, 0.0, "Grows with a token's count; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
+    Knob("repetition_penalty", "slider", 1.0, 1.0, "On tokens seen in prompt or output; 1 = off. (0, 2].", 0.05, 2.0,
+         0.05),
+    Knob("seed", "text", "", "", "Empty = random; the same seed reproduces a reply. Range [0, 2⁶⁴−1]."),
 )  # fmt: skip
 
 LENGTH = (
-    Knob("max_tokens", "slider", 256, None, "Most tokens to generate (reasoning included); reaching it gives finish "
-         "reason 'length'. Range [1, 2147483647], capped by the server's max_new_tokens.", 1, 2048, 1),
-    Knob("stop", "lines", "", "", "Stop strings, one per line (matched on decoded text, excluded from the output). "
-         "Each 1..1024 characters. Not with beam search."),
-    Knob("stop_token_ids", "text", "", "", "Token ids that end generation, comma-separated. Ids outside "
-         "[0, 2147483647] are ignored."),
-    Knob("include_stop_str_in_output", "check", False, False, "Keep the matched stop string / stop token at the end "
-         "of the reply."),
-    Knob("ignore_eos", "check", False, False, "Keep generating past end-of-sequence (until max_tokens or a stop)."),
-    Knob("skip_special_tokens", "check", True, True, "Drop special tokens when detokenising."),
+    Knob("max_tokens", "slider", 256, None, "Reasoning included; capped by the server. Range [1, 2³¹−1].", 1, 2048,
+         1),
+    Knob("stop", "lines", "", "", "Stop strings, one per line (1..1024 chars); not with beam search."),
+    Knob("stop_token_ids", "text", "", "", "Comma-separated token ids; ids outside [0, 2³¹−1] are ignored."),
+    Knob("include_stop_str_in_output", "check", False, False, "Keep the matched stop at the end of the reply."),
+    Knob("ignore_eos", "check", False, False, "Generate past end-of-sequence, up to max_tokens."),
+    Knob("skip_special_tokens", "check", True, True, "Drop special tokens from the text."),
 )  # fmt: skip
 
 CANDIDATES = (
-    Knob("n", "int", 1, 1, "Number of replies. n > 1 needs temperature > 0 (unless beam search); not with tools. "
-         "Range [1, 8192], capped by the server's max_n.", 1, 8192),
-    Knob("best_of", "int", 0, 0, "Candidates sampled, the n most likely returned. 0 = equals n. While streaming it "
-         "must equal n. Range [1, 128].", 0, 128),
-    Knob("use_beam_search", "check", False, False, "Beam search with width max(n, best_of). Not with stop strings; "
-         "max_tokens ≤ 128; not with tools."),
-    Knob("logprobs", "check", False, False, "Return each token's log-probability (feeds the token heatmap). "
-         "Not with tools."),
-    Knob("top_logprobs", "slider", 0, 0, "Alternatives per token shown on hover in the heatmap. Range [0, 20]; "
-         "needs logprobs.", 0, 20, 1),
+    Knob("n", "int", 1, 1, "Replies; > 1 needs temperature > 0, no tools. Range [1, 8192] and ≤ max_n.", 1, 8192),
+    Knob("best_of", "int", 0, 0, "0 = n; streaming needs best_of = n. Range [1, 128].", 0, 128),
+    Knob("use_beam_search", "check", False, False, "Width max(n, best_of); no stop strings; max_tokens ≤ 128."),
+    Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
+    Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
 )  # fmt: skip
 
 FORMAT = (
-    Knob("response_format", "choice", "text", "text", "text = free text; json_object = any JSON object; json_schema = "
-         "JSON matching the schema below. Enforced by constrained decoding.", choices=("text", "json_object",
-         "json_schema")),
+    Knob("response_format", "choice", "text", "text", "json_object = any JSON object; json_schema = JSON matching the "
+         "schema below. Enforced by constrained decoding.", choices=("text", "json_object", "json_schema")),
     Knob("json_schema", "code", "", "", 'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
          "number, boolean, array, object, null)."),
 )  # fmt: skip
 
 THINKING = (
-    Knob("enable_thinking", "choice", "model default", "model default", "Sent as chat_template_kwargs.enable_thinking:"
-         " turns a reasoning model's thinking mode on or off.", choices=("model default", "on", "off"),
-         label="thinking (enable_thinking)"),
-    Knob("thinking_budget", "int", 0, 0, "chat_template_kwargs.thinking_budget: most reasoning tokens before the "
-         "model is made to answer. 0 = no budget. Range [1, 2147483647].", 0, 2147483647),
+    Knob("enable_thinking", "choice", "model default", "model default", "chat_template_kwargs.enable_thinking: a "
+         "reasoning model's thinking mode.", choices=("model default", "on", "off"), label="thinking"),
+    Knob("thinking_budget", "int", 0, 0, "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. "
+         "Range [1, 2³¹−1].", 0, 2147483647),
 )  # fmt: skip
 
 KNOBS = SAMPLING + LENGTH + CANDIDATES + FORMAT + THINKING

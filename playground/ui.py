@@ -24,7 +24,9 @@ CSS = """
 .pg-badge {font-size:.8rem; padding:.1rem .5rem; border-radius:999px; background:var(--background-fill-secondary);
   border:1px solid var(--border-color-primary)}
 .pg-badge.off {opacity:.55; text-decoration:line-through}
-.pg-stats {width:100%; font-size:.85rem; border-collapse:collapse}
+.pg-stats {width:100%; font-size:.85rem; border-collapse:collapse; border:0 !important}
+.pg-stats caption {font-size:.8rem; opacity:.7; text-align:left; padding:.2rem .4rem}
+.pg-stats th, .pg-stats td {border:0 !important}
 .pg-stats th {text-align:left; font-weight:500; opacity:.75; padding:.15rem .4rem}
 .pg-stats td {text-align:right; font-variant-numeric:tabular-nums; padding:.15rem .4rem}
 .pg-stats tr:nth-child(odd) {background:var(--background-fill-secondary)}
@@ -119,11 +121,15 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     send = gr.Button("Send", variant="primary", scale=1, min_width=70, elem_id="pg-send")
                     stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="pg-stop")
                 check = gr.Markdown("", elem_id="pg-check")
-                with gr.Row(visible=False, elem_id="pg-tool-row") as tool_row:
-                    tool_call = gr.Dropdown(label="call waiting for its result", scale=3, choices=[])
-                    tool_text = gr.Textbox(label="result (JSON or text)", scale=4, elem_id="pg-tool-result")
-                    saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label="saved result", scale=2, min_width=120)
-                    tool_send = gr.Button("Send result", scale=1, elem_id="pg-tool-send")
+                with gr.Group(visible=False, elem_id="pg-tool-row") as tool_row:
+                    gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.",
+                                padding=True)  # fmt: skip
+                    with gr.Row():
+                        tool_call = gr.Dropdown(label="call", scale=3, choices=[])
+                        saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label="saved result", scale=2)
+                    with gr.Row(equal_height=True):
+                        tool_text = gr.Textbox(label="result (JSON or text)", scale=5, elem_id="pg-tool-result")
+                        tool_send = gr.Button("Send result", variant="primary", scale=1, elem_id="pg-tool-send")
                 with gr.Row():
                     regen = gr.Button("↻ Regenerate", size="sm")
                     clear = gr.Button("🗑 Clear", size="sm")
@@ -204,10 +210,26 @@ def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
         with gr.Accordion(title, open=open_):
             if group is controls.THINKING:
                 note = gr.Markdown("")
-            for k in group:
-                comps[k.name] = knob_component(k)
+            for row in _rows(group):
+                with gr.Row(equal_height=True):
+                    for k in row:
+                        comps[k.name] = knob_component(k)
     assert note is not None
     return comps, preset, note
+
+
+def _rows(group: tuple[Knob, ...]) -> list[list[Knob]]:
+    """Two controls a row, so the whole panel fits a laptop screen; code boxes alone."""
+    rows: list[list[Knob]] = []
+    for k in group:
+        last = rows[-1] if rows else None
+        fits = last is not None and k.kind != "code" and last[0].kind != "code"
+        same = fits and (k.kind == "check") == (last[0].kind == "check")
+        if last is not None and same and len(last) < 2:
+            last.append(k)
+        else:
+            rows.append([k])
+    return rows
 
 
 def _tools_changed(text: str, current: str | None) -> tuple[str, Any]:
