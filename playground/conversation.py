@@ -31,9 +31,10 @@ class Turn:
 class Conversation:
     turns: list[Turn] = field(default_factory=list)
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self, with_reasoning: bool = False) -> list[dict[str, Any]]:
         """The history as /v1 `messages`. Empty assistant replies (stopped at once, failed) are left out, since
-        the API rejects an assistant message with neither content nor tool calls."""
+        the API rejects an assistant message with neither content nor tool calls. Reasoning is not sent back to
+        the model (chat templates drop it anyway) but is kept in an exported conversation."""
         out: list[dict[str, Any]] = []
         for t in self.turns:
             if t.role == "user":
@@ -42,6 +43,8 @@ class Conversation:
                 out.append({"role": "tool", "tool_call_id": t.tool_call_id, "content": t.content})
             elif t.reply is not None:
                 msg = message_of(t.reply.first)
+                if with_reasoning and t.reply.first.reasoning:
+                    msg["reasoning_content"] = t.reply.first.reasoning
                 if msg["content"] or msg.get("tool_calls"):
                     out.append(msg)
         return out
@@ -72,7 +75,9 @@ class Conversation:
 
 def _thinking_message(c: ChoiceView) -> dict[str, Any]:
     meta: dict[str, Any] = {"title": "💭 Thinking" if c.thinking else "💭 Thought",
-                            "log": f"{c.reasoning_tokens} tokens", "status": "pending" if c.thinking else "done"}  # fmt: skip
+                            "status": "pending" if c.thinking else "done"}  # fmt: skip
+    if c.token_ids:  # an imported reply has no token counts
+        meta["log"] = f"{c.reasoning_tokens} tokens"
     end = c.answer_at if c.answer_at else len(c.times_ms)
     if end and c.times_ms:
         meta["duration"] = round(c.times_ms[min(end, len(c.times_ms)) - 1] / 1000, 2)
@@ -117,7 +122,7 @@ def reply_messages(turn: Turn) -> list[dict[str, Any]]:
         out.append({"role": "assistant", "content": text or "…"})
     tools = (turn.request or {}).get("tools")
     out += [_call_message(call, tools, reply.done) for call in c.tool_calls]
-    if c.times_ms or reply.done:
+    if c.times_ms:  # an imported reply has no engine numbers to show
         s = stats.compute(reply)
         meta = {"title": "📊 " + stats.summary(s), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s), "metadata": meta})

@@ -6,17 +6,19 @@ the service's chunks; it never touches the tokenizer, the template or the model 
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from engine.openai.errors import RequestValidationError
 from engine.openai.request import parse_chat_request
-from playground import controls, tools_panel
+from playground import controls, export, tools_panel
 from playground.chat import OUTPUTS, ChatHandlers
 from playground.controls import Knob
-from playground.conversation import Conversation
+from playground.conversation import Conversation, display
 
 CSS = """
 .pg-header {display:flex; flex-wrap:wrap; gap:.4rem .8rem; align-items:baseline}
@@ -108,8 +110,11 @@ def model_notes(service: Any) -> tuple[str, str]:
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
     h = ChatHandlers(get_service)
     with gr.Blocks(title="LLM Playground", fill_width=True) as demo:
-        header = gr.HTML(header_html(None))
+        with gr.Row(equal_height=True):
+            header = gr.HTML(header_html(None))
+            dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
         conv = gr.State(Conversation())
+        saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=360):
                 chatbot = gr.Chatbot(label="Chat", height="62vh", editable="user", elem_id="pg-chat",
@@ -133,6 +138,8 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 with gr.Row():
                     regen = gr.Button("↻ Regenerate", size="sm")
                     clear = gr.Button("🗑 Clear", size="sm")
+                    download = gr.DownloadButton("⬇ Export", size="sm", elem_id="pg-export")
+                    upload = gr.UploadButton("⬆ Import", size="sm", file_types=[".json"], elem_id="pg-import")
                 # Multimodal input (image / audio / video attachments) will sit here, beside the text box.
                 system = gr.Textbox(label="System prompt", lines=2, max_lines=8, placeholder="(none)")
             with gr.Column(scale=2, min_width=340), gr.Tabs():
@@ -168,14 +175,27 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
         run = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
 
-        gr.on([box.submit, send.click], h.send, [box, *common], api_name="chat", **run)
-        gr.on([regen.click, chatbot.retry], h.regenerate, common, api_name="regenerate", **run)
-        chatbot.edit(h.edit, common, api_name=False, **run)
-        tool_send.click(h.tool_result, [tool_text, tool_call, *common], api_name="tool_result", **run)
+        changes = [
+            gr.on([box.submit, send.click], h.send, [box, *common], api_name="chat", **run),
+            gr.on([regen.click, chatbot.retry], h.regenerate, common, api_name="regenerate", **run),
+            chatbot.edit(h.edit, common, api_name=False, **run),
+            tool_send.click(h.tool_result, [tool_text, tool_call, *common], api_name="tool_result", **run),
+            chatbot.undo(h.undo, conv, outputs, api_name=False),
+            gr.on([clear.click, chatbot.clear], h.clear, None, outputs, api_name="clear"),
+        ]
         stop.click(h.stop, None, None, api_name="stop", queue=False)
-        chatbot.undo(h.undo, conv, outputs, api_name=False)
-        gr.on([clear.click, chatbot.clear], h.clear, None, outputs, api_name="clear")
         chatbot.select(h.select, conv, outputs, api_name=False)
+        dark.click(None, js="() => document.body.classList.toggle('dark')")
+
+        # Every change of the conversation is kept in the browser (survives a reload) and offered as a download.
+        knob_names = list(knobs)
+        restored = [chatbot, conv, system, tools_code, tool_choice, check, *knobs.values()]
+        changes.append(upload.upload(lambda path: _restore(Path(path).read_text(encoding="utf-8"), knob_names),
+                                     upload, restored, api_name=False))  # fmt: skip
+        for event in changes:
+            event.then(_save, common, [saved_state, download], inputs_kwargs=knobs, api_name=False,
+                       show_progress="hidden")  # fmt: skip
+        demo.load(lambda doc: _restore(doc, knob_names), saved_state, restored, api_name=False)
 
         watched = [system, tools_code, tool_choice, *knobs.values()]
         gr.on([c.change for c in watched], h.preview, common, check, inputs_kwargs=knobs, api_name=False,
@@ -216,6 +236,29 @@ def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
                         comps[k.name] = knob_component(k)
     assert note is not None
     return comps, preset, note
+
+
+EXPORTS = Path(tempfile.gettempdir()) / "llm-playground-exports"
+
+
+def _save(conv: Conversation, system: str, tools_text: str, tool_choice: str | None, request: gr.Request,
+          **knobs: Any) -> tuple[dict[str, Any], str]:  # fmt: skip
+    doc = export.dump(export.Snapshot(conv, system or "", tools_text or "", tool_choice or "auto", knobs))
+    return doc, export.write(doc, EXPORTS / (request.session_hash or "anonymous"))
+
+
+def _restore(doc: Any, knob_names: list[str]) -> list[Any]:
+    """A saved or imported conversation back into the page; a broken file is explained, nothing changes."""
+    if not doc:
+        return [gr.skip()] * (6 + len(knob_names))
+    try:
+        snap = export.load(doc)
+    except ValueError as exc:
+        return [gr.skip()] * 5 + [f"⚠️ **Not imported:** {exc}"] + [gr.skip()] * len(knob_names)
+    options = tools_panel.choice_options(tools_panel.parse_tools(snap.tools)[0])
+    choice = gr.update(choices=options, value=snap.tool_choice if snap.tool_choice in options else "auto")
+    knob_values = [snap.settings.get(name, gr.skip()) for name in knob_names]
+    return [display(snap.conv)[0], snap.conv, snap.system, snap.tools, choice, "", *knob_values]
 
 
 def _rows(group: tuple[Knob, ...]) -> list[list[Knob]]:

@@ -103,6 +103,10 @@ def test_a_reply_streams_with_engine_stats_that_match_the_api(browser: Any, live
     assert page.locator("#pg-chat").inner_text().count(api["choices"][0]["message"]["content"][:20]) >= 1
     assert page.locator("#pg-timeline svg circle").count() >= 10
     assert "tok/s" in stat(page, "decode speed")
+
+    page.reload()  # the conversation is kept in the browser's storage
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(api["choices"][0]["message"]["content"][:20])
     page.close()
 
 
