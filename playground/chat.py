@@ -3,8 +3,9 @@ the service's chunks into the conversation (re-rendering about ten times a secon
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -25,15 +26,18 @@ LOADING = "The model is still loading; try again in a moment."
 
 @dataclass
 class Run:
-    """One session's reply in progress, so Stop (another event) can abort the engine request."""
+    """One session's replies in progress, so Stop (another event) can abort their engine requests."""
 
-    gen: Any = None
-    stopped: bool = False
+    gens: list[Any] = field(default_factory=list)
+    stopped: bool = False  # by the user
+
+    def abort(self) -> None:
+        for gen in self.gens:
+            gen.abort()
 
     def stop(self) -> None:
         self.stopped = True
-        if self.gen is not None:
-            self.gen.abort()
+        self.abort()
 
 
 def frame(**values: Any) -> tuple:
@@ -73,6 +77,16 @@ class ChatHandlers:
         self.get_service = get_service
         self.runs: dict[str, Run] = {}
 
+    @contextlib.contextmanager
+    def running(self, key: str) -> Iterator[Run]:
+        """Register this session's run (by its session hash) for Stop while the block runs."""
+        run = self.runs[key] = Run()
+        try:
+            yield run
+        finally:
+            if self.runs.get(key) is run:
+                del self.runs[key]
+
     # ---- building and checking the request ----------------------------------------------------------------
     def build(self, messages: list[dict[str, Any]], system: str, tools_text: str, tool_choice: str | None,
               knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
@@ -110,26 +124,24 @@ class ChatHandlers:
         reply = turn.reply
         assert reply is not None
         conv.turns.append(turn)
-        run = self.runs[key] = Run()
         shown = lambda: display(conv)[0]  # noqa: E731
         yield frame(chatbot=shown(), conv=conv, box="", check="", tool_row=gr.update(visible=False),
                     **panels(turn, base_url))  # fmt: skip
         throttle = Throttle(UPDATE_EVERY_S)
-        try:
-            gen = run.gen = await self.get_service().start(parse_chat_request(body))
-            if run.stopped:
-                gen.abort()
-            async for chunk in gen:
-                reply.add(chunk)
-                if throttle.due():
-                    yield frame(chatbot=shown(), **panels(turn, base_url, final=False))
-        except ApiError as exc:
-            reply.error = exc.message
-        finally:
-            if run.gen is not None:
-                run.gen.abort()  # leaving early (page closed, event cancelled) frees the engine slot
-            if self.runs.get(key) is run:
-                del self.runs[key]
+        with self.running(key) as run:
+            try:
+                gen = await self.get_service().start(parse_chat_request(body))
+                run.gens.append(gen)
+                if run.stopped:
+                    gen.abort()
+                async for chunk in gen:
+                    reply.add(chunk)
+                    if throttle.due():
+                        yield frame(chatbot=shown(), **panels(turn, base_url, final=False))
+            except ApiError as exc:
+                reply.error = exc.message
+            finally:
+                run.abort()  # leaving early (page closed, event cancelled) frees the engine slot
         reply.stopped, reply.done = run.stopped, True
         yield frame(chatbot=shown(), conv=conv, check=f"⚠️ {reply.error}" if reply.error else "", **panels(turn, base_url),
                     **tool_prompt(conv))  # fmt: skip

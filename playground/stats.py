@@ -88,11 +88,12 @@ def markdown(s: ReplyStats) -> str:
     return "| statistic | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v, _ in rows(s))
 
 
-def table_html(s: ReplyStats) -> str:
+def table_html(s: ReplyStats, caption: str | None = None) -> str:
     body = "".join(
         f'<tr title="{html.escape(why)}"><th>{html.escape(k)}</th><td data-stat="{html.escape(k)}">'
         f"{html.escape(v)}</td></tr>"
         for k, v, why in rows(s)
     )
-    caption = "this reply, streaming…" if s.streaming else "the selected reply · click any reply to inspect it"
+    if caption is None:
+        caption = "this reply, streaming…" if s.streaming else "the selected reply · click any reply to inspect it"
     return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>'

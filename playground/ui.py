@@ -17,31 +17,11 @@ from engine.openai.errors import RequestValidationError
 from engine.openai.request import parse_chat_request
 from playground import controls, export, tools_panel
 from playground.chat import OUTPUTS, ChatHandlers
+from playground.compare import CompareHandlers
 from playground.controls import Knob
 from playground.conversation import Conversation, display
 
-CSS = """
-.pg-header {display:flex; flex-wrap:wrap; gap:.4rem .8rem; align-items:baseline}
-.pg-header h1 {font-size:1.35rem; margin:0 .6rem 0 0}
-.pg-badge {font-size:.8rem; padding:.1rem .5rem; border-radius:999px; background:var(--background-fill-secondary);
-  border:1px solid var(--border-color-primary)}
-.pg-badge.off {opacity:.55; text-decoration:line-through}
-.pg-stats {width:100%; font-size:.85rem; border-collapse:collapse; border:0 !important}
-.pg-stats caption {font-size:.8rem; opacity:.7; text-align:left; padding:.2rem .4rem}
-.pg-stats th, .pg-stats td {border:0 !important}
-.pg-stats th {text-align:left; font-weight:500; opacity:.75; padding:.15rem .4rem}
-.pg-stats td {text-align:right; font-variant-numeric:tabular-nums; padding:.15rem .4rem}
-.pg-stats tr:nth-child(odd) {background:var(--background-fill-secondary)}
-.pg-empty, .pg-note {font-size:.85rem; opacity:.7; padding:.3rem 0}
-.pg-heat {font-family:var(--font-mono); font-size:.85rem; line-height:1.7; white-space:pre-wrap}
-.pg-tok {border-radius:3px; padding:0 1px; cursor:help}
-.pg-tok:hover {outline:1px solid currentColor}
-.pg-cands {display:flex; gap:.6rem; overflow-x:auto}
-.pg-cand {flex:1 1 0; min-width:12rem; border:1px solid var(--border-color-primary); border-radius:6px; padding:.4rem}
-.pg-cand-text {white-space:pre-wrap; font-size:.9rem}
-#pg-check {color:var(--color-red-500, #dc2626); min-height:0}
-#pg-check p {margin:.2rem 0}
-"""
+CSS = (Path(__file__).parent / "style.css").read_text(encoding="utf-8")
 
 SERVICE_HELP = (
     "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
@@ -109,6 +89,7 @@ def model_notes(service: Any) -> tuple[str, str]:
 
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
     h = ChatHandlers(get_service)
+    cmp = CompareHandlers(h)
     with gr.Blocks(title="LLM Playground", fill_width=True) as demo:
         with gr.Row(equal_height=True):
             header = gr.HTML(header_html(None))
@@ -146,6 +127,9 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 with gr.Tab("📊 Stats", id="stats"):
                     stats = gr.HTML('<div class="pg-empty">No reply yet.</div>', elem_id="pg-stats")
                     plot = gr.HTML("", elem_id="pg-timeline")
+                    with gr.Accordion("🔥 Tokens by probability · candidates", open=True):
+                        heat = gr.HTML("", elem_id="pg-heat")
+                        cands = gr.HTML("", elem_id="pg-cands")
                 with gr.Tab("🎛 Sampling", id="sampling"):
                     knobs, preset, thinking_note = _knob_panel()
                 with gr.Tab("🛠 Tools", id="tools"):
@@ -158,11 +142,23 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     tools_check = gr.Markdown("", elem_id="pg-tools-check")
                     tool_choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto",
                                               label="tool_choice", allow_custom_value=False)  # fmt: skip
-                with gr.Tab("🔥 Tokens", id="tokens"):
-                    heat = gr.HTML("", elem_id="pg-heat")
-                    cands = gr.HTML("", elem_id="pg-cands")
+                with gr.Tab("⚖ A/B", id="ab"):
+                    gr.Markdown("The chat plus the message in the box, under the current settings (A) and a preset "
+                                "(B), sent together so the engine batches them. The chat itself is unchanged.")  # fmt: skip
+                    with gr.Row():
+                        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label="B uses", scale=3)
+                        ab_go = gr.Button("Run A/B", variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+                    ab_check = gr.Markdown("", elem_id="pg-ab-check")
+                    with gr.Row():
+                        with gr.Column(min_width=200):
+                            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+                        with gr.Column(min_width=200):
+                            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
                 with gr.Tab("📋 Request", id="request"):
-                    req_json = gr.Code("", language="json", label="the exact request body", lines=10)
+                    req_json = gr.Code("", language="json", label="the exact request body (edit it to replay a "
+                                       "variant)", lines=10, interactive=True, elem_id="pg-request")  # fmt: skip
+                    replay = gr.Button("▶ Replay this request", size="sm", elem_id="pg-replay")
+                    replay_out = gr.Markdown("", elem_id="pg-replay-out")
                     curl = gr.Code("", language="shell", label="curl", lines=4)
                     python = gr.Code("", language="python", label="Python (openai)", lines=8)
                     raw = gr.Code("", language="json", label="streamed chunks (raw)", lines=8, max_lines=20)
@@ -184,6 +180,10 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
             gr.on([clear.click, chatbot.clear], h.clear, None, outputs, api_name="clear"),
         ]
         stop.click(h.stop, None, None, api_name="stop", queue=False)
+        ab_go.click(cmp.ab, [box, *common, preset_b], [ab_check, a_md, a_html, b_md, b_html], api_name="ab",
+                    **{k: v for k, v in run.items() if k != "outputs"})  # fmt: skip
+        replay.click(cmp.replay, [req_json, conv], replay_out, api_name="replay", concurrency_id="chat",
+                     show_progress="hidden")  # fmt: skip
         chatbot.select(h.select, conv, outputs, api_name=False)
         dark.click(None, js="() => document.body.classList.toggle('dark')")
 

@@ -84,3 +84,22 @@ def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_re
                      temperature=0.0, max_tokens=64, api_name="/tool_result")  # fmt: skip
     assert any(title(m).startswith("↩ result of get_weather") for m in out[CHATBOT])
     assert answer(out[CHATBOT]) == "It is sunny and 22 °C in Paris."
+
+
+def test_replay_sends_the_exact_request_again_and_compares(ui) -> None:
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    report = ui.predict(body_text=out[REQUEST], api_name="/replay")
+    assert "identical to the original reply" in report  # greedy: the same request gives the same reply
+    edited = out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 2')
+    assert "no original to compare with" in ui.predict(body_text=edited, api_name="/replay")
+    assert "Not sent" in ui.predict(body_text=out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 0'),
+                                    api_name="/replay")  # fmt: skip
+
+
+def test_ab_runs_both_settings_together_in_one_batch(ui) -> None:
+    check, a_md, a_stats, b_md, b_stats = ui.predict(message=QUESTION, system="", preset_b="Creative",
+                                                     temperature=0.0, max_tokens=8, ignore_eos=True, api_name="/ab")  # fmt: skip
+    assert check == "" and a_md.startswith("**A · current settings**") and b_md.startswith("**B · Creative**")
+    for side in (a_stats, b_stats):
+        assert 'data-stat="completion tokens">8<' in side and 'data-stat="finish reason">length<' in side
+    assert 'data-stat="batch size (max)">2<' in a_stats + b_stats  # the engine decoded them together
