@@ -20,6 +20,7 @@ from playground.chat import OUTPUTS, ChatHandlers
 from playground.compare import CompareHandlers
 from playground.controls import Knob
 from playground.conversation import Conversation, display
+from playground.i18n import I18N, t
 
 CSS = (Path(__file__).parent / "style.css").read_text(encoding="utf-8")
 
@@ -98,70 +99,69 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
         saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=360):
-                chatbot = gr.Chatbot(label="Chat", height="62vh", editable="user", elem_id="pg-chat",
+                chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat",
                                      placeholder=SERVICE_HELP, buttons=["copy", "copy_all"],
                                      feedback_options=None)  # fmt: skip
                 with gr.Row():
-                    box = gr.Textbox(placeholder="Type a message · Enter sends · Shift+Enter for a new line",
+                    box = gr.Textbox(placeholder=t("placeholder"),
                                      show_label=False, scale=6, lines=1, max_lines=8, elem_id="pg-input")  # fmt: skip
-                    send = gr.Button("Send", variant="primary", scale=1, min_width=70, elem_id="pg-send")
-                    stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+                    send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
+                    stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
                 check = gr.Markdown("", elem_id="pg-check")
                 with gr.Group(visible=False, elem_id="pg-tool-row") as tool_row:
                     gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.",
                                 padding=True)  # fmt: skip
                     with gr.Row():
-                        tool_call = gr.Dropdown(label="call", scale=3, choices=[])
-                        saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label="saved result", scale=2)
+                        tool_call = gr.Dropdown(label=t("call"), scale=3, choices=[])
+                        saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label=t("saved_result"), scale=2)
                     with gr.Row(equal_height=True):
-                        tool_text = gr.Textbox(label="result (JSON or text)", scale=5, elem_id="pg-tool-result")
-                        tool_send = gr.Button("Send result", variant="primary", scale=1, elem_id="pg-tool-send")
+                        tool_text = gr.Textbox(label=t("result"), scale=5, elem_id="pg-tool-result")
+                        tool_send = gr.Button(t("send_result"), variant="primary", scale=1, elem_id="pg-tool-send")
                 with gr.Row():
-                    regen = gr.Button("↻ Regenerate", size="sm")
-                    clear = gr.Button("🗑 Clear", size="sm")
-                    download = gr.DownloadButton("⬇ Export", size="sm", elem_id="pg-export")
-                    upload = gr.UploadButton("⬆ Import", size="sm", file_types=[".json"], elem_id="pg-import")
+                    regen = gr.Button(t("regenerate"), size="sm")
+                    clear = gr.Button(t("clear"), size="sm")
+                    download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
+                    upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
                 # Multimodal input (image / audio / video attachments) will sit here, beside the text box.
-                system = gr.Textbox(label="System prompt", lines=2, max_lines=8, placeholder="(none)")
+                system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
             with gr.Column(scale=2, min_width=340), gr.Tabs():
-                with gr.Tab("📊 Stats", id="stats"):
+                with gr.Tab(t("tab_stats"), id="stats"):
                     stats = gr.HTML('<div class="pg-empty">No reply yet.</div>', elem_id="pg-stats")
                     plot = gr.HTML("", elem_id="pg-timeline")
-                    with gr.Accordion("🔥 Tokens by probability · candidates", open=True):
+                    with gr.Accordion(t("tokens"), open=True):
                         heat = gr.HTML("", elem_id="pg-heat")
                         cands = gr.HTML("", elem_id="pg-cands")
-                with gr.Tab("🎛 Sampling", id="sampling"):
+                with gr.Tab(t("tab_sampling"), id="sampling"):
                     knobs, preset, thinking_note = _knob_panel()
-                with gr.Tab("🛠 Tools", id="tools"):
+                with gr.Tab(t("tab_tools"), id="tools"):
                     tools_note = gr.Markdown("")
                     example = gr.Dropdown(
-                        list(tools_panel.EXAMPLES), label="insert an example", value=None, elem_id="pg-tool-example"
+                        list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example"
                     )
-                    tools_code = gr.Code("", language="json", label="tools (JSON array)", lines=12,
+                    tools_code = gr.Code("", language="json", label=t("tools_json"), lines=12,
                                          elem_id="pg-tools")  # fmt: skip
                     tools_check = gr.Markdown("", elem_id="pg-tools-check")
                     tool_choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto",
                                               label="tool_choice", allow_custom_value=False)  # fmt: skip
-                with gr.Tab("⚖ A/B", id="ab"):
+                with gr.Tab(t("tab_ab"), id="ab"):
                     gr.Markdown("The chat plus the message in the box, under the current settings (A) and a preset "
                                 "(B), sent together so the engine batches them. The chat itself is unchanged.")  # fmt: skip
                     with gr.Row():
-                        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label="B uses", scale=3)
-                        ab_go = gr.Button("Run A/B", variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+                        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label=t("b_uses"), scale=3)
+                        ab_go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
                     ab_check = gr.Markdown("", elem_id="pg-ab-check")
                     with gr.Row():
                         with gr.Column(min_width=200):
                             a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
                         with gr.Column(min_width=200):
                             b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
-                with gr.Tab("📋 Request", id="request"):
-                    req_json = gr.Code("", language="json", label="the exact request body (edit it to replay a "
-                                       "variant)", lines=10, interactive=True, elem_id="pg-request")  # fmt: skip
-                    replay = gr.Button("▶ Replay this request", size="sm", elem_id="pg-replay")
+                with gr.Tab(t("tab_request"), id="request"):
+                    req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")  # fmt: skip
+                    replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
                     replay_out = gr.Markdown("", elem_id="pg-replay-out")
-                    curl = gr.Code("", language="shell", label="curl", lines=4)
-                    python = gr.Code("", language="python", label="Python (openai)", lines=8)
-                    raw = gr.Code("", language="json", label="streamed chunks (raw)", lines=8, max_lines=20)
+                    curl = gr.Code("", language="shell", label=t("curl"), lines=4)
+                    python = gr.Code("", language="python", label=t("python"), lines=8)
+                    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20)
 
         outs = {"chatbot": chatbot, "conv": conv, "box": box, "check": check, "stats": stats, "timeline": plot,
                 "heat": heat, "cands": cands, "req_json": req_json, "curl": curl, "python": python, "raw": raw,
@@ -222,12 +222,16 @@ def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
     comps: dict[str, Any] = {}
     note = None
     preset = gr.Radio(
-        list(controls.PRESETS), label="preset", value=None, info="Sets the sampling fields below.", elem_id="pg-preset"
+        list(controls.PRESETS),
+        label=t("preset"),
+        value=None,
+        info="Sets the sampling fields below.",
+        elem_id="pg-preset",
     )
-    for title, group, open_ in (("Sampling", controls.SAMPLING, True), ("Length and stopping", controls.LENGTH, True),
-                                ("Candidates and log-probabilities", controls.CANDIDATES, False),
-                                ("Response format", controls.FORMAT, False), ("Thinking", controls.THINKING, False)):  # fmt: skip
-        with gr.Accordion(title, open=open_):
+    for title, group, open_ in (("acc_sampling", controls.SAMPLING, True), ("acc_length", controls.LENGTH, True),
+                                ("acc_candidates", controls.CANDIDATES, False), ("acc_format", controls.FORMAT, False),
+                                ("acc_thinking", controls.THINKING, False)):  # fmt: skip
+        with gr.Accordion(t(title), open=open_):
             if group is controls.THINKING:
                 note = gr.Markdown("")
             for row in _rows(group):
@@ -287,4 +291,4 @@ def mount(app: Any, get_service: Callable[[], Any]) -> Any:
     """Serve the page at / on the API's app (one process, one port)."""
     demo = build_ui(get_service)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft())
+    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N)

@@ -184,3 +184,13 @@ def test_tiny_qwen_thinks_beside_the_answer_and_calls_a_tool(browser: Any, qwen_
     page.wait_for_function(FINISHED_JS)
     shot(page, "6-tool-result-answered")
     page.close()
+
+
+def test_the_page_speaks_chinese_to_a_chinese_browser(browser: Any, live: Any) -> None:
+    context = browser.new_context(locale="zh-CN", viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(live.url + "/")
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(page.get_by_role("tab", name="📊 统计")).to_be_visible()
+    sync_api.expect(page.locator("#pg-send")).to_have_text("发送")
+    context.close()
