@@ -3,15 +3,17 @@ through Gradio's own client; tests/test_ui_browser.py drives it in a real browse
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from typing import Any
 
 import pytest
 
-from tests.conftest import MODEL, chat
+from tests.conftest import MODEL, chat, sse_events
 
 QUESTION = "What is the capital of France?"
 # /chat returns: chatbot, box, check, stats, timeline, heat, cands, request json, curl, python, raw, tool_call
-CHATBOT, BOX, CHECK, STATS, TIMELINE, REQUEST = 0, 1, 2, 3, 4, 7
+CHATBOT, BOX, CHECK, STATS, TIMELINE, REQUEST, CURL, RAW = 0, 1, 2, 3, 4, 7, 8, 10
 UNCHANGED = {"__type__": "update"}  # what gr.skip() reads as through the client
 
 
@@ -57,6 +59,20 @@ def test_ui_reply_and_stats_equal_the_api_for_the_same_request(ui, http) -> None
     assert "<svg" in out[TIMELINE] and '"max_tokens": 12' in out[REQUEST]
 
 
+@pytest.mark.skipif(not shutil.which("curl"), reason="no curl on this machine")
+def test_copy_as_curl_runs_and_streams_the_same_reply(ui) -> None:
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    command = out[CURL].replace("curl -sN", "curl -sN --max-time 60", 1)
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=90, check=True)
+    events = sse_events(done.stdout)
+    assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] <= 8
+    streamed = "".join(
+        c["delta"].get("content") or "" for e in events[:-1] if isinstance(e, dict) for c in e["choices"]
+    )
+    assert streamed == answer(out[CHATBOT])
+    assert len(out[RAW].splitlines()) >= 3 and '"object":"chat.completion.chunk"' in out[RAW]
+
+
 def test_ui_explains_an_invalid_request_and_sends_nothing(ui) -> None:
     out = ui.predict(message=QUESTION, system="", seed="-5", api_name="/chat")
     assert "Parameter seed must be in" in out[CHECK]
@@ -72,6 +88,11 @@ def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_re
     assert thought["metadata"]["status"] == "done" and thought["metadata"]["log"].endswith(" tokens")
     assert thought["metadata"]["duration"] > 0 and text(thought)
     assert answer(out[CHATBOT]) == "The answer is 4."
+    ui = client(qwen_live.url)  # the thinking switch goes out as chat_template_kwargs.enable_thinking
+    out = ui.predict(message="What is 2+2?", system="", enable_thinking="off", temperature=0.0, max_tokens=64,
+                     api_name="/chat")  # fmt: skip
+    assert not any(title(m).startswith("💭") for m in out[CHATBOT]) and answer(out[CHATBOT]) == "The answer is 4."
+    assert '"enable_thinking": false' in out[REQUEST]
 
     ui = client(qwen_live.url)  # a fresh conversation: the model learnt this exchange on its own
     tools = dumps([GET_WEATHER])
