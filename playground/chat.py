@@ -14,7 +14,7 @@ from engine.openai.errors import ApiError, RequestValidationError
 from engine.openai.request import parse_chat_request
 from playground import controls, heatmap, snippets, stats, timeline
 from playground.conversation import Conversation, Turn, display
-from playground.render import ReplyView, Throttle
+from playground.render import ReplyView, throttled
 from playground.tools_panel import choice_value, parse_tools
 
 # Every streaming handler answers these, in this order (gr.skip() leaves one as it is).
@@ -127,17 +127,14 @@ class ChatHandlers:
         shown = lambda: display(conv)[0]  # noqa: E731
         yield frame(chatbot=shown(), conv=conv, box="", check="", tool_row=gr.update(visible=False),
                     **panels(turn, base_url))  # fmt: skip
-        throttle = Throttle(UPDATE_EVERY_S)
         with self.running(key) as run:
             try:
                 gen = await self.get_service().start(parse_chat_request(body))
                 run.gens.append(gen)
                 if run.stopped:
                     gen.abort()
-                async for chunk in gen:
-                    reply.add(chunk)
-                    if throttle.due():
-                        yield frame(chatbot=shown(), **panels(turn, base_url, final=False))
+                async for _ in throttled(gen, reply.add, UPDATE_EVERY_S):
+                    yield frame(chatbot=shown(), **panels(turn, base_url, final=False))
             except ApiError as exc:
                 reply.error = exc.message
             finally:

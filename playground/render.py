@@ -6,10 +6,11 @@ estimated. The excluded `timeline` attribute of a chunk belongs to that chunk's 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +134,35 @@ class Throttle:
             self.count += 1
             return True
         return False
+
+
+async def throttled(chunks: AsyncIterable[Any], fold: Callable[[Any], None], every: float = 0.1,
+                    clock: Callable[[], float] = time.monotonic) -> AsyncIterator[None]:  # fmt: skip
+    """Fold every chunk and yield whenever the page should repaint: at once when the last repaint is `every` old,
+    otherwise as soon as it is, so a slow stream shows each token when it comes and a fast one ~1/every a second.
+
+    The next chunk is awaited through a task, never cancelled by the timer: cancelling it would abort the stream.
+    """
+    it = chunks.__aiter__()
+    last, dirty = -math.inf, False
+    nxt: asyncio.Future = asyncio.ensure_future(it.__anext__())
+    try:
+        while True:
+            timeout = max(0.0, last + every - clock()) if dirty else None
+            done, _ = await asyncio.wait({nxt}, timeout=timeout)
+            if done:
+                try:
+                    chunk = nxt.result()
+                except StopAsyncIteration:
+                    break
+                fold(chunk)
+                dirty = True
+                nxt = asyncio.ensure_future(it.__anext__())
+            if dirty and clock() - last >= every:
+                last, dirty = clock(), False
+                yield
+    finally:
+        nxt.cancel()  # the consumer left early: the stream's own cleanup (abort) runs
 
 
 def message_of(view: ChoiceView) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from engine.openai.response import (
 )
 from playground import heatmap, stats, timeline
 from playground.conversation import Conversation, Turn, display
-from playground.render import ReplyView, Throttle
+from playground.render import ReplyView, Throttle, throttled
 
 
 def chunk(index: int = 0, times: tuple[float, ...] = (), finish: str | None = None, usage: Usage | None = None,
@@ -167,3 +168,25 @@ def test_a_conversation_exports_and_imports_with_its_settings(tmp_path) -> None:
         export.load({"messages": []})
     with pytest.raises(ValueError, match="not JSON"):
         export.load("{")
+
+
+async def _ticks(gaps: list[float]):
+    for i, gap in enumerate(gaps):
+        await asyncio.sleep(gap)
+        yield i
+
+
+@pytest.mark.parametrize(("gaps", "most"), [([0.15] * 5, 5), ([0.005] * 40, 10)])
+def test_repaints_follow_slow_streams_token_by_token_and_cap_fast_ones(gaps: list[float], most: int) -> None:
+    async def run() -> tuple[list[int], int]:
+        seen: list[int] = []
+        paints = 0
+        async for _ in throttled(_ticks(gaps), seen.append, every=0.1):
+            paints += 1
+        return seen, paints
+
+    seen, paints = asyncio.run(run())
+    assert seen == list(range(len(gaps)))  # every chunk folded, none lost to the throttle
+    assert 1 <= paints <= most
+    if gaps[0] > 0.1:
+        assert paints == len(gaps)  # slower than the throttle: each token shows as it comes
