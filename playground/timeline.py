@@ -31,7 +31,7 @@ def _ms(v: float) -> str:
     return f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"
 
 
-def svg(c: ChoiceView, title: str = "") -> str:
+def svg(c: ChoiceView) -> str:
     t, n = c.times_ms, len(c.times_ms)
     if not n:
         return '<div class="pg-empty">Send a message to see each token\'s timing here.</div>'
@@ -55,8 +55,6 @@ def svg(c: ChoiceView, title: str = "") -> str:
         out.append(f'<rect x="{lx}" y="6" width="9" height="9" fill="{color}"/>'
                    f'<text x="{lx + 12}" y="14" fill="currentColor">{name}</text>')  # fmt: skip
         lx += 22 + 6 * len(name)
-    if title:
-        out.append(f'<text x="{W - RIGHT}" y="14" text-anchor="end" fill="currentColor">{escape(title)}</text>')
 
     # the lane: where the request's time went, step by step
     q0 = c.queue_waits_us[0] / 1000 if c.queue_waits_us else 0.0
