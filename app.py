@@ -135,11 +135,9 @@ def create_application(settings: cfg.Settings, state: AppState) -> Any:
 
     app = create_app(settings, state.get)
     if settings.ui:
-        import gradio as gr
+        from playground.ui import mount
 
-        from playground.ui import build_ui
-
-        app = gr.mount_gradio_app(app, build_ui(state.get), path="/")
+        app = mount(app, state.get)
     return app
 
 

@@ -1,79 +1,177 @@
-"""Chunks -> what the page shows: the reply text and the engine's statistics for it."""
+"""Chunks -> one reply's view: per choice its answer, reasoning, tool calls, logprobs and per-token engine timings.
+
+Everything here is folded from `ChatCompletionChunk`s exactly as the service yields them; nothing is re-parsed or
+estimated. The excluded `timeline` attribute of a chunk belongs to that chunk's (single) choice.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.response import ChatCompletionChunk
+from engine.openai.fold import merge_tool_call
+from engine.openai.response import ChatCompletionChunk, ChunkChoice, LogprobEntry, TokenTimeline, ToolCallItem, Usage
 
-UPDATE_EVERY_S = 0.05  # throttle re-renders: long replies stay smooth
+RAW_CHUNKS_KEPT = 400  # the raw view shows the tail of a long stream
+
+
+@dataclass
+class ChoiceView:
+    index: int
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallItem] = field(default_factory=list)
+    logprobs: list[LogprobEntry] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    times_ms: list[float] = field(default_factory=list)  # when each token was ready, since the request was accepted
+    batch_sizes: list[int] = field(default_factory=list)  # batch size of the step that made each token
+    queue_waits_us: list[int] = field(default_factory=list)  # wait before the step that made each token
+    finish_reason: str | None = None
+    usage: Usage | None = None  # from the choice's closing chunk
+    answer_at: int | None = None  # tokens before the first answer text or tool call (the reasoning boundary)
+    _before_answer: int = 0
+
+    def add(self, c: ChunkChoice, timeline: TokenTimeline | None) -> None:
+        d = c.delta
+        if d.reasoning_content:
+            self.reasoning += d.reasoning_content
+        if self.answer_at is None and (d.content or d.tool_calls):
+            self.answer_at = self._before_answer
+        if timeline is not None:
+            self.token_ids += timeline.token_ids
+            self.times_ms += timeline.token_times_ms
+            self.batch_sizes += timeline.batch_sizes
+            self.queue_waits_us += timeline.queue_waits_us
+            if self.answer_at is None:
+                self._before_answer += len(timeline.token_ids)
+        self.content += d.content or ""
+        for call in d.tool_calls or []:
+            merge_tool_call(self.tool_calls, call)
+        if c.logprobs is not None:
+            self.logprobs += c.logprobs.content
+        if c.finish_reason is not None:
+            self.finish_reason = c.finish_reason
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """The engine's count once the choice closed; while streaming, the tokens before the answer began."""
+        details = self.usage.completion_tokens_details if self.usage is not None else None
+        if details is not None:
+            return details.reasoning_tokens
+        if not self.reasoning:
+            return 0
+        return self.answer_at if self.answer_at is not None else len(self.token_ids)
+
+    @property
+    def thinking(self) -> bool:
+        return bool(self.reasoning) and self.answer_at is None and self.finish_reason is None
+
+    @property
+    def cumulative_logprob(self) -> float | None:
+        return sum(e.logprob for e in self.logprobs) if self.logprobs else None
+
+    @property
+    def reasoning_exhausted(self) -> bool:
+        """Reasoning used up max_tokens and left no answer: the case the UI warns about."""
+        return (
+            self.finish_reason == "length"
+            and bool(self.reasoning)
+            and not self.content.strip()
+            and not (self.tool_calls)
+        )
 
 
 @dataclass
 class ReplyView:
-    content: str = ""
-    finish_reason: str | None = None
+    choices: dict[int, ChoiceView] = field(default_factory=dict)
+    usage: Usage | None = None  # the trailing usage chunk: the whole request
     error: str | None = None
-    token_times_ms: list[float] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)
-    usage: Any = None
-    _last_render: float = 0.0
+    stopped: bool = False  # the user pressed Stop
+    done: bool = False
+    raw: deque[str] = field(default_factory=lambda: deque(maxlen=RAW_CHUNKS_KEPT))
 
-    def add(self, chunk: ChatCompletionChunk) -> bool:
-        """Fold one chunk in; True when the page should re-render now."""
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        self.raw.append(chunk.model_dump_json(exclude_none=True))
+        if not chunk.choices:
+            if chunk.usage is not None:
+                self.usage = chunk.usage
+            return
         for c in chunk.choices:
-            if c.index != 0:
-                continue
-            self.content += c.delta.content or ""
-            if c.finish_reason:
-                self.finish_reason = c.finish_reason
-        if chunk.timeline and (not chunk.choices or chunk.choices[0].index == 0):
-            self.token_times_ms += chunk.timeline.token_times_ms
-            self.batch_sizes += chunk.timeline.batch_sizes
-        if chunk.usage is not None and not chunk.choices:
-            self.usage = chunk.usage
-        now = time.monotonic()
-        if now - self._last_render >= UPDATE_EVERY_S or self.finish_reason:
-            self._last_render = now
+            view = self.choices.setdefault(c.index, ChoiceView(c.index))
+            view.add(c, chunk.timeline if len(chunk.choices) == 1 else None)
+            if c.finish_reason is not None and chunk.usage is not None:
+                view.usage = chunk.usage
+
+    @property
+    def first(self) -> ChoiceView:
+        return self.choices.get(0) or ChoiceView(0)
+
+    def usage_of(self, index: int = 0) -> Usage | None:
+        """The choice's own usage, else (aborted, or n = 1) the request's."""
+        view = self.choices.get(index)
+        own = view.usage if view is not None else None
+        return own or self.usage
+
+
+class Throttle:
+    """True at most once per `every` seconds: the page re-renders ~10 times a second however fast tokens come."""
+
+    def __init__(self, every: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._last = -math.inf
+        self.count = 0
+
+    def due(self) -> bool:
+        now = self.clock()
+        if now - self._last >= self.every:
+            self._last = now
+            self.count += 1
             return True
         return False
 
-    def message(self) -> dict[str, Any]:
-        text = self.content
-        if self.error:
-            text = (text + "\n\n" if text else "") + f"⚠️ {self.error}"
-        return {"role": "assistant", "content": text}
 
-    @property
-    def ttft_ms(self) -> float | None:
-        """Time to first token, from the engine's timeline (ms since the request was accepted)."""
-        return self.token_times_ms[0] if self.token_times_ms else None
+async def throttled(chunks: AsyncIterable[Any], fold: Callable[[Any], None], every: float = 0.1,
+                    clock: Callable[[], float] = time.monotonic) -> AsyncIterator[None]:  # fmt: skip
+    """Fold every chunk and yield whenever the page should repaint: at once when the last repaint is `every` old,
+    otherwise as soon as it is, so a slow stream shows each token when it comes and a fast one ~1/every a second.
 
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens after the first over the time they took: the decode speed, prefill excluded."""
-        t = self.token_times_ms
-        return (len(t) - 1) / ((t[-1] - t[0]) / 1000) if len(t) > 1 and t[-1] > t[0] else 0.0
+    The next chunk is awaited through a task, never cancelled by the timer: cancelling it would abort the stream.
+    """
+    it = chunks.__aiter__()
+    last, dirty = -math.inf, False
+    nxt: asyncio.Future = asyncio.ensure_future(it.__anext__())
+    try:
+        while True:
+            timeout = max(0.0, last + every - clock()) if dirty else None
+            done, _ = await asyncio.wait({nxt}, timeout=timeout)
+            if done:
+                try:
+                    chunk = nxt.result()
+                except StopAsyncIteration:
+                    break
+                fold(chunk)
+                dirty = True
+                nxt = asyncio.ensure_future(it.__anext__())
+            if dirty and clock() - last >= every:
+                last, dirty = clock(), False
+                yield
+    finally:
+        nxt.cancel()  # the consumer left early: the stream's own cleanup (abort) runs
 
-    def stats_rows(self) -> list[tuple[str, str]]:
-        """(statistic, value) pairs: the one list the page and the notebooks both render."""
-        t = self.token_times_ms
-        if not t:
-            return []
-        rows = [("completion tokens", str(len(t))), ("time to first token", f"{self.ttft_ms:.0f} ms"),
-                ("decode speed", f"{self.decode_tokens_per_s:.1f} tokens/s"), ("end to end", f"{t[-1]:.0f} ms"),
-                ("batch size (max)", str(max(self.batch_sizes) if self.batch_sizes else 0))]  # fmt: skip
-        if self.usage is not None:
-            rows.insert(0, ("prompt tokens", str(self.usage.prompt_tokens)))
-            rows.insert(1, ("cached tokens", str(self.usage.prompt_tokens_details.cached_tokens)))
-        if self.finish_reason:
-            rows.append(("finish reason", self.finish_reason))
-        return rows
 
-    def stats_markdown(self) -> str:
-        rows = self.stats_rows()
-        if not rows:
-            return ""
-        return "| statistic | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+def message_of(view: ChoiceView) -> dict[str, Any]:
+    """The assistant message this choice adds to the conversation history (what the next request sends)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": view.content}
+    if view.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id or f"call_{c.index}", "type": "function",
+             "function": {"name": c.function.name or "", "arguments": c.function.arguments or ""}}
+            for c in view.tool_calls
+        ]  # fmt: skip
+    return msg

@@ -1,83 +1,294 @@
-"""The first playground page: a streaming chat on the same in-process ChatService the API uses.
+"""The playground page: chat on the left, statistics / sampling / tools / tokens / request on the right.
 
-The UI builds the same request the API parses (`parse_chat_request`) and renders only from the service's
-chunks; it never touches the tokenizer, the template or the model itself.
+It runs on the same in-process ChatService as the API, builds the same request the API parses and renders only
+the service's chunks; it never touches the tokenizer, the template or the model (see playground/chat.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from engine.openai.errors import ApiError
+from engine.openai.errors import RequestValidationError
 from engine.openai.request import parse_chat_request
-from playground.render import ReplyView
+from playground import controls, export, tools_panel
+from playground.chat import OUTPUTS, ChatHandlers
+from playground.compare import CompareHandlers
+from playground.controls import Knob
+from playground.conversation import Conversation, display
+from playground.i18n import I18N, t
+
+CSS = (Path(__file__).parent / "style.css").read_text(encoding="utf-8")
+
+SERVICE_HELP = (
+    "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
+    "Click any reply to see its statistics, timeline, tokens and exact request on the right."
+)
 
 
-def build_request(history: list[dict[str, Any]], system: str, model: str, controls: dict[str, Any]) -> dict[str, Any]:
-    messages = [{"role": "system", "content": system}] if system.strip() else []
-    messages += [{"role": m["role"], "content": m["content"]} for m in history if isinstance(m.get("content"), str)]
-    body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
-    body.update({k: v for k, v in controls.items() if v is not None})
-    return body
+def knob_component(k: Knob) -> gr.Component:
+    label, elem_id = k.label or k.name, f"pg-{k.name}"
+    if k.kind == "slider":
+        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "int":  # no min/max here: an out-of-range number gets the API's own message before sending
+        return gr.Number(value=k.default, precision=0, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "check":
+        return gr.Checkbox(value=k.default, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "choice":
+        return gr.Radio(list(k.choices), value=k.default, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "code":
+        return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
+    return gr.Textbox(value=k.default, label=label, info=k.help, lines=2 if k.kind == "lines" else 1,
+                      max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
 
 
-def _seed(text: str) -> int | str | None:
-    """Empty = random; anything else goes to validation as typed, so a bad seed gets the API's message."""
-    text = text.strip()
-    if not text:
-        return None
-    return int(text) if text.lstrip("-").isdigit() else text
+def capabilities(service: Any) -> dict[str, bool]:
+    """What the loaded model can show: a reasoning split, a tool-call format."""
+    reasoning = getattr(getattr(service, "reasoning", None), "tags", None) is not None
+    try:
+        probe = {"model": service.served_name, "messages": [{"role": "user", "content": "x"}],
+                 "tools": [tools_panel.GET_WEATHER]}  # fmt: skip
+        service.tool_parser_for(parse_chat_request(probe))
+        tools = True
+    except (RequestValidationError, AttributeError):
+        tools = False
+    return {"reasoning": reasoning, "tools": tools}
+
+
+def header_html(service: Any) -> str:
+    if service is None:
+        return '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>'
+    engine = getattr(service, "engine", None)
+    device = str(getattr(engine, "device", "?"))
+    dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
+    caps = capabilities(service)
+    badges = [f"<b>{service.served_name}</b>", f"device {device}", f"dtype {dtype}", "backend: embedded engine",
+              f"context {getattr(service.model, 'context_length', '?'):,}"]  # fmt: skip
+    html = "".join(f'<span class="pg-badge">{b}</span>' for b in badges)
+    for name, on in caps.items():
+        html += (
+            f'<span class="pg-badge{"" if on else " off"}" title="{"" if on else "this model cannot"}">{name}</span>'
+        )
+    return f'<div class="pg-header"><h1>LLM Playground</h1>{html}</div>'
+
+
+def model_notes(service: Any) -> tuple[str, str]:
+    """What to tell the user in the Tools and thinking sections when this model cannot use them."""
+    if service is None:
+        return "", ""
+    caps = capabilities(service)
+    demo = ("Try the tiny test model: `python app.py --model $(python -c 'from tests.tiny_qwen import "
+            "build_tiny_qwen; print(build_tiny_qwen())')`.")  # fmt: skip
+    tools = "" if caps["tools"] else f"⚠️ {service.served_name} has no tool-call format, so tools are rejected. {demo}"
+    thinking = "" if caps["reasoning"] else f"ℹ️ {service.served_name} does not reason; thinking has no effect. {demo}"
+    return tools, thinking
 
 
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
-    with gr.Blocks(title="LLM Playground") as demo:
-        gr.Markdown("## LLM Playground\nChat with the embedded engine. The same engine serves `/v1/chat/completions`.")
+    h = ChatHandlers(get_service)
+    cmp = CompareHandlers(h)
+    with gr.Blocks(title="LLM Playground", fill_width=True) as demo:
         with gr.Row():
-            with gr.Column(scale=3):
-                chatbot = gr.Chatbot(label="Chat", height=460)
+            header = gr.HTML(header_html(None))
+            dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
+        conv = gr.State(Conversation())
+        saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=360):
+                chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat",
+                                     placeholder=SERVICE_HELP, buttons=["copy", "copy_all"],
+                                     feedback_options=None)  # fmt: skip
                 with gr.Row():
-                    box = gr.Textbox(placeholder="Type a message and press Enter", show_label=False, scale=5)
-                    send = gr.Button("Send", variant="primary", scale=1)
-                    stop = gr.Button("Stop", scale=1)
-                clear = gr.Button("Clear")
-            with gr.Column(scale=2):
-                system = gr.Textbox(label="System prompt", lines=2)
-                temperature = gr.Slider(0.0, 2.0, value=0.7, step=0.05, label="temperature (0 = greedy)")
-                top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="top_p")
-                top_k = gr.Number(value=-1, precision=0, label="top_k (-1 = off)")
-                max_tokens = gr.Slider(1, 512, value=128, step=1, label="max_tokens")
-                seed = gr.Textbox(value="", label="seed (empty = random)", max_lines=1)
-                stats = gr.Markdown("", elem_id="stats")
+                    box = gr.Textbox(placeholder=t("placeholder"),
+                                     show_label=False, scale=6, lines=1, max_lines=8, elem_id="pg-input")  # fmt: skip
+                    send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
+                    stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+                check = gr.Markdown("", elem_id="pg-check")
+                with gr.Group(visible=False, elem_id="pg-tool-row") as tool_row:
+                    gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.",
+                                padding=True)  # fmt: skip
+                    with gr.Row():
+                        tool_call = gr.Dropdown(label=t("call"), scale=3, choices=[])
+                        saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label=t("saved_result"), scale=2)
+                    with gr.Row(equal_height=True):
+                        tool_text = gr.Textbox(label=t("result"), scale=5, elem_id="pg-tool-result")
+                        tool_send = gr.Button(t("send_result"), variant="primary", scale=1, elem_id="pg-tool-send")
+                with gr.Row():
+                    regen = gr.Button(t("regenerate"), size="sm")
+                    clear = gr.Button(t("clear"), size="sm")
+                    download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
+                    upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
+                # Multimodal input (image / audio / video attachments) will sit here, beside the text box.
+                system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
+            with gr.Column(scale=2, min_width=340), gr.Tabs():
+                with gr.Tab(t("tab_stats"), id="stats"):
+                    stats = gr.HTML('<div class="pg-empty">No reply yet.</div>', elem_id="pg-stats")
+                    plot = gr.HTML("", elem_id="pg-timeline")
+                    with gr.Accordion(t("tokens"), open=True):
+                        heat = gr.HTML("", elem_id="pg-heat")
+                        cands = gr.HTML("", elem_id="pg-cands")
+                with gr.Tab(t("tab_sampling"), id="sampling"):
+                    knobs, preset, thinking_note = _knob_panel()
+                with gr.Tab(t("tab_tools"), id="tools"):
+                    tools_note = gr.Markdown("")
+                    example = gr.Dropdown(
+                        list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example"
+                    )
+                    tools_code = gr.Code("", language="json", label=t("tools_json"), lines=12,
+                                         elem_id="pg-tools")  # fmt: skip
+                    tools_check = gr.Markdown("", elem_id="pg-tools-check")
+                    tool_choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto",
+                                              label="tool_choice", allow_custom_value=False)  # fmt: skip
+                with gr.Tab(t("tab_ab"), id="ab"):
+                    gr.Markdown("The chat plus the message in the box, under the current settings (A) and a preset "
+                                "(B), sent together so the engine batches them. The chat itself is unchanged.")  # fmt: skip
+                    with gr.Row():
+                        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label=t("b_uses"), scale=3)
+                        ab_go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+                    ab_check = gr.Markdown("", elem_id="pg-ab-check")
+                    with gr.Row():
+                        with gr.Column(min_width=200):
+                            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+                        with gr.Column(min_width=200):
+                            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+                with gr.Tab(t("tab_request"), id="request"):
+                    req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")  # fmt: skip
+                    replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
+                    replay_out = gr.Markdown("", elem_id="pg-replay-out")
+                    curl = gr.Code("", language="shell", label=t("curl"), lines=4)
+                    python = gr.Code("", language="python", label=t("python"), lines=8)
+                    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20)
 
-        async def respond(message: str, history: list[dict[str, Any]], system_prompt: str, temp: float,
-                          tp: float, tk: float, mt: float, sd: str) -> AsyncIterator[tuple]:  # fmt: skip
+        outs = {"chatbot": chatbot, "conv": conv, "box": box, "check": check, "stats": stats, "timeline": plot,
+                "heat": heat, "cands": cands, "req_json": req_json, "curl": curl, "python": python, "raw": raw,
+                "tool_row": tool_row, "tool_call": tool_call}  # fmt: skip
+        outputs = [outs[name] for name in OUTPUTS]
+        common = [conv, system, tools_code, tool_choice]
+        run = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat", "concurrency_limit": 16,
+               "show_progress": "hidden"}  # fmt: skip
+
+        changes = [
+            gr.on([box.submit, send.click], h.send, [box, *common], api_name="chat", **run),
+            gr.on([regen.click, chatbot.retry], h.regenerate, common, api_name="regenerate", **run),
+            chatbot.edit(h.edit, common, api_name=False, **run),
+            tool_send.click(h.tool_result, [tool_text, tool_call, *common], api_name="tool_result", **run),
+            chatbot.undo(h.undo, conv, outputs, api_name=False),
+            gr.on([clear.click, chatbot.clear], h.clear, None, outputs, api_name="clear"),
+        ]
+        stop.click(h.stop, None, None, api_name="stop", queue=False)
+        ab_go.click(cmp.ab, [box, *common, preset_b], [ab_check, a_md, a_html, b_md, b_html], api_name="ab",
+                    **{k: v for k, v in run.items() if k != "outputs"})  # fmt: skip
+        replay.click(cmp.replay, [req_json, conv], replay_out, api_name="replay", concurrency_id="chat",
+                     show_progress="hidden")  # fmt: skip
+        chatbot.select(h.select, conv, outputs, api_name=False)
+        dark.click(None, js="() => document.body.classList.toggle('dark')")
+
+        # Every change of the conversation is kept in the browser (survives a reload) and offered as a download.
+        knob_names = list(knobs)
+        restored = [chatbot, conv, system, tools_code, tool_choice, check, *knobs.values()]
+        changes.append(upload.upload(lambda path: _restore(Path(path).read_text(encoding="utf-8"), knob_names),
+                                     upload, restored, api_name=False))  # fmt: skip
+        for event in changes:
+            event.then(_save, common, [saved_state, download], inputs_kwargs=knobs, api_name=False,
+                       show_progress="hidden")  # fmt: skip
+        demo.load(lambda doc: _restore(doc, knob_names), saved_state, restored, api_name=False)
+
+        watched = [system, tools_code, tool_choice, *knobs.values()]
+        gr.on([c.change for c in watched], h.preview, common, check, inputs_kwargs=knobs, api_name=False,
+              show_progress="hidden", trigger_mode="always_last")  # fmt: skip
+        saved.change(lambda name: tools_panel.SAVED_RESULTS.get(name, gr.skip()), saved, tool_text, api_name=False)
+        example.change(lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(), example,
+                       tools_code, api_name=False)  # fmt: skip
+        tools_code.change(_tools_changed, [tools_code, tool_choice], [tools_check, tool_choice], api_name=False)
+        preset.change(lambda p: [controls.PRESETS[p][f] for f in controls.PRESET_FIELDS] if p else gr.skip(),
+                      preset, [knobs[f] for f in controls.PRESET_FIELDS], api_name=False)  # fmt: skip
+
+        def on_load() -> tuple:
             service = get_service()
-            if not message.strip():
-                yield history, "", gr.update()
-                return
-            history = history + [{"role": "user", "content": message}]
-            if service is None:
-                yield history + [{"role": "assistant", "content": "The model is still loading…"}], "", ""
-                return
-            controls = {"temperature": temp, "top_p": tp, "top_k": int(tk) if tk is not None else None,
-                        "max_tokens": int(mt), "seed": _seed(sd)}  # fmt: skip
-            view = ReplyView()
-            try:
-                req = parse_chat_request(build_request(history, system_prompt, service.served_name, controls))
-                gen = await service.start(req)
-                async for chunk in gen:
-                    if view.add(chunk):
-                        yield history + [view.message()], "", view.stats_markdown()
-            except ApiError as exc:
-                view.error = exc.message
-            yield history + [view.message()], "", view.stats_markdown()
+            tools_text, thinking_text = model_notes(service)
+            cap = service.settings.max_new_tokens if service is not None else gr.skip()
+            return header_html(service), tools_text, thinking_text, gr.update(maximum=cap)
 
-        inputs = [box, chatbot, system, temperature, top_p, top_k, max_tokens, seed]
-        ev1 = box.submit(respond, inputs, [chatbot, box, stats], api_name="chat")
-        ev2 = send.click(respond, inputs, [chatbot, box, stats], api_name=False)
-        stop.click(None, None, None, cancels=[ev1, ev2])
-        clear.click(lambda: ([], ""), None, [chatbot, stats])
+        demo.load(on_load, None, [header, tools_note, thinking_note, knobs["max_tokens"]], api_name=False)
     return demo
+
+
+def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
+    """The Sampling tab: presets, then the request fields grouped by what they do."""
+    comps: dict[str, Any] = {}
+    note = None
+    preset = gr.Radio(
+        list(controls.PRESETS),
+        label=t("preset"),
+        value=None,
+        info="Sets the sampling fields below.",
+        elem_id="pg-preset",
+    )
+    for title, group, open_ in (("acc_sampling", controls.SAMPLING, True), ("acc_length", controls.LENGTH, True),
+                                ("acc_candidates", controls.CANDIDATES, False), ("acc_format", controls.FORMAT, False),
+                                ("acc_thinking", controls.THINKING, False)):  # fmt: skip
+        with gr.Accordion(t(title), open=open_):
+            if group is controls.THINKING:
+                note = gr.Markdown("")
+            for row in _rows(group):
+                with gr.Row(equal_height=True):
+                    for k in row:
+                        comps[k.name] = knob_component(k)
+    assert note is not None
+    return comps, preset, note
+
+
+EXPORTS = Path(tempfile.gettempdir()) / "llm-playground-exports"
+
+
+def _save(conv: Conversation, system: str, tools_text: str, tool_choice: str | None, request: gr.Request,
+          **knobs: Any) -> tuple[dict[str, Any], str]:  # fmt: skip
+    doc = export.dump(export.Snapshot(conv, system or "", tools_text or "", tool_choice or "auto", knobs))
+    return doc, export.write(doc, EXPORTS / (request.session_hash or "anonymous"))
+
+
+def _restore(doc: Any, knob_names: list[str]) -> list[Any]:
+    """A saved or imported conversation back into the page; a broken file is explained, nothing changes."""
+    if not doc:
+        return [gr.skip()] * (6 + len(knob_names))
+    try:
+        snap = export.load(doc)
+    except ValueError as exc:
+        return [gr.skip()] * 5 + [f"⚠️ **Not imported:** {exc}"] + [gr.skip()] * len(knob_names)
+    options = tools_panel.choice_options(tools_panel.parse_tools(snap.tools)[0])
+    choice = gr.update(choices=options, value=snap.tool_choice if snap.tool_choice in options else "auto")
+    knob_values = [snap.settings.get(name, gr.skip()) for name in knob_names]
+    return [display(snap.conv)[0], snap.conv, snap.system, snap.tools, choice, "", *knob_values]
+
+
+def _rows(group: tuple[Knob, ...]) -> list[list[Knob]]:
+    """Two controls a row, so the whole panel fits a laptop screen; code boxes alone."""
+    rows: list[list[Knob]] = []
+    for k in group:
+        last = rows[-1] if rows else None
+        fits = last is not None and k.kind != "code" and last[0].kind != "code"
+        same = fits and (k.kind == "check") == (last[0].kind == "check")
+        if last is not None and same and len(last) < 2:
+            last.append(k)
+        else:
+            rows.append([k])
+    return rows
+
+
+def _tools_changed(text: str, current: str | None) -> tuple[str, Any]:
+    tools, problem = tools_panel.parse_tools(text)
+    options = tools_panel.choice_options(tools)
+    value = current if current in options else "auto"
+    message = f"⚠️ {problem}" if problem else (f"✓ {len(tools)} tool(s) valid" if tools else "No tools.")
+    return message, gr.update(choices=options, value=value)
+
+
+def mount(app: Any, get_service: Callable[[], Any]) -> Any:
+    """Serve the page at / on the API's app (one process, one port)."""
+    demo = build_ui(get_service)
+    demo.queue(default_concurrency_limit=16, max_size=64)
+    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N)

@@ -1,12 +1,20 @@
-"""The first page: served at / on the API's port, and its chat runs through the same service as the API."""
+"""The page is served at / on the API's port, and its chat runs through the same service as the API (driven here
+through Gradio's own client; tests/test_ui_browser.py drives it in a real browser)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from typing import Any
+
 import pytest
 
-from tests.conftest import MODEL, chat
+from tests.conftest import MODEL, chat, sse_events
 
 QUESTION = "What is the capital of France?"
+# /chat returns: chatbot, box, check, stats, timeline, heat, cands, request json, curl, python, raw, tool_call
+CHATBOT, BOX, CHECK, STATS, TIMELINE, REQUEST, CURL, RAW = 0, 1, 2, 3, 4, 7, 8, 10
+UNCHANGED = {"__type__": "update"}  # what gr.skip() reads as through the client
 
 
 def text(message: dict) -> str:
@@ -15,11 +23,23 @@ def text(message: dict) -> str:
     return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
 
 
-@pytest.fixture(scope="module")
-def ui(live):
+def title(message: dict) -> str:
+    return (message.get("metadata") or {}).get("title") or ""
+
+
+def answer(history: list[dict]) -> str:
+    return next(text(m) for m in reversed(history) if m["role"] == "assistant" and not title(m))
+
+
+def client(url: str) -> Any:
     from gradio_client import Client
 
-    return Client(live.url + "/", verbose=False, download_files=False)
+    return Client(url + "/", verbose=False, download_files=False)
+
+
+@pytest.fixture
+def ui(live):
+    return client(live.url)
 
 
 def test_page_is_served_on_the_api_port(http) -> None:
@@ -27,16 +47,80 @@ def test_page_is_served_on_the_api_port(http) -> None:
     assert r.status_code == 200 and "gradio" in r.text.lower()
 
 
-def test_ui_reply_equals_the_api_reply_for_the_same_request(ui, http) -> None:
-    history, box, stats = ui.predict(QUESTION, [], "", 0.0, 1.0, -1, 12, "", api_name="/chat")
+def test_ui_reply_and_stats_equal_the_api_for_the_same_request(ui, http) -> None:
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=12, api_name="/chat")
     api = chat(http, model=MODEL, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=12)
-    assert history[-1]["role"] == "assistant"
-    assert text(history[-1]) == api.json()["choices"][0]["message"]["content"]
-    assert box == ""
-    assert f"| prompt tokens | {api.json()['usage']['prompt_tokens']} |" in stats
-    assert "| finish reason |" in stats
+    assert answer(out[CHATBOT]) == api.json()["choices"][0]["message"]["content"]
+    assert out[CHECK] == ""
+    usage = api.json()["usage"]
+    assert f'data-stat="prompt tokens">{usage["prompt_tokens"]}<' in out[STATS]
+    assert f'data-stat="completion tokens">{usage["completion_tokens"]}<' in out[STATS]
+    assert f'data-stat="finish reason">{api.json()["choices"][0]["finish_reason"]}<' in out[STATS]
+    assert "<svg" in out[TIMELINE] and '"max_tokens": 12' in out[REQUEST]
 
 
-def test_ui_shows_the_api_validation_message(ui) -> None:
-    history, _, _ = ui.predict(QUESTION, [], "", 0.0, 1.0, -1, 12, "-5", api_name="/chat")
-    assert "Parameter seed must be in" in text(history[-1])
+@pytest.mark.skipif(not shutil.which("curl"), reason="no curl on this machine")
+def test_copy_as_curl_runs_and_streams_the_same_reply(ui) -> None:
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    command = out[CURL].replace("curl -sN", "curl -sN --max-time 60", 1)
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=90, check=True)
+    events = sse_events(done.stdout)
+    assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] <= 8
+    streamed = "".join(
+        c["delta"].get("content") or "" for e in events[:-1] if isinstance(e, dict) for c in e["choices"]
+    )
+    assert streamed == answer(out[CHATBOT])
+    assert len(out[RAW].splitlines()) >= 3 and '"object":"chat.completion.chunk"' in out[RAW]
+
+
+def test_ui_explains_an_invalid_request_and_sends_nothing(ui) -> None:
+    out = ui.predict(message=QUESTION, system="", seed="-5", api_name="/chat")
+    assert "Parameter seed must be in" in out[CHECK]
+    assert out[CHATBOT] == UNCHANGED and out[BOX] == UNCHANGED  # nothing sent, the message stays in the box
+
+
+def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_result(qwen_live) -> None:
+    from playground.tools_panel import GET_WEATHER, dumps
+
+    ui = client(qwen_live.url)
+    out = ui.predict(message="What is 2+2?", system="", temperature=0.0, max_tokens=64, api_name="/chat")
+    thought = next(m for m in out[CHATBOT] if title(m).startswith("💭"))
+    assert thought["metadata"]["status"] == "done" and thought["metadata"]["log"].endswith(" tokens")
+    assert thought["metadata"]["duration"] > 0 and text(thought)
+    assert answer(out[CHATBOT]) == "The answer is 4."
+    ui = client(qwen_live.url)  # the thinking switch goes out as chat_template_kwargs.enable_thinking
+    out = ui.predict(message="What is 2+2?", system="", enable_thinking="off", temperature=0.0, max_tokens=64,
+                     api_name="/chat")  # fmt: skip
+    assert not any(title(m).startswith("💭") for m in out[CHATBOT]) and answer(out[CHATBOT]) == "The answer is 4."
+    assert '"enable_thinking": false' in out[REQUEST]
+
+    ui = client(qwen_live.url)  # a fresh conversation: the model learnt this exchange on its own
+    tools = dumps([GET_WEATHER])
+    out = ui.predict(message="Weather in Paris?", system="", tools_text=tools, temperature=0.0, max_tokens=64,
+                     api_name="/chat")  # fmt: skip
+    call = next(m for m in out[CHATBOT] if title(m) == "🛠 get_weather")
+    assert '"city": "Paris"' in text(call) and "arguments match" in text(call)
+    call_id = call["metadata"]["log"]
+    out = ui.predict(result='{"temperature": 22, "sky": "sunny"}', call_id=call_id, system="", tools_text=tools,
+                     temperature=0.0, max_tokens=64, api_name="/tool_result")  # fmt: skip
+    assert any(title(m).startswith("↩ result of get_weather") for m in out[CHATBOT])
+    assert answer(out[CHATBOT]) == "It is sunny and 22 °C in Paris."
+
+
+def test_replay_sends_the_exact_request_again_and_compares(ui) -> None:
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    report = ui.predict(body_text=out[REQUEST], api_name="/replay")
+    assert "identical to the original reply" in report  # greedy: the same request gives the same reply
+    edited = out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 2')
+    assert "no original to compare with" in ui.predict(body_text=edited, api_name="/replay")
+    assert "Not sent" in ui.predict(body_text=out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 0'),
+                                    api_name="/replay")  # fmt: skip
+
+
+def test_ab_runs_both_settings_together_in_one_batch(ui) -> None:
+    check, a_md, a_stats, b_md, b_stats = ui.predict(message=QUESTION, system="", preset_b="Creative",
+                                                     temperature=0.0, max_tokens=8, ignore_eos=True, api_name="/ab")  # fmt: skip
+    assert check == "" and a_md.startswith("**A · current settings**") and b_md.startswith("**B · Creative**")
+    for side in (a_stats, b_stats):
+        assert 'data-stat="completion tokens">8<' in side and 'data-stat="finish reason">length<' in side
+    assert 'data-stat="batch size (max)">2<' in a_stats + b_stats  # the engine decoded them together

@@ -1,7 +1,7 @@
 """Chunks -> one reply with its reasoning, logprobs and the engine's statistics, as notebooks want to see it.
 
-Folds the same ChatCompletionChunk objects the UI renders; the text, timeline and usage part is the UI's own
-`ReplyView`, so the two front ends cannot disagree on a statistic.
+Folds the same ChatCompletionChunk objects the UI renders into the UI's own `ReplyView` and reads its numbers
+through the UI's `stats.compute`, so the two front ends cannot disagree on a statistic.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.openai.response import ChatCompletionChunk, LogprobEntry
-from playground.render import ReplyView
+from playground import stats as reply_stats
+from playground.render import ReplyView, Throttle
 
 
 @dataclass(repr=False)
@@ -25,6 +26,7 @@ class ChatResult:
     queue_waits_us: list[int] = field(default_factory=list)  # µs per token, from the timeline or the usage
     prefill_time: int | None = None  # ms to the first token, from the closing chunk
     decode_time_arr: list[int] = field(default_factory=list)  # ms per later token, from the closing chunk
+    throttle: Throttle = field(default_factory=Throttle)
 
     def add(self, chunk: ChatCompletionChunk) -> bool:
         """Fold one chunk in (choice 0 only); True when a live display should re-render now."""
@@ -41,31 +43,35 @@ class ChatResult:
         if chunk.timeline is not None and (not chunk.choices or chunk.choices[0].index == 0):
             self.token_ids += chunk.timeline.token_ids
             self.queue_waits_us += chunk.timeline.queue_waits_us
-        if chunk.usage is not None and not chunk.choices:  # a remote stream has no timeline: take the usage's lists
+        self.view.add(chunk)
+        self.view.done = self.view.done or (chunk.usage is not None and not chunk.choices)
+        first = self.view.choices.get(0)
+        if chunk.usage is not None and not chunk.choices and first is not None:
+            # a remote stream has no timeline: take the usage's lists
             self.queue_waits_us = self.queue_waits_us or list(chunk.usage.queue_wait_time)
-            self.view.batch_sizes = self.view.batch_sizes or list(chunk.usage.batch_size)
-        return self.view.add(chunk)
+            first.batch_sizes = first.batch_sizes or list(chunk.usage.batch_size)
+        return self.throttle.due() or any(c.finish_reason for c in chunk.choices)
 
     # ---- what a notebook reads --------------------------------------------------------------------------------
     @property
     def reply(self) -> str:
-        return self.view.content
+        return self.view.first.content
 
     @property
     def finish_reason(self) -> str | None:
-        return self.view.finish_reason
+        return self.view.first.finish_reason
 
     @property
     def usage(self) -> Any:
-        return self.view.usage
+        return self.view.usage_of(0)
 
     @property
     def token_times_ms(self) -> list[float]:
-        return self.view.token_times_ms
+        return self.view.first.times_ms
 
     @property
     def batch_sizes(self) -> list[int]:
-        return self.view.batch_sizes
+        return self.view.first.batch_sizes
 
     @property
     def completion_tokens(self) -> int:
@@ -86,14 +92,14 @@ class ChatResult:
 
     def stats(self) -> dict[str, Any]:
         """One flat row of numbers: what the sweep and latency tables are made of."""
-        usage, view = self.usage, self.view
+        usage, s = self.usage, reply_stats.compute(self.view)
         sizes = self.batch_sizes
         return {
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "cached_tokens": usage.prompt_tokens_details.cached_tokens if usage is not None else None,
             "completion_tokens": self.completion_tokens,
-            "ttft_ms": view.ttft_ms if view.ttft_ms is not None else math.nan,
-            "tokens_per_s": view.decode_tokens_per_s,
+            "ttft_ms": s.ttft_ms if s.ttft_ms is not None else math.nan,
+            "tokens_per_s": s.decode_tps or 0.0,
             "e2e_ms": self.token_times_ms[-1] if self.token_times_ms else math.nan,
             "max_batch_size": max(sizes) if sizes else 0,
             "mean_queue_wait_us": sum(self.queue_waits_us) / len(self.queue_waits_us) if self.queue_waits_us else 0,
@@ -101,7 +107,7 @@ class ChatResult:
         }
 
     def stats_html(self) -> str:
-        return rows_html(self.view.stats_rows())
+        return rows_html([(label, value) for label, value, _ in reply_stats.rows(reply_stats.compute(self.view))])
 
     def __repr__(self) -> str:
         return (f"ChatResult(reply={self.reply!r}, finish_reason={self.finish_reason!r}, "

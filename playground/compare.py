@@ -1,0 +1,119 @@
+"""Side-by-side runs that leave the chat alone: A/B (the same conversation under the current settings and a preset,
+sent together so the engine batches them) and Replay (a reply's exact request again, compared with the original)."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import gradio as gr
+
+from engine.openai.errors import ApiError
+from engine.openai.request import parse_chat_request
+from playground import controls, stats, timeline
+from playground.chat import LOADING, ChatHandlers, Run, check_text
+from playground.conversation import Conversation
+from playground.render import ReplyView, Throttle
+
+
+def side(view: ReplyView, label: str) -> tuple[str, str]:
+    """(the answer as Markdown, its stats and timeline as HTML) for one side."""
+    c = view.first
+    text = c.content or ("…" if not view.done else "*(empty)*")
+    if c.reasoning:
+        text = f"> 💭 *{c.reasoning_tokens} reasoning tokens*\n\n{text}"
+    if view.error:
+        text += f"\n\n> ⚠️ {view.error}"
+    s = stats.compute(view)
+    return f"**{label}**\n\n{text}", stats.table_html(s, caption="") + timeline.svg(c)
+
+
+async def run_together(service: Any, bodies: list[dict[str, Any]], run: Run) -> AsyncIterator[list[ReplyView]]:
+    """Start every body at once and yield their views ~10 times a second until all have finished."""
+    views = [ReplyView() for _ in bodies]
+
+    async def pump(body: dict[str, Any], view: ReplyView) -> None:
+        try:
+            gen = await service.start(parse_chat_request(body))
+            run.gens.append(gen)
+            if run.stopped:
+                gen.abort()
+            async for chunk in gen:
+                view.add(chunk)
+        except ApiError as exc:
+            view.error = exc.message
+        finally:
+            view.done, view.stopped = True, run.stopped
+
+    tasks = [asyncio.create_task(pump(b, v)) for b, v in zip(bodies, views)]
+    throttle = Throttle(0.1)
+    try:
+        while not all(t.done() for t in tasks):
+            await asyncio.wait(tasks, timeout=0.1)
+            if throttle.due():
+                yield views
+        yield views
+    finally:
+        run.abort()  # the page went away: free the engine slots
+        for t in tasks:
+            t.cancel()
+
+
+class CompareHandlers:
+    def __init__(self, chat: ChatHandlers) -> None:
+        self.chat = chat
+
+    async def ab(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
+                 preset_b: str, request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+        history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
+        if not history or history[-1]["role"] == "assistant":
+            yield "⚠️ Type a message (or end the chat on a user or tool turn) to compare.", *[gr.skip()] * 4
+            return
+        bodies = []
+        for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):
+            body, problem = self.chat.build(history, system, tools_text, tool_choice, settings)
+            if body is None:
+                yield check_text(problem), *[gr.skip()] * 4
+                return
+            bodies.append(body)
+        labels = ("A · current settings", f"B · {preset_b}")
+        with self.chat.running(request.session_hash or "") as run:
+            async for views in run_together(self.chat.get_service(), bodies, run):
+                a, b = (side(v, label) for v, label in zip(views, labels))
+                yield "", *a, *b
+
+    async def replay(self, body_text: str, conv: Conversation, request: gr.Request) -> AsyncIterator[str]:
+        """Send the request shown (as is, or as edited) again and compare the reply with the original."""
+        service = self.chat.get_service()
+        try:
+            body = json.loads(body_text or "")
+        except json.JSONDecodeError as exc:
+            yield f"⚠️ The request is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            return
+        problem = LOADING if service is None else controls.check(body)
+        if problem:
+            yield check_text(problem)
+            return
+        turns = [t for t in conv.turns if t.reply is not None and t.request is not None]
+        original = next((t for t in reversed(turns) if t.request == body), None)
+        with self.chat.running(request.session_hash or "") as run:
+            async for (view,) in run_together(service, [body], run):
+                yield replay_report(view, original.reply.first.content if original and original.reply else None)
+
+
+def replay_report(view: ReplyView, original: str | None) -> str:
+    new = view.first.content
+    head = f"**Replay** · {stats.summary(stats.compute(view))}"
+    if view.error:
+        return f"{head}\n\n⚠️ {view.error}"
+    if original is None:
+        return f"{head} · the request was edited, so there is no original to compare with.\n\n{new}"
+    if not view.done:
+        return f"{head}\n\n{new}"
+    if new == original:
+        return f"{head} · ✓ identical to the original reply.\n\n{new}"
+    diff = "\n".join(difflib.unified_diff(original.splitlines(), new.splitlines(), "original", "replay", lineterm=""))
+    return f"{head} · differs from the original reply:\n\n```diff\n{diff}\n```"

@@ -1,0 +1,187 @@
+"""Sampling controls, presets, and the request body they build.
+
+Each `Knob` is one request field of spec §2.2 with its range and meaning as help text. The UI reads its controls
+through `request_fields`, which sends only what differs from the spec's default, so the request a user sees (and
+copies as curl) is the short one the API would get from a careful client. `check` runs the API's own
+`parse_chat_request`, so an invalid combination is explained in the API's words before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from engine.openai.errors import RequestValidationError
+from engine.openai.request import parse_chat_request
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # the request field (or a UI-only helper such as json_schema)
+    kind: str  # slider | int | check | text | lines | choice | code
+    default: Any  # what the control starts at
+    absent: Any  # the value that means "not sent" (the spec's default)
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    step: float | None = None
+    choices: tuple[str, ...] = ()
+    label: str = ""
+
+
+SAMPLING = (
+    Knob("temperature", "slider", 0.7, None, "0 = greedy. Range [0, 2]; API default 1.", 0.0, 2.0, 0.05),
+    Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling; 1 = off. Range (1e-6, 1].", 0.01, 1.0, 0.01),
+    Knob("top_k", "int", -1, -1, "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].", -1, 2147483647),
+    Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage tokens already used; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
+    Knob("frequency_penalty", "slider", 0.0, 0.0, "Grows with a token's count; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
+    Knob("repetition_penalty", "slider", 1.0, 1.0, "On tokens seen in prompt or output; 1 = off. (0, 2].", 0.05, 2.0,
+         0.05),
+    Knob("seed", "text", "", "", "Empty = random; the same seed reproduces a reply. Range [0, 2⁶⁴−1]."),
+)  # fmt: skip
+
+LENGTH = (
+    Knob("max_tokens", "slider", 256, None, "Reasoning included; capped by the server. Range [1, 2³¹−1].", 1, 2048,
+         1),
+    Knob("stop", "lines", "", "", "Stop strings, one per line (1..1024 chars); not with beam search."),
+    Knob("stop_token_ids", "text", "", "", "Comma-separated token ids; ids outside [0, 2³¹−1] are ignored."),
+    Knob("include_stop_str_in_output", "check", False, False, "Keep the matched stop at the end of the reply."),
+    Knob("ignore_eos", "check", False, False, "Generate past end-of-sequence, up to max_tokens."),
+    Knob("skip_special_tokens", "check", True, True, "Drop special tokens from the text."),
+)  # fmt: skip
+
+CANDIDATES = (
+    Knob("n", "int", 1, 1, "Replies; > 1 needs temperature > 0, no tools. Range [1, 8192] and ≤ max_n.", 1, 8192),
+    Knob("best_of", "int", 0, 0, "0 = n; streaming needs best_of = n. Range [1, 128].", 0, 128),
+    Knob("use_beam_search", "check", False, False, "Width max(n, best_of); no stop strings; max_tokens ≤ 128."),
+    Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
+    Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
+)  # fmt: skip
+
+FORMAT = (
+    Knob("response_format", "choice", "text", "text", "json_object = any JSON object; json_schema = JSON matching the "
+         "schema below. Enforced by constrained decoding.", choices=("text", "json_object", "json_schema")),
+    Knob("json_schema", "code", "", "", 'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
+         "number, boolean, array, object, null)."),
+)  # fmt: skip
+
+THINKING = (
+    Knob("enable_thinking", "choice", "model default", "model default", "chat_template_kwargs.enable_thinking: a "
+         "reasoning model's thinking mode.", choices=("model default", "on", "off"), label="thinking"),
+    Knob("thinking_budget", "int", 0, 0, "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. "
+         "Range [1, 2³¹−1].", 0, 2147483647),
+)  # fmt: skip
+
+KNOBS = SAMPLING + LENGTH + CANDIDATES + FORMAT + THINKING
+BY_NAME = {k.name: k for k in KNOBS}
+INTEGER_FIELDS = {"top_k", "max_tokens", "n", "best_of", "top_logprobs", "thinking_budget"}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "Precise (greedy)": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "presence_penalty": 0.0,
+                         "frequency_penalty": 0.0, "repetition_penalty": 1.0},
+    "Balanced": {"temperature": 0.7, "top_p": 0.9, "top_k": 50, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                 "repetition_penalty": 1.05},
+    "Creative": {"temperature": 1.1, "top_p": 0.95, "top_k": -1, "presence_penalty": 0.4, "frequency_penalty": 0.2,
+                 "repetition_penalty": 1.0},
+}  # fmt: skip
+PRESET_FIELDS = tuple(PRESETS["Balanced"])
+
+
+def _integral(value: Any) -> Any:
+    """Sliders and number boxes hand back 128.0; the API is strict about integers, so make whole floats ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _typed(text: str) -> Any:
+    """A typed-in scalar as the JSON value it reads as, so a bad one gets the API's own message."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def request_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """Control values (by knob name) -> request fields, leaving out every field at its spec default.
+
+    Raises RequestValidationError when a box holds text that cannot become a field at all (broken JSON)."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        knob = BY_NAME.get(name)
+        if knob is None or name in ("response_format", "json_schema", "enable_thinking", "thinking_budget"):
+            continue
+        if name in INTEGER_FIELDS:
+            value = _integral(value)
+        if value is None or value == knob.absent:
+            continue
+        if name == "seed":
+            out["seed"] = _typed(value.strip())
+        elif name == "stop":
+            lines = [line for line in value.split("\n") if line]
+            if lines:
+                out["stop"] = lines
+        elif name == "stop_token_ids":
+            out["stop_token_ids"] = [_typed(t.strip()) for t in value.split(",") if t.strip()]
+        elif name == "top_logprobs":
+            if values.get("logprobs"):
+                out["top_logprobs"] = value
+        else:
+            out[name] = value
+    if "include_stop_str_in_output" in out and not ("stop" in out or "stop_token_ids" in out):
+        del out["include_stop_str_in_output"]  # ignored by the API then; keep the request honest
+    out.update(_format(values.get("response_format") or "text", values.get("json_schema") or ""))
+    kwargs = _thinking(values.get("enable_thinking") or "model default", _integral(values.get("thinking_budget") or 0))
+    if kwargs:
+        out["chat_template_kwargs"] = kwargs
+    return out
+
+
+def _format(kind: str, schema_text: str) -> dict[str, Any]:
+    if kind == "text":
+        return {}
+    if kind == "json_schema":
+        try:
+            schema = json.loads(schema_text)
+        except ValueError as exc:
+            raise RequestValidationError(f"The JSON schema box is not valid JSON: {_where(exc)}.") from None
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    return {"response_format": {"type": kind}}
+
+
+def _where(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+    return str(exc)
+
+
+def _thinking(mode: str, budget: int) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if mode != "model default":
+        kwargs["enable_thinking"] = mode == "on"
+    if budget:
+        kwargs["thinking_budget"] = budget
+    return kwargs
+
+
+def build_body(model: str, messages: list[dict[str, Any]], fields: dict[str, Any],
+               tools: list[dict[str, Any]] | None = None, tool_choice: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The exact /v1/chat/completions body the UI sends (always streamed, usage included)."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": True,
+                            "stream_options": {"include_usage": True}}  # fmt: skip
+    body.update(fields)
+    if tools:
+        body["tools"] = tools
+        if tool_choice not in (None, "auto"):
+            body["tool_choice"] = tool_choice
+    return body
+
+
+def check(body: dict[str, Any]) -> str | None:
+    """The API's validation message for this body, or None when it would be accepted."""
+    try:
+        parse_chat_request(body)
+    except RequestValidationError as exc:
+        return exc.message
+    return None

@@ -1,0 +1,40 @@
+"""The exact request of a reply as raw JSON, a curl command and openai-SDK Python, MindIE extras included."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+# Fields the openai SDK has no keyword for: they travel in `extra_body`.
+SDK_KEYWORDS = {"model", "messages", "stream", "stream_options", "temperature", "top_p", "presence_penalty",
+                "frequency_penalty", "seed", "stop", "max_tokens", "max_completion_tokens", "n", "logprobs",
+                "top_logprobs", "tools", "tool_choice", "response_format", "user"}  # fmt: skip
+
+
+def as_json(body: dict[str, Any]) -> str:
+    return json.dumps(body, indent=2, ensure_ascii=False)
+
+
+def as_curl(body: dict[str, Any], base_url: str) -> str:
+    data = json.dumps(body, ensure_ascii=False)
+    return (f"curl -sN {shlex.quote(base_url.rstrip('/') + '/v1/chat/completions')} \\\n"
+            f"  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(data)}")  # fmt: skip
+
+
+def as_python(body: dict[str, Any], base_url: str) -> str:
+    known = {k: v for k, v in body.items() if k in SDK_KEYWORDS}
+    extra = {k: v for k, v in body.items() if k not in SDK_KEYWORDS}
+    args = "".join(f"    {k}={v!r},\n" for k, v in known.items())
+    if extra:
+        args += f"    extra_body={extra!r},\n"
+    loop = (
+        "for chunk in reply:\n    if chunk.choices:\n        print(chunk.choices[0].delta.content or '', end='')\n"
+        if body.get("stream")
+        else "print(reply.choices[0].message.content)\n"
+    )
+    return (
+        "from openai import OpenAI\n\n"
+        f"client = OpenAI(base_url={base_url.rstrip('/') + '/v1'!r}, api_key='unused')\n"
+        f"reply = client.chat.completions.create(\n{args})\n{loop}"
+    )

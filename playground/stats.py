@@ -1,0 +1,99 @@
+"""One reply's statistics from the engine's own numbers: usage and the per-token timeline, never browser clocks."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from playground.render import ReplyView
+
+
+@dataclass
+class ReplyStats:
+    completion_tokens: int
+    prompt_tokens: int | None = None  # known once the usage chunk arrived
+    cached_tokens: int | None = None
+    reasoning_tokens: int = 0
+    ttft_ms: float | None = None  # request accepted -> first token ready
+    queue_ms: float | None = None  # accepted -> the first step started
+    prefill_ms: float | None = None  # the first step itself
+    decode_tps: float | None = None  # tokens after the first, over their time
+    e2e_ms: float | None = None  # accepted -> last token ready
+    max_batch: int = 0
+    finish_reason: str | None = None
+    streaming: bool = False
+
+
+def compute(view: ReplyView, index: int = 0) -> ReplyStats:
+    c = view.choices.get(index) or view.first
+    t = c.times_ms
+    usage = view.usage_of(index)
+    s = ReplyStats(completion_tokens=len(t), reasoning_tokens=c.reasoning_tokens, streaming=not view.done,
+                   max_batch=max(c.batch_sizes, default=0))  # fmt: skip
+    if usage is not None:
+        s.prompt_tokens, s.cached_tokens = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+    if t:
+        s.ttft_ms, s.e2e_ms = t[0], t[-1]
+        if c.queue_waits_us:
+            s.queue_ms = c.queue_waits_us[0] / 1000
+            s.prefill_ms = max(0.0, t[0] - s.queue_ms)
+        if len(t) > 1 and t[-1] > t[0]:
+            s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
+    s.finish_reason = c.finish_reason or ("stopped" if view.stopped else "error" if view.error else None)
+    return s
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value / 1000:.2f} s" if value >= 10_000 else f"{value:.0f} ms"
+
+
+def _n(value: int | None) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+def rows(s: ReplyStats) -> list[tuple[str, str, str]]:
+    """(label, value, what it means) in display order."""
+    return [
+        ("prompt tokens", _n(s.prompt_tokens), "tokens of the templated conversation"),
+        ("cached tokens", _n(s.cached_tokens), "prompt tokens reused from the prefix cache"),
+        ("completion tokens", _n(s.completion_tokens), "tokens generated, reasoning included"),
+        ("reasoning tokens", _n(s.reasoning_tokens), "of those, inside the thinking block"),
+        ("time to first token", _ms(s.ttft_ms), "accepted → first token (queue + prefill)"),
+        ("queue wait", _ms(s.queue_ms), "accepted → the first engine step"),
+        ("prefill", _ms(s.prefill_ms), "the first step: prompt in, first token out"),
+        ("decode speed", "–" if s.decode_tps is None else f"{s.decode_tps:.1f} tok/s", "tokens after the first, "
+         "over their time"),
+        ("end to end", _ms(s.e2e_ms), "accepted → last token"),
+        ("batch size (max)", _n(s.max_batch), "most sequences decoded together with this one"),
+        ("finish reason", s.finish_reason or ("streaming…" if s.streaming else "–"), "stop, length, tool_calls, …"),
+    ]  # fmt: skip
+
+
+def summary(s: ReplyStats) -> str:
+    """One line for the transcript: tokens · speed · TTFT · total · finish."""
+    parts = [f"{s.completion_tokens} tok"]
+    if s.decode_tps is not None:
+        parts.append(f"{s.decode_tps:.1f} tok/s")
+    if s.ttft_ms is not None:
+        parts.append(f"TTFT {_ms(s.ttft_ms)}")
+    if s.e2e_ms is not None:
+        parts.append(_ms(s.e2e_ms))
+    parts.append(s.finish_reason or "streaming…")
+    return " · ".join(parts)
+
+
+def markdown(s: ReplyStats) -> str:
+    return "| statistic | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v, _ in rows(s))
+
+
+def table_html(s: ReplyStats, caption: str | None = None) -> str:
+    body = "".join(
+        f'<tr title="{html.escape(why)}"><th>{html.escape(k)}</th><td data-stat="{html.escape(k)}">'
+        f"{html.escape(v)}</td></tr>"
+        for k, v, why in rows(s)
+    )
+    if caption is None:
+        caption = "this reply, streaming…" if s.streaming else "the selected reply · click any reply to inspect it"
+    return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>'

@@ -1,0 +1,196 @@
+"""The playground in a real browser: Debian's Chromium, headless, driven by Playwright against the live app.
+
+Each test opens its own page (its own Gradio session). Screenshots of each main state go to $PLAYGROUND_SHOTS
+(default: <tmp>/playground-shots) so a person can look at what the tests saw.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import chat
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync"]  # fmt: skip
+SHOTS = Path(os.environ.get("PLAYGROUND_SHOTS") or Path(tempfile.gettempdir()) / "playground-shots")
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium)")
+
+# Recorded by the page itself: when the reply's text changed, so the test sees streaming, not just a result.
+WATCH_JS = """() => {
+  window.pgPaints = [];
+  const chat = document.querySelector('#pg-chat');
+  const bot = () => [...chat.querySelectorAll('.message.bot, [data-testid="bot"]')].map(e => e.innerText).join('|');
+  let last = bot();
+  new MutationObserver(() => { const now = bot(); if (now !== last) { last = now; window.pgPaints.push(
+    [performance.now(), now.length]); } }).observe(chat, {subtree: true, childList: true, characterData: true});
+  window.pgStart = performance.now();
+}"""
+FINISHED_JS = """() => { const e = document.querySelector("#pg-stats td[data-stat='finish reason']");
+  return e && !/streaming|–/.test(e.textContent); }"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield b
+        b.close()
+
+
+def open_page(browser: Any, url: str) -> Any:
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(60_000)
+    page.goto(url + "/")
+    page.wait_for_selector("#pg-input textarea")
+    page.wait_for_function("() => !document.querySelector('.pg-header').innerText.includes('loading')")
+    return page
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def set_number(page: Any, knob: str, value: Any) -> None:
+    box = page.locator(f"#pg-{knob} input[type=number]").first
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def stat(page: Any, name: str) -> str:
+    return page.locator(f"#pg-stats td[data-stat='{name}']").inner_text()
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#pg-input textarea", text)
+    page.evaluate(WATCH_JS)
+    page.click("#pg-send")
+
+
+def test_a_reply_streams_with_engine_stats_that_match_the_api(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", 24)
+    page.get_by_role("tab", name="Stats").click()
+    time.sleep(0.5)  # let the controls' change events land before sending
+    send(page, "Count from one to twenty in words.")
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    paints = page.evaluate("window.pgPaints.map(p => [p[0] - window.pgStart, p[1]])")
+    shot(page, "1-streamed-reply")
+
+    assert len({n for _, n in paints}) >= 4, f"the reply did not stream: {paints}"
+    first, last = paints[0][0], paints[-1][0]
+    rate = (len(paints) - 1) / ((last - first) / 1000) if last > first else 0
+    print(f"\nfirst paint {first:.0f} ms after Send, {len(paints)} paints, {rate:.1f} paints/s")
+    assert rate < 25, "updates should be throttled to about 10 a second"
+
+    api = chat(live.client(), messages=[{"role": "user", "content": "Count from one to twenty in words."}],
+               temperature=0, max_tokens=24).json()  # fmt: skip
+    assert stat(page, "prompt tokens") == str(api["usage"]["prompt_tokens"])
+    assert stat(page, "completion tokens") == str(api["usage"]["completion_tokens"])
+    assert stat(page, "finish reason") == api["choices"][0]["finish_reason"]
+    assert page.locator("#pg-chat").inner_text().count(api["choices"][0]["message"]["content"][:20]) >= 1
+    assert page.locator("#pg-timeline svg circle").count() >= 10
+    assert "tok/s" in stat(page, "decode speed")
+
+    page.reload()  # the conversation is kept in the browser's storage
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(api["choices"][0]["message"]["content"][:20])
+    page.close()
+
+
+def test_stop_aborts_the_engine_request(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    set_number(page, "max_tokens", 400)
+    page.locator("#pg-ignore_eos input").check()
+    page.get_by_role("tab", name="Stats").click()
+    time.sleep(0.5)
+    send(page, "Tell me a long story.")
+    page.wait_for_function("() => +document.querySelector(\"#pg-stats td[data-stat='completion tokens']\")"
+                           "?.textContent > 3")  # fmt: skip
+    page.click("#pg-stop")
+    page.wait_for_function(FINISHED_JS, timeout=30_000)
+    tokens = int(stat(page, "completion tokens"))
+    shot(page, "2-stopped")
+    assert stat(page, "finish reason") == "stopped" and tokens < 400
+    assert "stopped" in page.locator("#pg-chat").inner_text()
+    deadline = time.monotonic() + 10
+    while live.service.engine._active and time.monotonic() < deadline:  # the engine let go of the request
+        time.sleep(0.05)
+    assert live.service.engine._active == 0
+    page.close()
+
+
+def test_an_invalid_combination_is_explained_and_nothing_is_sent(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    page.get_by_text("Candidates and log-probabilities").click()
+    set_number(page, "n", 2)
+    check = page.locator("#pg-check")
+    sync_api.expect(check).to_contain_text("temperature must be greater than 0 when n or best_of is greater than 1")
+    steps = live.service.engine.steps
+    page.fill("#pg-input textarea", "Hello there")
+    page.click("#pg-send")
+    sync_api.expect(check).to_contain_text("Not sent")
+    time.sleep(1)
+    shot(page, "3-invalid-combination")
+    assert page.input_value("#pg-input textarea") == "Hello there"
+    assert page.locator("#pg-chat .message").count() == 0
+    assert live.service.engine.steps == steps
+    page.close()
+
+
+def test_tiny_qwen_thinks_beside_the_answer_and_calls_a_tool(browser: Any, qwen_live: Any) -> None:
+    page = open_page(browser, qwen_live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()  # the tiny model's replies are its greedy ones
+    page.get_by_role("tab", name="Stats").click()
+    time.sleep(0.5)
+    send(page, "What is 2+2?")
+    page.wait_for_function(FINISHED_JS)
+    chat_box = page.locator("#pg-chat")
+    sync_api.expect(chat_box).to_contain_text("Thought")
+    sync_api.expect(chat_box).to_contain_text("The answer is 4.")
+    assert int(stat(page, "reasoning tokens")) > 0
+    shot(page, "4-thinking")
+
+    page.get_by_role("button", name="Clear").last.click()
+    page.get_by_role("tab", name="Tools").click()
+    page.click("#pg-tool-example input")
+    page.keyboard.type("get_weather")
+    page.keyboard.press("Enter")
+    sync_api.expect(page.locator("#pg-tools-check")).to_contain_text("1 tool(s) valid")
+    send(page, "Weather in Paris?")
+    page.wait_for_selector("#pg-tool-row:visible")
+    sync_api.expect(chat_box).to_contain_text("get_weather")
+    sync_api.expect(chat_box).to_contain_text("arguments match")
+    shot(page, "5-tool-call")
+    page.fill("#pg-tool-result textarea", '{"temperature": 22, "sky": "sunny"}')
+    page.click("#pg-tool-send")
+    sync_api.expect(chat_box).to_contain_text("It is sunny and 22 °C in Paris.", timeout=60_000)
+    page.wait_for_function(FINISHED_JS)
+    shot(page, "6-tool-result-answered")
+    page.close()
+
+
+def test_the_page_speaks_chinese_to_a_chinese_browser(browser: Any, live: Any) -> None:
+    context = browser.new_context(locale="zh-CN", viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(live.url + "/")
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(page.get_by_role("tab", name="📊 统计")).to_be_visible()
+    sync_api.expect(page.locator("#pg-send")).to_have_text("发送")
+    context.close()
