@@ -12,13 +12,16 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from engine.openai.errors import RequestValidationError
 from engine.openai.messages import (
@@ -80,19 +83,33 @@ RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_pr
                             "chat_template")  # fmt: skip
 
 
-def _range(label: str) -> AfterValidator:
-    """Range check from its label: "[0.0, 2.0]", "(1e-6, 1.0]"; a bracket is inclusive, a parenthesis exclusive."""
-    lo_text, hi_text = (s.strip() for s in label[1:-1].split(","))
-    lo, hi = (float(t) if any(c in t for c in ".e") else int(t) for t in (lo_text, hi_text))
+class _Range:
+    """Range check from its label: "[0.0, 2.0]", "(1e-6, 1.0]"; a bracket is inclusive, a parenthesis exclusive.
+    Also writes the bounds into the JSON schema, so the OpenAPI document states the same ranges."""
 
-    def check(value: float) -> float:
-        above = value > lo if label[0] == "(" else value >= lo
-        below = value < hi if label[-1] == ")" else value <= hi
+    def __init__(self, label: str) -> None:
+        self.label = label
+        lo_text, hi_text = (s.strip() for s in label[1:-1].split(","))
+        self.lo, self.hi = (float(t) if any(c in t for c in ".e") else int(t) for t in (lo_text, hi_text))
+
+    def check(self, value: float) -> float:
+        above = value > self.lo if self.label[0] == "(" else value >= self.lo
+        below = value < self.hi if self.label[-1] == ")" else value <= self.hi
         if not (above and below):  # written this way so NaN fails too
-            raise fail(f"must be in {label}, got {show(value)}.")
+            raise fail(f"must be in {self.label}, got {show(value)}.")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        out["exclusiveMinimum" if self.label[0] == "(" else "minimum"] = self.lo
+        out["exclusiveMaximum" if self.label[-1] == ")" else "maximum"] = self.hi
+        return out
+
+
+_range = _Range
 
 
 class StreamOptions(StrictModel):
