@@ -343,6 +343,23 @@ def test_32_streams_with_a_quarter_disconnecting(live: Any) -> None:
     assert rss[1] - rss[0] < 64 << 20, f"memory grew by {(rss[1] - rss[0]) >> 20} MiB in a second round"
 
 
+def test_engine_outlives_a_closed_event_loop(service: Any, http: httpx.Client) -> None:
+    """A server that stops (its loop closes) while its request is still in the shared engine must not take the
+    engine thread down when the engine reports to that request: seen when a test server shut down right after a
+    client hung up."""
+    import asyncio
+
+    from engine.openai.request import parse_chat_request
+
+    req = parse_chat_request({"model": MODEL, "messages": HI, "max_tokens": 6, "ignore_eos": True})
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(service.start(req))  # the first token is out; five more will go to a dead loop
+    loop.close()
+    wait_for(lambda: service.engine.load()["running"] == 0, 30, "the orphaned request to finish")
+    assert service.engine._thread.is_alive()
+    assert ok(chat(http, max_tokens=2))["usage"]["completion_tokens"] == 2
+
+
 # ---- OpenAPI -----------------------------------------------------------------------------------------------------
 
 

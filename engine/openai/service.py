@@ -7,6 +7,7 @@ The HTTP routes, the Gradio UI and the notebooks all call `start()` and iterate 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -218,7 +219,10 @@ class ChatService:
         queue: asyncio.Queue = asyncio.Queue()
 
         def sink(item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            # A closed loop (its server stopped) has nobody left to tell; raising here would take down the
+            # engine thread that every other server and the UI share.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
 
         try:
             stats = self.engine.submit(EngineRequest(request_id, ids, params), sink)
