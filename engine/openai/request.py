@@ -274,6 +274,7 @@ class ChatCompletionRequest(StrictModel):
                     raise bad(f"Parameter {field} is not supported when tools are used (tool_choice is not 'none').")
         if self.thinking_budget is not None and self.enable_thinking and (multi or beam):
             raise bad("chat_template_kwargs.thinking_budget cannot be combined with n or best_of > 1 or beam search.")
+        _check_media_limits(self.messages)
         return self
 
     # ---- derived values the engine uses -------------------------------------------------------------------
@@ -348,6 +349,45 @@ class ChatCompletionRequest(StrictModel):
                 item["tool_calls"] = [_tool_call_dict(call) for call in message.tool_calls]
             out.append(item)
         return out
+
+
+MAX_MEDIA_ITEMS = 20
+MAX_MEDIA_BYTES = {"image_url": 20 << 20, "audio_url": 20 << 20, "input_audio": 20 << 20, "video_url": 512 << 20}
+MAX_MEDIA_TOTAL = 1000 << 20
+
+
+def _inline_bytes(part: Any) -> int:
+    """Decoded size of inline base64 media (data URL, raw base64 image, input_audio) from its length alone;
+    0 for a URL or a path, whose size is only known once fetched."""
+    if isinstance(part, InputAudioPart):
+        data = part.input_audio.data
+    else:
+        source = getattr(part, part.type)
+        url = source if isinstance(source, str) else source.url
+        if url.startswith("data:"):
+            data = url.partition(",")[2]
+        elif part.type == "image_url" and not url.startswith(("http://", "https://", "file://", "/", ".")):
+            data = url
+        else:
+            return 0
+    return len(data) * 3 // 4 - len(data) + len(data.rstrip("="))
+
+
+def _check_media_limits(messages: list[Message]) -> None:
+    """§2.3: at most 20 media items per request, each and all of them within their decoded-size limits."""
+    parts = [(i, j, part) for i, m in enumerate(messages) if isinstance(m.content, list)
+             for j, part in enumerate(m.content) if not isinstance(part, TextPart)]  # fmt: skip
+    if len(parts) > MAX_MEDIA_ITEMS:
+        raise RequestValidationError(f"A request may carry at most {MAX_MEDIA_ITEMS} media items, got {len(parts)}.")
+    total = 0
+    for i, j, part in parts:
+        size = _inline_bytes(part)
+        if size > MAX_MEDIA_BYTES[part.type]:
+            limit = MAX_MEDIA_BYTES[part.type] >> 20
+            raise RequestValidationError(f"messages[{i}].content[{j}] must be at most {limit} MiB decoded, got {size}.")
+        total += size
+    if total > MAX_MEDIA_TOTAL:
+        raise RequestValidationError(f"All media of a request must be at most 1000 MiB decoded, got {total}.")
 
 
 def _tool_call_dict(call: ToolCall) -> dict[str, Any]:
