@@ -132,12 +132,15 @@ class AppState:
 
 def create_application(settings: cfg.Settings, state: AppState) -> Any:
     from engine.openai.api import create_app
+    from engine.openai.auth import ui_auth
 
     app = create_app(settings, state.get)
     if settings.ui:
         from playground.ui import mount
 
-        app = mount(app, state.get)
+        # The page drives the same service as the API, so it takes the same secrets (any user name; one of the
+        # API keys, Pangu tokens or app codes as the password). /health stays open: it is an API route.
+        app = mount(app, state.get, auth=ui_auth(settings))
     return app
 
 
@@ -177,6 +180,41 @@ def serve_in_thread(settings: cfg.Settings, service: Any, host: str = "127.0.0.1
     return BackgroundServer(f"http://{host}:{port}", server, thread)
 
 
+def drain(app: Any, timeout: float) -> int:
+    """Refuse new work (/health turns 503), let in-flight requests finish for `timeout` s, then end the rest
+    cleanly (their streams close with insufficient_system_resource). Blocking; returns how many were left."""
+    admission = app.state.admission
+    log.info("draining: %d request(s) in flight, up to %.0f s", admission.in_flight, timeout)
+    left = admission.drain(timeout)
+    log.info("drained (%d request(s) still open)", left)
+    return left
+
+
+def serve(app: Any, settings: cfg.Settings) -> None:
+    """uvicorn, with SIGTERM / Ctrl-C starting a drain first; a second signal exits at once."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        draining = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.draining or self.should_exit:
+                super().handle_exit(sig, frame)
+                return
+            self.draining = True
+            self._captured_signals.append(sig)
+
+            def drain_then_exit() -> None:
+                drain(app, settings.shutdown_timeout_s)
+                self.should_exit = True
+
+            threading.Thread(target=drain_then_exit, name="drain", daemon=True).start()
+
+    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info",
+                            timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
+    DrainingServer(config).run()
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from(argv)
@@ -199,9 +237,7 @@ def main(argv: list[str] | None = None) -> None:
                 log.exception("speech-to-text failed to load")
 
     threading.Thread(target=load, name="loader", daemon=True).start()
-    import uvicorn
-
-    uvicorn.run(create_application(settings, state), host=settings.bind_host, port=settings.port, log_level="info")
+    serve(create_application(settings, state), settings)
 
 
 if __name__ == "__main__":

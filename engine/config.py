@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 ENV_PREFIX = "PLAYGROUND_"
+PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,128}")  # spec §1.1: Pangu V1 project_id / deployment_id
 
 
 def _knob(default: Any, help: str, *, spec: bool = False, choices: tuple[str, ...] | None = None) -> Any:
@@ -40,6 +42,13 @@ class Settings:
     kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
     prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
+    # Serving hygiene (issue 6): limits per client and per request, shutdown, logging.
+    max_concurrent_per_client: int = _knob(
+        32, "Chat requests one client (credential, else IP address) may have in flight (0 = no limit)."
+    )
+    request_timeout_s: int = _knob(600, "Wall-clock budget of one chat request in seconds (0 = none).")
+    shutdown_timeout_s: int = _knob(30, "On SIGTERM, seconds in-flight requests get to finish before being ended.")
+    log_message_content: bool = _knob(False, "Put message text into the access log (off: sizes and counts only).")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
     lora_adapters: list[str] = _knob([], "LoRA adapters as id=path (not supported yet).", spec=True)
@@ -75,7 +84,9 @@ class Settings:
     chat_template_dir: str = _knob("", "Only directory chat_template files may come from.", spec=True)
     use_model_generation_config: bool = _knob(False, "Unset sampling fields take generation_config.json.", spec=True)
     audio_transcription: bool | None = _knob(None, "Transcribe audio for models without audio input.", spec=True)
-    moderation_hook: str = _knob("", "Moderation plugin as module:callable.", spec=True)
+    moderation_hook: str = _knob(
+        "", "Moderation plugin as module:callable, or wordlist:FILE.json (glossary name -> words).", spec=True
+    )
     pangu_v1_usage_event: bool = _knob(False, "Emit the event: usage line on Pangu V1 streams.", spec=True)
 
     @property
@@ -130,6 +141,13 @@ def validate(settings: Settings) -> None:
     for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{cli_flag(name)} must be >= 1")
+    for name in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s"):
+        if getattr(settings, name) < 0:
+            raise ValueError(f"{cli_flag(name)} must be >= 0")
+    for name in ("pangu_project_id", "pangu_deployment_id"):
+        value = getattr(settings, name)
+        if value and not PATH_SEGMENT.fullmatch(value):
+            raise ValueError(f"{cli_flag(name)} must match [A-Za-z0-9_-]{{1,128}}")
     if settings.media_allow_local and not settings.media_local_root:
         raise ValueError("--media-allow-local needs --media-local-root")
     if settings.chat_template_allow_path and not settings.chat_template_dir:

@@ -287,8 +287,8 @@ def _tools_changed(text: str, current: str | None) -> tuple[str, Any]:
     return message, gr.update(choices=options, value=value)
 
 
-def mount(app: Any, get_service: Callable[[], Any]) -> Any:
-    """Serve the page at / on the API's app (one process, one port)."""
+def mount(app: Any, get_service: Callable[[], Any], auth: Any = None) -> Any:
+    """Serve the page at / on the API's app (one process, one port); `auth` as Gradio takes it (None = open)."""
     demo = build_ui(get_service)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N)
+    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N, auth=auth)

@@ -12,10 +12,13 @@ from tests.conftest import MODEL, sse_events
 
 ID_RE = re.compile(r"^chatcmpl-[0-9a-f]{32}$")
 ERROR_TYPES = {
+    401: "Unauthorized",
     404: "NotFoundError",
     405: "Method Not Allowed",
     413: "Payload Too Large",
     422: "Input Validation Error",
+    429: "Too Many Requests",
+    500: "Incomplete Generation",
     503: "Service Unavailable",
 }
 DROP = object()  # a field value meaning "remove this field from the body"

@@ -60,3 +60,20 @@ def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPACE_ID", "user/space")
     assert settings_from([], environ={}).bind_host == "0.0.0.0"
     check_exposure(settings_from([], environ={}))  # a Space is public by design
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--request-timeout-s", "-1"], ["--max-concurrent-per-client", "-2"], ["--shutdown-timeout-s", "-1"],
+     ["--pangu-project-id", "a b"], ["--pangu-deployment-id", "x" * 129]],
+)  # fmt: skip
+def test_impossible_serving_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(ValueError, match=argv[0]):
+        settings_from(argv, environ={})
+
+
+def test_serving_knobs_from_env_and_flags() -> None:
+    env = {"PLAYGROUND_REQUEST_TIMEOUT_S": "5", "PLAYGROUND_LOG_MESSAGE_CONTENT": "yes"}
+    s = settings_from(["--max-concurrent-per-client", "0"], environ=env)
+    assert (s.request_timeout_s, s.log_message_content, s.max_concurrent_per_client) == (5, True, 0)
+    assert settings_from([], environ={}).max_concurrent_per_client == 32

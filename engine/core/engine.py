@@ -131,10 +131,13 @@ class Engine:
             self._thread.join(timeout=30)
 
     def load(self) -> dict[str, int]:
+        """A read-only snapshot for metrics. `running_seqs` counts every live sequence (n, best_of, beams)."""
         with self._lock:
+            running = list(self._running)  # the engine thread edits it outside the lock: read a copy
             return {
                 "waiting": len(self._incoming) + len(self._waiting),
-                "running": len(self._running),
+                "running": len(running),
+                "running_seqs": sum(len(r.seqs) for r in running),
                 "kv_tokens_used": self._kv_used,
                 "preemptions": self.preemptions,
             }

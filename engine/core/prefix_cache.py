@@ -43,6 +43,10 @@ class PrefixCache:
     def tokens(self) -> int:
         return len(self._blocks) * BLOCK
 
+    @property
+    def capacity_tokens(self) -> int:
+        return self.capacity_blocks * BLOCK
+
     def match(self, tokens: list[int], salt: bytes = b"") -> list[_Block]:
         """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits)."""
         if not self.capacity_blocks:

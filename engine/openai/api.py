@@ -1,100 +1,50 @@
-"""HTTP routes: auth, body limits, status codes and SSE bytes. Everything else is the ChatService's."""
+"""The FastAPI app: routes, auth, status codes, health, metrics and models. The chat routes' handler is chat.py.
+
+The three chat routes (§1.1) share one handler (`ChatRoutes`), one request model and one service; they differ only
+in credentials (auth.py), Pangu narrowing (pangu.py), the error bodies (error_bodies.py) and the wire writers
+(wire.py for /v1, pangu_wire.py for the Pangu routes).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import json
-import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.config import Settings
+from engine.config import PATH_SEGMENT, Settings
+from engine.openai import openapi
+from engine.openai.admission import Admission
+from engine.openai.auth import check_bearer, check_pangu_v1
+from engine.openai.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
+from engine.openai.error_bodies import ERROR_TYPES, error_response, family_of
 from engine.openai.errors import (
     ApiError,
-    AuthError,
+    MethodNotAllowedError,
     NotFoundError,
-    PayloadTooLargeError,
-    RequestValidationError,
     ServiceUnavailableError,
 )
-from engine.openai.fold import fold
-from engine.openai.request import parse_chat_request
+from engine.openai.metrics import Metrics
+from engine.openai.middleware import ApiRouting, RequestContext
+from engine.openai.moderation import load_hook
 from engine.openai.service import ChatService
-from engine.openai.wire import V1StreamWriter, response_json
 
-log = logging.getLogger(__name__)
+__all__ = ["ERROR_TYPES", "check_bearer", "create_app", "read_body"]
 
-ERROR_TYPES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "NotFoundError",
-    405: "Method Not Allowed",
-    413: "Payload Too Large",
-    422: "Input Validation Error",
-    424: "Generation Error",
-    500: "Incomplete Generation",
-    503: "Service Unavailable",
-}
 PROJECT = "llm-playground"
-
-
-def v1_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": message, "error_type": ERROR_TYPES.get(status, "Error")}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """Read at most `limit` bytes; answer 413 as soon as the declared or received size exceeds it."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"Request body exceeds {limit} bytes.")
-    chunks, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise PayloadTooLargeError(f"Request body exceeds {limit} bytes.")
-        chunks.append(part)
-    return b"".join(chunks)
-
-
-def decode_json(body: bytes) -> Any:
-    try:
-        return json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise RequestValidationError("Request body is not valid UTF-8.") from None
-    except json.JSONDecodeError as exc:
-        raise RequestValidationError(f"Request body is not valid JSON: {exc.msg} at position {exc.pos}.") from None
-
-
-def check_bearer(request: Request, keys: list[str]) -> None:
-    if not keys:
-        return
-    header = request.headers.get("authorization")
-    if not header:
-        raise AuthError("Missing credentials: send 'Authorization: Bearer <key>'.", missing=True)
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token or " " in token.strip():
-        raise AuthError("Invalid credentials.", missing=False)
-    if not any(hmac.compare_digest(token.strip().encode(), k.encode()) for k in keys):
-        raise AuthError("Invalid credentials.", missing=False)
-
-
-def sse(data: dict[str, Any] | str) -> bytes:
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
 
 
 def create_app(settings: Settings, get_service: Callable[[], ChatService | None]) -> FastAPI:
     """`get_service` returns None while the model is loading (routes then answer 503)."""
     app = FastAPI(title="LLM Playground API", redirect_slashes=False, docs_url="/docs", openapi_url="/openapi.json")
     body_limit = settings.max_request_length_mb << 20
+    admission = Admission(settings.max_concurrent_per_client)
+    metrics = Metrics(get_service, admission)
+    hook = load_hook(settings.moderation_hook)
+    app.state.admission = admission
+    app.state.metrics = metrics
 
     def service() -> ChatService:
         svc = get_service()
@@ -104,20 +54,34 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return v1_error(exc.status, exc.message)
+        return error_response(family_of(request.url.path), exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        message = {404: "Not found.", 405: "Method not allowed."}.get(exc.status_code, str(exc.detail))
-        return v1_error(exc.status_code, message, headers=getattr(exc, "headers", None))
+        exc_headers = getattr(exc, "headers", None) or {}
+        err: ApiError = ApiError(str(exc.detail))
+        if exc.status_code == 404:
+            err = NotFoundError("Not found.")
+        elif exc.status_code == 405:
+            err = MethodNotAllowedError("Method not allowed.", allow=exc_headers.get("Allow", ""))
+        else:
+            err.status = exc.status_code
+        return error_response(family_of(request.url.path), err)
 
     @app.get("/health", include_in_schema=False)
     async def health() -> Response:
         service()
+        if admission.draining:
+            raise ServiceUnavailableError("The server is shutting down.")
         return Response(status_code=200)
 
     app.add_api_route("/v2/health/live", health, methods=["GET"], include_in_schema=False)
     app.add_api_route("/v2/health/ready", health, methods=["GET"], include_in_schema=False)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus(request: Request) -> Response:
+        check_bearer(request.headers, settings.api_keys)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def model_card() -> dict[str, Any]:
         svc = service()
@@ -126,107 +90,49 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        check_bearer(request, settings.api_keys)
+        check_bearer(request.headers, settings.api_keys)
         return {"object": "list", "data": [model_card()]}
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-        check_bearer(request, settings.api_keys)
+        check_bearer(request.headers, settings.api_keys)
         card = model_card()
         if model_id != card["id"]:
             raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
         return card
 
-    @app.post("/v1/chat/completions")
+    chat = ChatRoutes(settings, service, admission, metrics, hook, body_limit)
+
+    @app.post(CHAT_PATHS["v1"], openapi_extra=openapi.route_extra("v1", "Chat completion (MindIE flavour)"))
     async def chat_completions(request: Request) -> Response:
-        check_bearer(request, settings.api_keys)
-        req = parse_chat_request(decode_json(await read_body(request, body_limit)), "v1")
-        gen = await service().start(req, "v1")
-        headers = {"X-Request-Id": gen.id}
-        if not req.stream:
-            watcher = asyncio.create_task(_abort_on_disconnect(request, gen.abort))
-            try:
-                resp = await fold(gen)
-            finally:
-                watcher.cancel()
-            return JSONResponse(response_json(resp, settings.perf_stats), headers=headers)
-        opts = req.stream_options
-        writer = V1StreamWriter(
-            perf_stats=settings.perf_stats,
-            full_text=settings.full_text_enabled,
-            include_usage=bool(opts and opts.include_usage),
-            continuous_usage=bool(opts and opts.continuous_usage_stats),
-            prompt_tokens=gen.stats.prompt_tokens,
-        )
+        credential = check_bearer(request.headers, settings.api_keys)
+        return await chat.handle(request, "v1", credential)
 
-        async def events() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in gen:
-                    data = writer.chunk(chunk)
-                    if data is not None:
-                        yield sse(data)
-            except ApiError as exc:
-                yield sse({"error": exc.message, "error_type": ERROR_TYPES.get(exc.status, "Error")})
-            finally:
-                gen.abort()  # client gone or stream done: free the engine's slot at its next step
-            yield sse("[DONE]")
+    @app.post(CHAT_PATHS["pangu_v2"],
+              openapi_extra=openapi.route_extra("pangu_v2", "Chat completion (Pangu V2)"))  # fmt: skip
+    async def pangu_v2_chat(request: Request) -> Response:
+        credential = check_bearer(request.headers, settings.api_keys)
+        return await chat.handle(request, "pangu_v2", credential)
 
-        return StreamingResponse(
-            events(), media_type="text/event-stream; charset=utf-8", headers={**headers, "Cache-Control": "no-cache"}
-        )
+    v1_extra = openapi.route_extra("pangu_v1", "Chat completion (Pangu V1)")
+    v1_extra["parameters"] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}}
+        for name in ("project_id", "deployment_id")
+    ]  # fmt: skip
 
-    # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see _ApiRouting).
-    app.add_middleware(_ApiRouting, routes=list(app.router.routes))
+    @app.post(PANGU_V1_PATH, openapi_extra=v1_extra)
+    async def pangu_v1_chat(request: Request) -> Response:
+        for name, configured in (("project_id", settings.pangu_project_id),
+                                 ("deployment_id", settings.pangu_deployment_id)):  # fmt: skip
+            value = request.path_params[name]
+            if not PATH_SEGMENT.fullmatch(value) or (configured and value != configured):
+                raise NotFoundError("The inference service does not exist.")
+        credential = check_pangu_v1(request.headers, settings.pangu_auth_tokens, settings.pangu_app_codes)
+        return await chat.handle(request, "pangu_v1", credential)
+
+    openapi.install(app, settings)
+    # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see ApiRouting).
+    routes = list(app.router.routes)
+    app.add_middleware(ApiRouting, routes=routes)
+    app.add_middleware(RequestContext, routes=routes, metrics=metrics)  # outermost: sees every answer
     return app
-
-
-class _ApiRouting:
-    """Keep 404/405 answers API-shaped when the Gradio UI is mounted at "/" (spec §1.1, §6.1, §6.2).
-
-    Starlette hands any request that no route matches *fully* to the catch-all "/" mount, so with the UI on,
-    `GET /v1/chat/completions` would get Gradio's `404 {"detail": "Not Found"}` instead of 405 with `Allow: POST`,
-    and unknown paths (`/nope`, trailing slashes) that same non-/v1 body. This wrapper answers a known API path
-    with the wrong method itself (405 + Allow), and rewrites a 404 coming from the mounted app into the /v1 error
-    body. Requests that an API route matches fully, and every non-404 answer of the UI, pass through untouched.
-    """
-
-    def __init__(self, app: ASGIApp, routes: list[BaseRoute]) -> None:
-        self.app = app
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        allowed: set[str] = set()
-        for route in self.routes:
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                await self.app(scope, receive, send)
-                return
-            if match == Match.PARTIAL:
-                allowed |= getattr(route, "methods", None) or set()
-        if allowed:
-            await v1_error(405, "Method not allowed.", headers={"Allow": ", ".join(sorted(allowed))})(
-                scope, receive, send
-            )
-            return
-        replaced = False
-
-        async def send_api_404(message: Message) -> None:
-            nonlocal replaced
-            if message["type"] == "http.response.start" and message["status"] == 404:
-                replaced = True
-                await v1_error(404, "Not found.")(scope, receive, send)
-            elif not replaced:  # after a replaced start, the mounted app's own 404 body is dropped
-                await send(message)
-
-        await self.app(scope, receive, send_api_404)
-
-
-async def _abort_on_disconnect(request: Request, abort: Callable[[], None]) -> None:
-    while True:
-        await asyncio.sleep(0.25)
-        if await request.is_disconnected():
-            abort()
-            return

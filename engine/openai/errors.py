@@ -45,7 +45,7 @@ class PayloadTooLargeError(ApiError):
 
 
 class ServiceUnavailableError(ApiError):
-    """Loading, draining, faulted, queue full or out of resources before the first token."""
+    """Loading, draining, faulted, queue full, timed out or out of resources before the first token."""
 
     status = 503
 
@@ -64,3 +64,17 @@ class IncompleteGenerationError(ApiError):
     """Internal failure before the first token."""
 
     status = 500
+
+
+class MethodNotAllowedError(ApiError):
+    status = 405
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
+
+
+class TooManyRequestsError(ApiError):
+    """One client already has `max_concurrent_per_client` chat requests in flight (429 on every route)."""
+
+    status = 429

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.config import Settings
 from engine.core.engine import Engine
-from engine.core.types import ChoiceDelta, EngineError, EngineRequest, RequestStats, SamplingParams
+from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, EngineRequest, RequestStats, SamplingParams
 from engine.openai import prompt as prompts
 from engine.openai.errors import (
     ApiError,
@@ -88,6 +88,8 @@ class Generation:
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
+        self._closed: set[int] = set()  # choices whose closing chunk has been yielded
+        self._shed = False
 
     async def _prefetch(self) -> None:
         """Wait for the engine's first answer so failures before the first token become HTTP errors."""
@@ -100,6 +102,26 @@ class Generation:
         if not self._done:
             self._done = True
             self.service.engine.abort(self.id)
+
+    def shed(self) -> None:
+        """End the request early on the server's behalf (draining, request timeout): the engine drops it at its
+        next step and every choice still open gets a closing chunk with `insufficient_system_resource` and its
+        usage, so the stream still ends well-formed (spec §4.5, §6.4). Safe to call from any thread."""
+        if not self._done:
+            self._shed = True
+            self.abort()
+
+    def _close_open_choices(self) -> list[ChatCompletionChunk]:
+        out = []
+        for i in range(self.params.n):
+            if i in self._closed:
+                continue
+            if not self.params.streams_live:
+                out.append(self._opening(i))
+            st = self._choices.setdefault(i, _ChoiceStats())
+            choice = ChunkChoice(index=i, delta=Delta(role="assistant", content=""), finish_reason=FINISH_RESOURCES)
+            out.append(self._chunk([choice], usage=self._usage(st.tokens, st)))
+        return out
 
     def _chunk(self, choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
         if self._transcription is not None:
@@ -147,6 +169,7 @@ class Generation:
                 return None
             return self._chunk([choice], timeline=timeline)
         choice.finish_reason, choice.stop_reason = d.finish_reason, d.stop_reason
+        self._closed.add(d.index)
         if called and d.finish_reason in ("stop", "length"):
             choice.finish_reason = "tool_calls"
         ms = [round(t) for t in st.times_ms]
@@ -201,6 +224,9 @@ class Generation:
                         yield chunk
                 item = await self._queue.get()
             self._done = True
+            if self._shed:
+                for chunk in self._close_open_choices():
+                    yield chunk
             yield self._final_usage()
         finally:
             self.abort()
@@ -286,6 +312,15 @@ class ChatService:
         if name is None:
             raise RequestValidationError("Parameter tools: tool calling is not supported by this model.")
         return name
+
+    async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
+        """(model name, prompt tokens) after the same validation as start(), without generating: for a request
+        that is answered without the engine (a question the moderation hook blocked)."""
+        model = self.check_model(req, route)
+        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings)
+        ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
+        sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        return model, len(ids)
 
     async def complete(self, req: ChatCompletionRequest, route: Route = "v1") -> ChatCompletionResponse:
         gen = await self.start(req, route)

@@ -1,0 +1,153 @@
+"""`moderation_config` with a moderation hook (spec §2.6): the built-in word-list hook on a second live server.
+
+The blocked answer word is taken from the model's own greedy reply, so the answer stage is exercised for real.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.openai.moderation import DEFAULT_REPLY, WordListHook, load_hook
+from engine.openai.request import ModerationConfig
+from tests.api_helpers import ok, text_of
+from tests.conftest import chat, extra_server, sse_events
+from tests.pangu_helpers import post, raw_events
+
+QUESTION_WORD = "zanzibar"
+EXTRA_WORD = "quokka"
+GREEDY = {"top_k": 1, "max_tokens": 12}
+
+
+@pytest.fixture(scope="module")
+def answer(live: Any) -> tuple[str, str]:
+    """The greedy reply to "hi" and a word from its middle that the hook will block."""
+    with live.client() as http:
+        text = text_of(ok(chat(http, **GREEDY)))
+    words = [w.strip("!?.,") for w in text.split()]
+    assert len(words) >= 3, text
+    return text, words[2]
+
+
+@pytest.fixture(scope="module")
+def moderated(settings: Any, service: Any, answer: tuple[str, str], tmp_path_factory: Any) -> Iterator[httpx.Client]:
+    lists = tmp_path_factory.mktemp("moderation") / "words.json"
+    lists.write_text(json.dumps({"default": [QUESTION_WORD, answer[1]], "extra": [EXTRA_WORD],
+                                 "allow-answer": [answer[1]]}))  # fmt: skip
+    with extra_server(settings, service, ui=False, moderation_hook=f"wordlist:{lists}") as http:
+        yield http
+
+
+def asking(word: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Tell me about {word}."}]
+
+
+@pytest.mark.parametrize("route", ["v1", "pangu_v2", "pangu_v1"])
+def test_blocked_question_never_reaches_the_engine(moderated: httpx.Client, route: str) -> None:
+    data = ok(post(moderated, route, messages=asking(QUESTION_WORD.upper()), **GREEDY))
+    choice = data["choices"][0]
+    assert choice["finish_reason"] == "content_filter" and choice["message"]["content"] == DEFAULT_REPLY
+    assert data["usage"]["completion_tokens"] == 0 and data["usage"]["prompt_tokens"] > 0
+    assert "moderation_result" not in data  # only with show_result
+
+
+def test_blocked_question_stream_on_v1(moderated: httpx.Client) -> None:
+    r = post(moderated, "pangu_v1", stream=True, messages=asking(QUESTION_WORD), **GREEDY)
+    chunks, _ = raw_events(r, "pangu_v1")
+    assert [c["choices"][0]["message"] for c in chunks[:3]] == [
+        {"role": "assistant"}, {"content": DEFAULT_REPLY}, {"content": ""}]  # fmt: skip
+    interception, closing, trailing = chunks[1], chunks[2], chunks[3]
+    assert interception["suggestion"] == "block" and interception["reply"] == DEFAULT_REPLY
+    assert closing["choices"][0]["finish_reason"] == "content_filter"
+    assert trailing["choices"] == [] and trailing["usage"]["completion_tokens"] == 0
+    assert len(chunks) == 4
+
+
+@pytest.mark.parametrize("route", ["v1", "pangu_v2"])
+def test_blocked_answer_non_stream(moderated: httpx.Client, route: str) -> None:
+    data = ok(post(moderated, route, **GREEDY))
+    choice = data["choices"][0]
+    assert choice["finish_reason"] == "content_filter" and choice["message"]["content"] == DEFAULT_REPLY
+    assert 0 < data["usage"]["completion_tokens"] < GREEDY["max_tokens"]
+
+
+def test_blocked_answer_stream(moderated: httpx.Client, answer: tuple[str, str]) -> None:
+    text, word = answer
+    r = post(moderated, "v1", stream=True, stream_options={"include_usage": True}, **GREEDY)
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if e["choices"]]
+    said = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if "suggestion" not in c)
+    assert text.startswith(said) and word not in said, "what went out before the block is the model's own text"
+    (interception,) = [c for c in chunks if "suggestion" in c]
+    assert interception["reply"] == DEFAULT_REPLY and interception["choices"][0]["delta"]["content"] == DEFAULT_REPLY
+    assert chunks[-1]["choices"][0]["finish_reason"] == "content_filter" and chunks[-1] is not interception
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == chunks[-1]["usage"][
+        "completion_tokens"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "blocked"),
+    [
+        ({"question_moderation": False, "answer_moderation": False}, False),
+        ({"answer_moderation": False}, False),  # the question is clean; the answer is not checked
+        ({"white_glossary_names": ["allow-answer"]}, False),  # the answer word is exempted
+        ({"white_glossary_names": ["no-such-list"]}, True),  # unknown names are ignored
+        ({}, True),
+    ],
+)
+def test_moderation_config_switches(moderated: httpx.Client, config: dict[str, Any], blocked: bool) -> None:
+    data = ok(post(moderated, "pangu_v2", moderation_config=config, **GREEDY))
+    assert (data["choices"][0]["finish_reason"] == "content_filter") is blocked
+
+
+def test_black_glossary_names_add_lists(moderated: httpx.Client) -> None:
+    clean = {"messages": asking(EXTRA_WORD), "moderation_config": {"answer_moderation": False}, **GREEDY}
+    assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] != "content_filter"
+    clean["moderation_config"] = {"answer_moderation": False, "black_glossary_names": ["extra"]}
+    assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] == "content_filter"
+
+
+def test_show_result(moderated: httpx.Client) -> None:
+    show = {"show_result": True}
+    blocked = ok(post(moderated, "pangu_v2", messages=asking(QUESTION_WORD), moderation_config=show, **GREEDY))
+    result = blocked["moderation_result"]
+    assert result["suggestion"] == "block" and result["stage"] == "question" and "default" in result["reason"]
+    passed = ok(post(moderated, "pangu_v2", moderation_config={**show, "answer_moderation": False}, **GREEDY))
+    assert passed["moderation_result"] == {"suggestion": "pass"}
+
+
+def test_validation_comes_before_moderation(moderated: httpx.Client) -> None:
+    r = post(moderated, "v1", messages=asking(QUESTION_WORD), temperature=9)
+    assert r.status_code == 422
+
+
+def test_word_list_hook_unit() -> None:
+    hook = WordListHook({"default": ["Bad"], "x": ["worse"]}, reply="no")
+    config = ModerationConfig()
+    assert hook.check("a BAD day", stage="question", config=config).blocked
+    assert not hook.check("worse", stage="answer", config=config).blocked
+    assert hook.check("worse", stage="answer", config=ModerationConfig(black_glossary_names=["x"])).reply == "no"
+
+
+class Always:
+    def check(self, text: str, *, stage: str, config: ModerationConfig) -> Any:
+        from engine.openai.moderation import Verdict
+
+        return Verdict(True, "always", "nope")
+
+
+def test_load_hook(tmp_path: Path) -> None:
+    assert load_hook("") is None
+    assert isinstance(load_hook("tests.test_api_moderation:Always"), Always)  # a factory is called
+    for bad in ("nocolon", "wordlist:", "tests.test_api_moderation:test_load_hook"):
+        with pytest.raises((ValueError, TypeError)):
+            load_hook(bad)
+    (tmp_path / "bad.json").write_text('["not", "an", "object"]')
+    with pytest.raises(ValueError):
+        load_hook(f"wordlist:{tmp_path / 'bad.json'}")
