@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from engine.media import sources as media_limits
 from engine.openai.errors import RequestValidationError
 from engine.openai.messages import (
     MEDIA_MODALITY,
@@ -351,9 +352,10 @@ class ChatCompletionRequest(StrictModel):
         return out
 
 
-MAX_MEDIA_ITEMS = 20
-MAX_MEDIA_BYTES = {"image_url": 20 << 20, "audio_url": 20 << 20, "input_audio": 20 << 20, "video_url": 512 << 20}
-MAX_MEDIA_TOTAL = 1000 << 20
+# The limits of spec §2.3, owned by engine/media (which enforces them again on the decoded bytes).
+MAX_MEDIA_ITEMS = media_limits.MAX_ITEMS
+MAX_MEDIA_BYTES = {part: media_limits.MAX_BYTES[kind] for part, kind in media_limits.PART_KINDS.items()}
+MAX_MEDIA_TOTAL = media_limits.MAX_TOTAL_BYTES
 
 
 def _inline_bytes(part: Any) -> int:
