@@ -1,10 +1,14 @@
-"""playground/notebooks on the real model: the in-process and the remote backend, widgets, sweeps, latency."""
+"""playground/notebooks on the real models: the in-process and the remote backend, widgets, sweeps, latency, and
+reasoning, tool calls and audio (the tiny trained Qwen3 for the first two, the bundled SmolLM2 + Whisper for audio)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,8 @@ from playground.notebooks import (
     ParameterExplorer,
     RemoteBackend,
     RemoteError,
+    ToolCall,
+    audio_part,
     concurrency,
     connect,
     distinct_n,
@@ -29,10 +35,15 @@ from playground.notebooks import (
     summarize_concurrency,
     sweep,
     timeline_frame,
+    tool_result_message,
+    user_message,
 )
 from playground.notebooks.backend import SSEChunks
 from playground.notebooks.result import ChatResult
-from tests.conftest import MODEL
+from tests.conftest import MODEL, QWEN_MODEL
+from tests.tiny_qwen import MATH, TOOLS, WEATHER, WEATHER_ANSWER, WEATHER_QUESTION, WEATHER_RESULT
+
+SPEECH = Path(__file__).parent / "data" / "speech.flac"  # "Please remember to buy milk and bread on Friday."
 
 QUESTION = "What is the capital of France?"
 
@@ -296,3 +307,106 @@ def test_a_closed_caller_loop_aborts_its_request_and_the_engine_keeps_serving(
     asyncio.run(abandon())
     wait_idle(service)
     assert local.chat(QUESTION, temperature=0, max_tokens=2).completion_tokens == 2
+
+
+# ---- reasoning, tool calls, audio -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def qwen(qwen_live: Any) -> LocalBackend:
+    backend = connect(qwen_live.service)
+    assert isinstance(backend, LocalBackend) and backend.model == QWEN_MODEL
+    return backend
+
+
+def complete(service: Any, body: dict[str, Any]) -> Any:
+    return asyncio.run(service.complete(parse_chat_request({"model": service.served_name, **body})))
+
+
+def test_reasoning_comes_apart_as_in_the_services_fold(qwen: LocalBackend) -> None:
+    result = qwen.chat(MATH.messages, temperature=0, max_tokens=60)
+    expected = complete(qwen.service, MATH.request(max_tokens=60)).choices[0].message
+    assert (result.reasoning, result.reply) == (expected.reasoning_content, expected.content)
+    assert result.reasoning.strip() == "Two plus two is four." and result.reply.strip() == "The answer is 4."
+    assert result.tool_calls == [] and result.message() == {"role": "assistant", "content": result.reply}
+
+
+def test_the_tool_loop_by_hand(qwen: LocalBackend) -> None:
+    asked = qwen.chat([WEATHER_QUESTION], tools=TOOLS, temperature=0, max_tokens=60)
+    expected = complete(qwen.service, WEATHER.request(max_tokens=60)).choices[0].message.tool_calls
+    assert asked.finish_reason == "tool_calls" and asked.reasoning.strip() == "I should call the tool."
+    (call,) = asked.tool_calls
+    assert [(call.name, call.arguments)] == [(c.function.name, c.function.arguments) for c in expected]
+    assert call.id.startswith("call_") and call.args == {"city": "Paris"}
+    turn = asked.message()
+    assert turn == {"role": "assistant", "content": "", "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.arguments}}]}  # fmt: skip
+    answer = tool_result_message(call, {"temperature": 22, "sky": "sunny"})
+    assert answer == {**WEATHER_RESULT, "tool_call_id": call.id}
+    final = qwen.chat([WEATHER_QUESTION, turn, answer], tools=TOOLS, temperature=0, max_tokens=60)
+    reference = complete(qwen.service, WEATHER_ANSWER.request(max_tokens=60)).choices[0].message.content
+    assert final.reply == reference and final.reply.strip() == "It is sunny and 22 °C in Paris."
+    assert final.finish_reason == "stop" and final.tool_calls == []
+    assert "get_weather" in repr(asked) and "🔧" in asked._repr_html_() and call.id in asked._repr_html_()
+
+
+def test_remote_tool_calls_fold_from_the_sse_deltas(qwen_live: Any, qwen: LocalBackend) -> None:
+    remote = connect(qwen_live.url)
+    there = remote.chat([WEATHER_QUESTION], tools=TOOLS, temperature=0, max_tokens=60)
+    here = qwen.chat([WEATHER_QUESTION], tools=TOOLS, temperature=0, max_tokens=60)
+    assert [(c.name, c.args) for c in there.tool_calls] == [(c.name, c.args) for c in here.tool_calls]
+    assert there.reasoning == here.reasoning and there.finish_reason == "tool_calls"
+
+
+def test_split_tool_call_deltas_fold_into_calls() -> None:
+    def delta(*calls: str) -> str:
+        return f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"tool_calls": [{", ".join(calls)}]}}}}]}}'
+
+    lines = sse(
+        delta('{"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}}'),
+        delta('{"index": 0, "function": {"arguments": "{\\"x\\": "}}'),
+        delta('{"index": 0, "function": {"arguments": "1}"}}'),
+        delta('{"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}}'),
+        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{}}, "finish_reason": "tool_calls"}}]}}',
+    )
+    parser, result = SSEChunks(), ChatResult()
+    for line in lines:
+        chunk = parser.line(line)
+        if chunk is not None:
+            result.add(chunk)
+    assert result.tool_calls == [ToolCall("call_a", "f", '{"x": 1}'), ToolCall("call_b", "g", "{}")]
+    assert [c.args for c in result.tool_calls] == [{"x": 1}, {}]
+    assert result.message()["tool_calls"][1] == {"id": "call_b", "type": "function",
+                                                  "function": {"name": "g", "arguments": "{}"}}  # fmt: skip
+    with pytest.raises(ValueError, match="not a JSON object"):
+        _ = ToolCall("call_c", "h", "[1]").args
+    assert tool_result_message(result.tool_calls[0], "plain text")["content"] == "plain text"
+
+
+def test_audio_part_carries_the_file_and_the_request_parses() -> None:
+    part = audio_part(SPEECH)
+    assert part["type"] == "input_audio" and part["input_audio"]["format"] == "flac"
+    assert base64.b64decode(part["input_audio"]["data"]) == SPEECH.read_bytes()
+    assert audio_part(SPEECH, format="wav")["input_audio"]["format"] == "wav"
+    with pytest.raises(ValueError, match="input_audio takes mp3, wav, flac"):
+        audio_part(Path(__file__))
+    message = user_message(part, "Repeat what I said.")
+    assert message["content"][1] == {"type": "text", "text": "Repeat what I said."}
+    parse_chat_request({"model": MODEL, "messages": [message]})  # valid on the wire
+
+
+def test_audio_is_transcribed_and_the_transcription_comes_back(local: LocalBackend, live: Any) -> None:
+    message = user_message(audio_part(SPEECH), "Repeat what I said.")
+    here = local.chat([message], temperature=0, max_tokens=6)
+    (t,) = here.transcription
+    assert (t["message"], t["part"]) == (0, 0) and "milk" in t["text"].lower()
+    assert "🎤" in here._repr_html_() and "milk" in here._repr_html_()
+    there = connect(live.url).chat([message], temperature=0, max_tokens=6)  # the first SSE chunk carries it
+    assert there.transcription == here.transcription and there.reply == here.reply
+
+
+def test_structured_output_reply_is_the_json_asked_for(local: LocalBackend) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "legs": {"type": "integer"}},
+              "required": ["name", "legs"], "additionalProperties": False}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "animal", "schema": schema}}
+    result = local.chat("Describe a cat as JSON with its name and number of legs.", response_format=fmt,
+                        temperature=0, max_tokens=40)  # fmt: skip
+    assert result.finish_reason == "stop" and set(json.loads(result.reply)) == {"name", "legs"}

@@ -1,7 +1,7 @@
 """Every notebook in notebooks/ runs top to bottom on a fresh kernel of this venv's python, on the real model.
 
-PLAYGROUND_NOTEBOOK_FAST=1 shrinks replies and grids so the four run in about two minutes on 2 cores (each
-kernel loads the model once). After the last cell, the widget chat and the explorer get the comm messages a browser
+PLAYGROUND_NOTEBOOK_FAST=1 shrinks replies and grids so they run in a few minutes on 2 cores (each kernel loads
+its models once). After the last cell, the widget chat and the explorer get the comm messages a browser
 sends on a click or a slider move. The committed notebooks carry no outputs, so their diffs stay readable.
 """
 
@@ -121,3 +121,7 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel: Path) -> None:
         assert "prompt_tokens" in sdk and "batch_size" in sdk, sdk
     if path.name.startswith("03"):
         assert (kernel / "sweep.csv").read_text().startswith("temperature,top_p,seed,reply,")
+    if path.name.startswith("05"):  # the tool loop closed, the schema parsed, the speech heard
+        shown = "\n".join(outputs_text(c) for c in cells)
+        assert "get_weather({'city': 'Paris'}) -> {'temperature': 22, 'sky': 'sunny'}" in shown, shown
+        assert "It is sunny and 22 °C in Paris." in shown and "'legs':" in shown and "milk" in shown.lower(), shown

@@ -1,4 +1,5 @@
-"""What the notebooks in notebooks/ call: a backend seam, chat, widgets, sweeps and latency anatomy.
+"""What the notebooks in notebooks/ call: a backend seam, chat, widgets, sweeps, latency anatomy, and the messages
+of audio, tool and tool-result turns.
 
 Cells stay thin; everything here is tested in tests/test_notebook_helpers.py. Like the Gradio page, this layer
 builds the request the API parses and renders only the service's chunks.
@@ -20,7 +21,8 @@ from playground.notebooks.latency import (
     summarize_concurrency,
     timeline_frame,
 )
-from playground.notebooks.result import ChatResult, heatmap_html
+from playground.notebooks.messages import audio_part, tool_result_message, user_message
+from playground.notebooks.result import ChatResult, ToolCall, heatmap_html
 from playground.notebooks.sweeps import asweep, distinct_n, diversity, expand_grid, plot_sweep, sweep
 from playground.notebooks.widgets import ChatPanel, ParameterExplorer
 
@@ -32,8 +34,10 @@ __all__ = [
     "ParameterExplorer",
     "RemoteBackend",
     "RemoteError",
+    "ToolCall",
     "aconcurrency",
     "asweep",
+    "audio_part",
     "concurrency",
     "connect",
     "distinct_n",
@@ -47,4 +51,6 @@ __all__ = [
     "summarize_concurrency",
     "sweep",
     "timeline_frame",
+    "tool_result_message",
+    "user_message",
 ]

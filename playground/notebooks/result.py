@@ -1,19 +1,44 @@
-"""Chunks -> one reply with its reasoning, logprobs and the engine's statistics, as notebooks want to see it.
+"""Chunks -> one reply with its reasoning, tool calls, logprobs and the engine's statistics, as notebooks want them.
 
-Folds the same ChatCompletionChunk objects the UI renders into the UI's own `ReplyView` and reads its numbers
-through the UI's `stats.compute`, so the two front ends cannot disagree on a statistic.
+Folds the same ChatCompletionChunk objects the UI renders into the UI's own `ReplyView`, reads its numbers
+through the UI's `stats.compute`, and folds tool-call deltas with the API's own `merge_tool_call`, so neither the
+page nor a non-stream response can disagree with a notebook.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.response import ChatCompletionChunk, LogprobEntry
+from engine.openai.fold import merge_tool_call
+from engine.openai.response import ChatCompletionChunk, LogprobEntry, ToolCallItem
 from playground import stats as reply_stats
 from playground.render import ReplyView, Throttle
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for: the id to answer it with, the name, and the arguments as sent (a
+    JSON string the model wrote, so possibly not valid JSON; `args` decodes it)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments decoded: what to call the local function with (`fn(**call.args)`)."""
+        value = json.loads(self.arguments or "{}")
+        if not isinstance(value, dict):
+            raise ValueError(f"tool call {self.id}: arguments are not a JSON object: {self.arguments!r}")
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """The call as an assistant message carries it back to the server."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(repr=False)
@@ -27,15 +52,20 @@ class ChatResult:
     prefill_time: int | None = None  # ms to the first token, from the closing chunk
     decode_time_arr: list[int] = field(default_factory=list)  # ms per later token, from the closing chunk
     throttle: Throttle = field(default_factory=Throttle)
+    transcription: list[dict[str, Any]] | None = None  # audio parts the server transcribed: {message, part, text}
+    wire_calls: list[ToolCallItem] = field(default_factory=list)  # tool-call deltas, folded as the API does
 
     def add(self, chunk: ChatCompletionChunk) -> bool:
         """Fold one chunk in (choice 0 only); True when a live display should re-render now."""
         self.id = self.id or chunk.id
+        self.transcription = self.transcription or chunk.transcription
         for c in chunk.choices:
             if c.index != 0:
                 continue
             if c.delta.reasoning_content is not None:
                 self.reasoning = (self.reasoning or "") + c.delta.reasoning_content
+            for part in c.delta.tool_calls or []:
+                merge_tool_call(self.wire_calls, part)
             if c.logprobs is not None:
                 self.logprobs += c.logprobs.content
             if c.finish_reason is not None and chunk.decode_time_arr is not None:
@@ -60,6 +90,21 @@ class ChatResult:
     @property
     def finish_reason(self) -> str | None:
         return self.view.first.finish_reason
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The calls the model asked for (finish_reason "tool_calls"), in order; empty when it just answered."""
+        return [ToolCall(c.id or "", c.function.name or "", c.function.arguments or "") for c in self.wire_calls]
+
+    def message(self) -> dict[str, Any]:
+        """This reply as the assistant turn of the next request's messages, tool calls included.
+
+        The reasoning stays out (chat templates drop earlier thinking anyway), and content that is only the
+        whitespace around tool calls is sent as "" (it carries nothing, and a template would render it)."""
+        turn: dict[str, Any] = {"role": "assistant", "content": self.reply if self.reply.strip() else ""}
+        if self.wire_calls:
+            turn["tool_calls"] = [call.wire() for call in self.tool_calls]
+        return turn
 
     @property
     def usage(self) -> Any:
@@ -110,14 +155,21 @@ class ChatResult:
         return rows_html([(label, value) for label, value, _ in reply_stats.rows(reply_stats.compute(self.view))])
 
     def __repr__(self) -> str:
-        return (f"ChatResult(reply={self.reply!r}, finish_reason={self.finish_reason!r}, "
+        calls = f", tool_calls={[f'{c.name}({c.arguments})' for c in self.tool_calls]}" if self.wire_calls else ""
+        return (f"ChatResult(reply={self.reply!r}{calls}, finish_reason={self.finish_reason!r}, "
                 f"completion_tokens={self.completion_tokens})")  # fmt: skip
 
     def _repr_html_(self) -> str:
         parts = []
+        for t in self.transcription or []:
+            parts.append(f"<p>🎤 transcribed (message {t.get('message')}, part {t.get('part')}): "
+                         f"<i>{html.escape(str(t.get('text', '')))}</i></p>")  # fmt: skip
         if self.reasoning:
             parts.append(f"<details><summary>reasoning</summary>{text_html(self.reasoning)}</details>")
         parts.append(text_html(self.reply))
+        for c in self.tool_calls:
+            parts.append(f"<p>🔧 <code>{html.escape(c.name)}({html.escape(c.arguments)})</code> "
+                         f"<small>{html.escape(c.id)}</small></p>")  # fmt: skip
         if self.view.error:
             parts.append(f"<p>⚠️ {html.escape(self.view.error)}</p>")
         parts.append(self.stats_html())
