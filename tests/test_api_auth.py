@@ -155,7 +155,8 @@ def test_ui_client_with_auth_chats(secured: httpx.Client) -> None:
     from gradio_client import Client
 
     ui = Client(str(secured.base_url) + "/", auth=("me", KEY), verbose=False, download_files=False)
-    history, _, _ = ui.predict("hi", [], "", 0.0, 1.0, -1, 4, "", api_name="/chat")
+    out = ui.predict(message="hi", system="", temperature=0.0, max_tokens=4, api_name="/chat")
+    history = out[0]  # the chatbot is the page's first output
     assert history[-1]["role"] == "assistant"
 
 
