@@ -107,7 +107,9 @@ def build_service(settings: cfg.Settings) -> Any:
         max_batched_tokens=settings.max_batched_tokens,
     )
     cache = PrefixCache(settings.prefix_cache_tokens)
-    core = Engine(make_runner(loaded.model, place.device), loaded.tokenizer, eos, limits, place.device, cache)
+    # The pool has room for the budget plus a partly filled last page per sequence.
+    runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + 16 * (settings.max_num_seqs + 1))
+    core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(
         settings.served_model_name or loaded.name,

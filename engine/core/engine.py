@@ -230,9 +230,9 @@ class Engine:
                 first.constraint = r.req.constraint
                 r.seqs = [first]
             self.runner.reserve(first.cache, want // cands)
-            if self.prefix_cache is not None and first.cache.k is not None:
+            if self.prefix_cache is not None and self.runner.paged:
                 chain = self.prefix_cache.match(r.context, r.req.cache_salt)
-                first.cache.length = self.prefix_cache.load(chain, first.cache.k, first.cache.v)
+                first.cache.length = self.prefix_cache.load(chain, first.cache, self.runner)
                 r.prefilled = first.cache.length
                 if r.recompute is None:
                     r.stats.cached_tokens = r.prefilled
@@ -398,12 +398,11 @@ class Engine:
         r.kv_tokens = 0
 
     def _remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
-        if self.prefix_cache is not None and cache.k is not None:
-            self.prefix_cache.store(tokens[: cache.length], cache.k, cache.v, req.cache_salt)
+        if self.prefix_cache is not None and self.runner.paged:
+            self.prefix_cache.store(tokens[: cache.length], cache, self.runner, req.cache_salt)
 
     def _free_cache(self, cache: KVCache) -> None:
-        cache.k = cache.v = cache.hf = None
-        cache.length = 0
+        self.runner.release(cache)
 
     def _fail_step(self, exc: Exception, in_step: list[_Request]) -> None:
         """The forward failed: end the requests it was writing (their caches are now unusable), keep the rest."""

@@ -13,28 +13,30 @@ Qwen3), reusing the HF model's own modules and weights; tests check its logits a
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 
 LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 
 
+PAGE = 16  # tokens per KV page (equal to the prefix cache's block, so a block is one page)
+
+
 @dataclass
 class KVCache:
-    """One sequence's keys and values: [layers, kv_heads, capacity, head_dim] each."""
+    """One sequence's keys and values: the pool pages holding them (DecoderRunner), or a DynamicCache (HFRunner)."""
 
-    k: torch.Tensor | None = None
-    v: torch.Tensor | None = None
+    pages: list[int] = field(default_factory=list)
     length: int = 0  # tokens whose KV is stored
     hf: Any = None  # DynamicCache, for HFRunner
 
     @property
     def capacity(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+        return len(self.pages) * PAGE
 
 
 @dataclass
@@ -45,14 +47,14 @@ class Segment:
     positions: list[int] = field(default_factory=list)
 
 
-def make_runner(model: Any, device: str) -> DecoderRunner | HFRunner:
+def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunner | HFRunner:
     cfg = model.config
     if (
         cfg.model_type in LEAN_MODEL_TYPES
         and not getattr(cfg, "use_sliding_window", False)
         and not (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None))
     ):
-        return DecoderRunner(model, device)
+        return DecoderRunner(model, device, kv_tokens)
     return HFRunner(model, device)
 
 
@@ -93,7 +95,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class DecoderRunner:
-    def __init__(self, model: Any, device: str) -> None:
+    """Keys and values live in one pool per runner, [layers, pages, PAGE, kv_heads, head_dim], and a sequence
+    owns a list of pages. A step writes every new token's KV with one indexed copy per layer, and a decode batch
+    reads its sequences' pages with one gather per layer, whatever the batch size: per-sequence Python work per
+    layer is what dominated a batched step before. The pool is allocated empty and pages are zeroed when first
+    handed out, so resident memory follows the pages in use, not the budget."""
+
+    paged = True
+
+    def __init__(self, model: Any, device: str, kv_tokens: int = 65536) -> None:
         self.model = model
         self.device = device
         self.inner = model.model
@@ -105,38 +115,80 @@ class DecoderRunner:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
         self.fused = [_fuse_layer(layer) for layer in self.layers]
+        pages = 1 + -(-kv_tokens // PAGE)  # page 0 stays zero: padding for ragged decode batches
+        shape = (len(self.layers), pages, PAGE, self.n_kv, self.head_dim)
+        self.k = torch.empty(shape, dtype=self.dtype, device=device)
+        self.v = torch.empty(shape, dtype=self.dtype, device=device)
+        self.k[:, 0].zero_()
+        self.v[:, 0].zero_()
+        self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first
+        self._lock = threading.Lock()  # engines of the tests share a runner
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
-        """Make room for `tokens` tokens in total (allocated once, to the request's known maximum)."""
-        if tokens <= cache.capacity:
+        """Make room for `tokens` tokens in total."""
+        need = -(-tokens // PAGE) - len(cache.pages)
+        if need <= 0:
             return
-        shape = (len(self.layers), self.n_kv, tokens, self.head_dim)
-        k = torch.empty(shape, dtype=self.dtype, device=self.device)
-        v = torch.empty(shape, dtype=self.dtype, device=self.device)
-        if cache.length:
-            k[:, :, : cache.length] = cache.k[:, :, : cache.length]
-            v[:, :, : cache.length] = cache.v[:, :, : cache.length]
-        cache.k, cache.v = k, v
+        with self._lock:
+            if need > len(self._free):
+                raise RuntimeError("KV cache pool exhausted")
+            new = [self._free.pop() for _ in range(need)]
+        idx = torch.tensor(new, device=self.device)
+        self.k[:, idx] = 0  # fresh pages may hold anything: a NaN in a masked slot would still poison attention
+        self.v[:, idx] = 0
+        cache.pages.extend(new)
+
+    def release(self, cache: KVCache) -> None:
+        with self._lock:
+            self._free.extend(reversed(cache.pages))
+        cache.pages, cache.length = [], 0
 
     def fork(self, cache: KVCache) -> KVCache:
         new = KVCache()
         self.reserve(new, cache.capacity)
-        new.k[:, :, : cache.length] = cache.k[:, :, : cache.length]
-        new.v[:, :, : cache.length] = cache.v[:, :, : cache.length]
+        src, dst = torch.tensor(cache.pages, device=self.device), torch.tensor(new.pages, device=self.device)
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
         new.length = cache.length
         return new
 
+    def _page_index(self, pages: list[int]) -> slice | torch.Tensor:
+        """Index of a sequence's pages in the pool: a slice (a view, no copy) when they are consecutive, which the
+        lowest-first allocator makes the usual case for a lone stream."""
+        if pages and pages[-1] - pages[0] == len(pages) - 1 and all(b == a + 1 for a, b in zip(pages, pages[1:])):
+            return slice(pages[0], pages[-1] + 1)
+        return torch.tensor(pages, device=self.device)
+
+    def read_page(self, cache: KVCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy of the i-th page's keys and values, [layers, PAGE, kv_heads, head_dim] each."""
+        page = cache.pages[i]
+        return self.k[:, page].clone(), self.v[:, page].clone()
+
+    def write_page(self, cache: KVCache, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        page = cache.pages[i]
+        self.k[:, page] = k
+        self.v[:, page] = v
+
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them, in segment order."""
-        ids, pos, bounds = [], [], []
+        ids, pos, bounds, slots = [], [], [], []
         for seg in segments:
             start = seg.cache.length
             self.reserve(seg.cache, start + len(seg.token_ids))
             bounds.append((len(ids), len(ids) + len(seg.token_ids), start))
             ids.extend(seg.token_ids)
             pos.extend(range(start, start + len(seg.token_ids)))
-        input_ids = torch.tensor(ids, device=self.device)
-        position_ids = torch.tensor([pos], device=self.device)
+            pages = seg.cache.pages
+            slots.extend(pages[p // PAGE] * PAGE + p % PAGE for p in range(start, start + len(seg.token_ids)))
+        dev = self.device
+        input_ids = torch.tensor(ids, device=dev)
+        position_ids = torch.tensor([pos], device=dev)
+        slot = torch.tensor(slots, device=dev)
+        w_page, w_off = slot // PAGE, slot % PAGE
         h = self.inner.embed_tokens(input_ids)  # [N, D]: every token of every segment on one axis
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
         n_tok = len(ids)
@@ -145,9 +197,19 @@ class DecoderRunner:
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 else []
         single = [i for i in range(len(segments)) if i not in set(decode)]
         if decode:
-            cols = torch.tensor([bounds[i][0] for i in decode], device=self.device)
-            ends = torch.tensor([bounds[i][2] + 1 for i in decode], device=self.device)
-            mask = (torch.arange(int(ends.max()), device=self.device) < ends.unsqueeze(1))[:, None, None, :]
+            cols = torch.tensor([bounds[i][0] for i in decode], device=dev)
+            ends = [bounds[i][2] + 1 for i in decode]
+            width = -(-max(ends) // PAGE)
+            table = torch.tensor(
+                [
+                    segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE))
+                    for i, e in zip(decode, ends)
+                ],
+                device=dev,
+            )
+            mask = (torch.arange(width * PAGE, device=dev) < torch.tensor(ends, device=dev).unsqueeze(1))[:, None, None]
+        chunk_pages = {i: self._page_index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
+                       for i in single}  # fmt: skip
         for li, (layer, (w_qkv, b_qkv, w_gate_up)) in enumerate(zip(self.layers, self.fused)):
             attn = layer.self_attn
             q, k, v = _linear(layer.input_layernorm(h), w_qkv, b_qkv).split((q_size, kv_size, kv_size), dim=-1)
@@ -156,19 +218,20 @@ class DecoderRunner:
             v = v.reshape(n_tok, self.n_kv, self.head_dim)
             if hasattr(attn, "q_norm"):
                 q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, N, hd]
+            q, k = q.transpose(0, 1), k.transpose(0, 1)  # [heads, N, hd]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            for seg, (a, b, start) in zip(segments, bounds):
-                seg.cache.k[li, :, start : start + b - a] = k[:, a:b]
-                seg.cache.v[li, :, start : start + b - a] = v[:, a:b]
+            pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
+            pool_k[w_page, w_off] = k.transpose(0, 1)  # every new token of every segment: one copy each
+            pool_v[w_page, w_off] = v
             out = q.new_empty(q.shape)
             for i in single:
-                (a, b, start), cache = bounds[i], segments[i].cache
-                end = start + b - a
-                out[:, a:b] = self._attend(q[:, a:b], cache.k[li, :, :end], cache.v[li, :, :end], start)
+                (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
+                kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
+                vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
+                out[:, a:b] = self._attend(q[:, a:b], kc, vc, start)
             if decode:
-                out[:, cols] = self._attend_decode(q[:, cols], [segments[i].cache for i in decode], mask, li)
+                out[:, cols] = self._attend_decode(q[:, cols], pool_k[table], pool_v[table], mask)
             h = h + _linear(out.transpose(0, 1).reshape(n_tok, -1), attn.o_proj.weight, attn.o_proj.bias)
             mlp = layer.mlp
             gate, up = _linear(layer.post_attention_layernorm(h), w_gate_up).chunk(2, dim=-1)
@@ -181,14 +244,13 @@ class DecoderRunner:
         hidden = self.inner.norm(h[last])
         return _linear(hidden, self.model.lm_head.weight, self.model.lm_head.bias).float()
 
-    def _attend_decode(self, q: torch.Tensor, caches: list[KVCache], mask: torch.Tensor, li: int) -> torch.Tensor:
-        """One new token per sequence, ragged cache lengths: pad the caches into one batch, mask the padding."""
-        lmax = mask.shape[-1]
-        k = pad_sequence([c.k[li, :, : c.length + 1].transpose(0, 1) for c in caches], batch_first=True)
-        v = pad_sequence([c.v[li, :, : c.length + 1].transpose(0, 1) for c in caches], batch_first=True)
-        k, v = k[:, :lmax].transpose(1, 2), v[:, :lmax].transpose(1, 2)  # [B, kv_heads, Lmax, hd]
+    def _attend_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One new token per sequence against its gathered pages ([B, pages, PAGE, kv, hd]); padding is masked."""
+        b = k.shape[0]
+        k = k.flatten(1, 2).transpose(1, 2)  # [B, kv_heads, width, hd]
+        v = v.flatten(1, 2).transpose(1, 2)
         o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(2), k, v, attn_mask=mask, enable_gqa=True)
-        return o[:, :, 0].transpose(0, 1)  # [heads, B, hd]
+        return o.view(b, self.n_heads, self.head_dim).transpose(0, 1)  # [heads, B, hd]
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
         t, total = q.shape[1], k.shape[1]
@@ -215,8 +277,13 @@ class HFRunner:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
+    paged = False
+
     def reserve(self, cache: KVCache, tokens: int) -> None:
         pass
+
+    def release(self, cache: KVCache) -> None:
+        cache.hf, cache.length = None, 0
 
     def fork(self, cache: KVCache) -> KVCache:
         return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf))

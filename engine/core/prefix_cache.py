@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -20,8 +21,16 @@ BLOCK = 16
 
 @dataclass
 class _Block:
-    k: torch.Tensor  # [layers, kv_heads, BLOCK, head_dim]
+    k: torch.Tensor  # one KV page: [layers, BLOCK, kv_heads, head_dim]
     v: torch.Tensor
+
+
+class PageStore(Protocol):
+    """What the prefix cache needs of the model runner: copy one page of a sequence's cache out, or in."""
+
+    def read_page(self, cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def write_page(self, cache: Any, i: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
 
 
 def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:
@@ -65,23 +74,21 @@ class PrefixCache:
         for key in reversed(keys):
             self._blocks.move_to_end(key)
 
-    def load(self, chain: list[_Block], k: torch.Tensor, v: torch.Tensor) -> int:
-        """Copy a matched chain into a sequence's cache tensors; returns the tokens loaded."""
+    def load(self, chain: list[_Block], cache: Any, pages: PageStore) -> int:
+        """Copy a matched chain into the first pages of a sequence's cache; returns the tokens loaded."""
         for i, block in enumerate(chain):
-            k[:, :, i * BLOCK : (i + 1) * BLOCK] = block.k
-            v[:, :, i * BLOCK : (i + 1) * BLOCK] = block.v
+            pages.write_page(cache, i, block.k, block.v)
         self.hits += len(chain) * BLOCK
         return len(chain) * BLOCK
 
-    def store(self, tokens: list[int], k: torch.Tensor, v: torch.Tensor, salt: bytes = b"") -> None:
-        """Keep the whole blocks of `tokens`, whose KV sits at the start of k / v."""
+    def store(self, tokens: list[int], cache: Any, pages: PageStore, salt: bytes = b"") -> None:
+        """Keep the whole blocks of `tokens`, whose KV fills the first pages of `cache`."""
         if not self.capacity_blocks:
             return
         keys = _digests(tokens, salt, min(len(tokens) // BLOCK, self.capacity_blocks))
         for i, key in enumerate(keys):
             if key not in self._blocks:
-                sl = slice(i * BLOCK, (i + 1) * BLOCK)
-                self._blocks[key] = _Block(k[:, :, sl].clone(), v[:, :, sl].clone())
+                self._blocks[key] = _Block(*pages.read_page(cache, i))
         self._touch(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
