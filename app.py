@@ -231,12 +231,8 @@ def main(argv: list[str] | None = None) -> None:
             state.error = f"{type(exc).__name__}: {exc}"
             log.exception("model failed to load")
             return
-        if settings.audio_transcription:  # so the first audio request need not wait for Whisper
-            try:
-                state.service.media.transcriber()
-                log.info("speech-to-text ready (Whisper tiny.en)")
-            except Exception:  # audio requests will retry and fail with a clear error; text keeps working
-                log.exception("speech-to-text failed to load")
+        # Whisper loads on the first audio request (a few seconds, once): preloading it would cost every text-only
+        # deployment about 150 MB of resident memory.
 
     threading.Thread(target=load, name="loader", daemon=True).start()
     serve(create_application(settings, state), settings)
