@@ -51,7 +51,7 @@ def default_gguf(cache: Path) -> Path:
     target = cache / "gguf" / DEFAULT_GGUF
     if target.is_file():
         return target
-    with _exclusive(target):
+    with file_lock(target):
         if not target.is_file():
             _download_default(cache, target)
     return target
@@ -71,7 +71,7 @@ def _download_default(cache: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """Serialise first-start work between processes (two servers or test runs starting together)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
@@ -83,7 +83,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used)."""
     if (out_dir / "config.json").is_file():
         return out_dir
-    with _exclusive(out_dir):
+    with file_lock(out_dir):
         if (out_dir / "config.json").is_file():
             return out_dir
         return _convert(gguf, out_dir)

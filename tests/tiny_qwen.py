@@ -13,13 +13,11 @@ init, and the full model is checked again before it is saved.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,21 +268,14 @@ def default_cache_dir() -> Path:
     return cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")) / "test-models"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One builder at a time per directory (parallel test sessions on one machine)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def build_tiny_qwen(cache_dir: Path | None = None) -> Path:
     """The model directory, built on first use (well under a minute on two cores) and reused afterwards."""
     out = (cache_dir or default_cache_dir()) / f"tiny-qwen3-{cache_key()}"
     if (out / "config.json").is_file():
         return out
-    with _locked(out):
+    from engine.models import file_lock
+
+    with file_lock(out):
         if not (out / "config.json").is_file():
             _build(out)
     return out

@@ -8,8 +8,6 @@ WhisperForConditionalGeneration + WhisperProcessor directory under the cache roo
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import shutil
@@ -18,10 +16,11 @@ import sys
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from engine.models import file_lock
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def whisper_dir(cache: Path) -> Path:
     out = cache / "models" / f"{MODEL_NAME}-hf"
     if (out / "config.json").is_file():
         return out
-    with _exclusive(out):
+    with file_lock(out):
         if not (out / "config.json").is_file():
             _convert(_ct2_files(cache), out)
     return out
@@ -116,14 +115,6 @@ def _convert(files: dict[str, bytes], out: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp_out, ignore_errors=True)
         raise
-
-
-@contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 class Transcriber:
