@@ -95,16 +95,25 @@ def service(settings: Any) -> Iterator[Any]:
     svc.engine.shutdown()
 
 
-@pytest.fixture(scope="session")
-def live(settings: Any, service: Any) -> Iterator[LiveServer]:
+@contextlib.contextmanager
+def serving(settings: Any, service: Any) -> Iterator[LiveServer]:
+    """The real app on settings.port, serving an already built service, until the block ends."""
     from app import AppState
 
     state = AppState()
     state.service = service
     server, thread = start_server(settings, state)
-    yield LiveServer(f"http://127.0.0.1:{settings.port}", service, settings, server)
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield LiveServer(f"http://127.0.0.1:{settings.port}", service, settings, server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live(settings: Any, service: Any) -> Iterator[LiveServer]:
+    with serving(settings, service) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -155,17 +164,15 @@ QWEN_MODEL = "tiny-qwen3"
 @pytest.fixture(scope="session")
 def qwen_live(settings: Any, tiny_qwen_dir: Path) -> Iterator[LiveServer]:
     """The real app serving the tiny reasoning / tool-calling Qwen3 on its own port (one per session)."""
-    from app import AppState, build_service
+    from app import build_service
 
     cfg = settings.replace(port=free_port(), model=str(tiny_qwen_dir), served_model_name=QWEN_MODEL)
     svc = build_service(cfg)
-    state = AppState()
-    state.service = svc
-    server, thread = start_server(cfg, state)
-    yield LiveServer(f"http://127.0.0.1:{cfg.port}", svc, cfg, server)
-    server.should_exit = True
-    thread.join(timeout=10)
-    svc.engine.shutdown()
+    try:
+        with serving(cfg, svc) as server:
+            yield server
+    finally:
+        svc.engine.shutdown()
 
 
 @pytest.fixture(scope="session")

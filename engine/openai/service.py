@@ -26,9 +26,9 @@ from engine.openai.errors import (
 )
 from engine.openai.fold import fold
 from engine.openai.logprobs import TokenFormatter
-from engine.openai.media_parts import MediaPreparer
+from engine.openai.media_parts import MediaPreparer, PreparedMedia
 from engine.openai.params import sampling_params
-from engine.openai.reasoning import ReasoningPolicy
+from engine.openai.reasoning import ReasoningPlan, ReasoningPolicy
 from engine.openai.request import ChatCompletionRequest, Route
 from engine.openai.response import (
     ChatCompletionChunk,
@@ -240,6 +240,15 @@ def _map_engine_error(err: EngineError) -> ApiError:
     return IncompleteGenerationError("Generation failed before the first token.")
 
 
+@dataclass
+class _Prepared:
+    request: ChatCompletionRequest  # media replaced by what the prompt takes
+    media: PreparedMedia
+    plan: ReasoningPlan
+    ids: list[int]
+    params: SamplingParams
+
+
 class ChatService:
     def __init__(
         self, engine: Engine, tokenizer: Any, model: ModelInfo, settings: Settings, device: str = "cpu"
@@ -264,19 +273,11 @@ class ChatService:
     async def start(self, req: ChatCompletionRequest, route: Route = "v1") -> Generation:
         """Validate against the model and server, submit to the engine, and wait for its first answer."""
         accepted = time.perf_counter()
-        model = self.check_model(req, route)
-        media = await self.media.prepare(req)
-        req = media.request
-        plan = self.reasoning.plan(req)
+        model, prepared = await self._prepare(req, route)
+        req, media, plan, ids, params = (prepared.request, prepared.media, prepared.plan, prepared.ids,
+                                         prepared.params)  # fmt: skip
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
         constraint = await asyncio.to_thread(self.constraints.for_request, req)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
-        ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
-        params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
-        if plan.split:
-            params = dataclasses.replace(
-                params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
-            )
         prefix = "chatcmpl-" if route == "v1" else "chat-"
         request_id = prefix + uuid.uuid4().hex
         loop = asyncio.get_running_loop()
@@ -313,14 +314,27 @@ class ChatService:
             raise RequestValidationError("Parameter tools: tool calling is not supported by this model.")
         return name
 
+    async def _prepare(self, req: ChatCompletionRequest, route: Route) -> tuple[str, _Prepared]:
+        """Model check, media, reasoning plan, prompt and sampling parameters: what start() and
+        count_prompt_tokens() both need, done one way."""
+        model = self.check_model(req, route)
+        media = await self.media.prepare(req)
+        req = media.request
+        plan = self.reasoning.plan(req)
+        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
+        ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
+        params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        if plan.split:
+            params = dataclasses.replace(
+                params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
+            )
+        return model, _Prepared(req, media, plan, ids, params)
+
     async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
         """(model name, prompt tokens) after the same validation as start(), without generating: for a request
         that is answered without the engine (a question the moderation hook blocked)."""
-        model = self.check_model(req, route)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings)
-        ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
-        sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
-        return model, len(ids)
+        model, prepared = await self._prepare(req, route)
+        return model, len(prepared.ids)
 
     async def complete(self, req: ChatCompletionRequest, route: Route = "v1") -> ChatCompletionResponse:
         gen = await self.start(req, route)

@@ -10,20 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.parsers.chatglm3 import ChatGLM3Parser
-from engine.parsers.events import IdFactory, ParsedDelta, ToolCallEvent, ToolCallParser, fold, new_call_id
+from engine.parsers.events import IdFactory, ToolCallParser, new_call_id
 from engine.parsers.hermes import HermesParser
-
-__all__ = [
-    "PARSERS",
-    "ParsedDelta",
-    "ToolCallEvent",
-    "ToolCallParser",
-    "canonical_name",
-    "fold",
-    "make_parser",
-    "new_call_id",
-    "select_parser",
-]
 
 _Factory = Callable[..., ToolCallParser]
 PARSERS: dict[str, _Factory] = {"hermes": HermesParser, "chatglm3": ChatGLM3Parser}
