@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.core.projection import Projection
+
 LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 
 
@@ -78,17 +80,6 @@ def _fuse_layer(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Te
     return w_qkv, b_qkv, w_gate_up
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T for a [rows, in] activation. For a handful of rows (a decode batch) the CPU BLAS packs the
-    weight on every call when asked for x @ w.T, while w @ x.T streams it once: 1.5-2.5x faster at 2..32 rows
-    and 2.5x on the vocabulary projection at 4 rows (measured on 2 AVX2 cores; see bench/README.md)."""
-    rows = x.shape[0]
-    if rows == 1 or rows > 64:
-        return F.linear(x, w, b)
-    out = torch.mm(w, x.t()).t().contiguous()
-    return out + b if b is not None else out
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
@@ -114,7 +105,18 @@ class DecoderRunner:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
-        self.fused = [_fuse_layer(layer) for layer in self.layers]
+        self.proj = []  # per layer: qkv, o, gate_up, down
+        for layer in self.layers:
+            w_qkv, b_qkv, w_gate_up = _fuse_layer(layer)
+            attn, mlp = layer.self_attn, layer.mlp
+            self.proj.append((
+                Projection(w_qkv, b_qkv),
+                Projection(attn.o_proj.weight, attn.o_proj.bias),
+                Projection(w_gate_up, None),
+                Projection(mlp.down_proj.weight, mlp.down_proj.bias),
+            ))  # fmt: skip
+        head = model.lm_head
+        self.lm_head = Projection(head.weight, head.bias)
         pages = 1 + -(-kv_tokens // PAGE)  # page 0 stays zero: padding for ragged decode batches
         shape = (len(self.layers), pages, PAGE, self.n_kv, self.head_dim)
         self.k = torch.empty(shape, dtype=self.dtype, device=device)
@@ -188,7 +190,6 @@ class DecoderRunner:
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
-        w_page, w_off = slot // PAGE, slot % PAGE
         h = self.inner.embed_tokens(input_ids)  # [N, D]: every token of every segment on one axis
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
         n_tok = len(ids)
@@ -207,12 +208,13 @@ class DecoderRunner:
                 ],
                 device=dev,
             )
+            flat_table, table_shape = table.flatten(), (*table.shape, PAGE, self.n_kv, self.head_dim)
             mask = (torch.arange(width * PAGE, device=dev) < torch.tensor(ends, device=dev).unsqueeze(1))[:, None, None]
         chunk_pages = {i: self._page_index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
-        for li, (layer, (w_qkv, b_qkv, w_gate_up)) in enumerate(zip(self.layers, self.fused)):
+        for li, (layer, (p_qkv, p_o, p_gate_up, p_down)) in enumerate(zip(self.layers, self.proj)):
             attn = layer.self_attn
-            q, k, v = _linear(layer.input_layernorm(h), w_qkv, b_qkv).split((q_size, kv_size, kv_size), dim=-1)
+            q, k, v = p_qkv(layer.input_layernorm(h)).split((q_size, kv_size, kv_size), dim=-1)
             q = q.reshape(n_tok, self.n_heads, self.head_dim)
             k = k.reshape(n_tok, self.n_kv, self.head_dim)
             v = v.reshape(n_tok, self.n_kv, self.head_dim)
@@ -222,8 +224,9 @@ class DecoderRunner:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
-            pool_k[w_page, w_off] = k.transpose(0, 1)  # every new token of every segment: one copy each
-            pool_v[w_page, w_off] = v
+            flat_k, flat_v = pool_k.view(-1, self.n_kv, self.head_dim), pool_v.view(-1, self.n_kv, self.head_dim)
+            flat_k.index_copy_(0, slot, k.transpose(0, 1))  # every new token of every segment: one copy each
+            flat_v.index_copy_(0, slot, v)
             out = q.new_empty(q.shape)
             for i in single:
                 (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
@@ -231,18 +234,22 @@ class DecoderRunner:
                 vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
                 out[:, a:b] = self._attend(q[:, a:b], kc, vc, start)
             if decode:
-                out[:, cols] = self._attend_decode(q[:, cols], pool_k[table], pool_v[table], mask)
-            h = h + _linear(out.transpose(0, 1).reshape(n_tok, -1), attn.o_proj.weight, attn.o_proj.bias)
-            mlp = layer.mlp
-            gate, up = _linear(layer.post_attention_layernorm(h), w_gate_up).chunk(2, dim=-1)
-            h = h + _linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+                out[:, cols] = self._attend_decode(
+                    q[:, cols],
+                    pool_k.index_select(0, flat_table).view(table_shape),
+                    pool_v.index_select(0, flat_table).view(table_shape),
+                    mask,
+                )
+            h = h + p_o(out.transpose(0, 1).reshape(n_tok, -1))
+            gate, up = p_gate_up(layer.post_attention_layernorm(h)).chunk(2, dim=-1)
+            h = h + p_down(layer.mlp.act_fn(gate) * up)
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
         last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
         if not last:
             return torch.empty(0)
         hidden = self.inner.norm(h[last])
-        return _linear(hidden, self.model.lm_head.weight, self.model.lm_head.bias).float()
+        return self.lm_head(hidden).float()
 
     def _attend_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One new token per sequence against its gathered pages ([B, pages, PAGE, kv, hd]); padding is masked."""
