@@ -4,7 +4,7 @@ Imports nothing of engine/openai or engine/core: the service calls `build_inputs
 carries the resulting tensors to the runner.
 """
 
-from engine.multimodal.inputs import MediaInputs, build_inputs
+from engine.multimodal.inputs import MediaInputError, MediaInputs, build_inputs
 from engine.multimodal.loading import MediaProcessors, detect_modalities, load_multimodal
 
-__all__ = ["MediaInputs", "MediaProcessors", "build_inputs", "detect_modalities", "load_multimodal"]
+__all__ = ["MediaInputError", "MediaInputs", "MediaProcessors", "build_inputs", "detect_modalities", "load_multimodal"]
