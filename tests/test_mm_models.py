@@ -186,6 +186,23 @@ def test_n2_and_text_only_on_the_vl_model(vl_live) -> None:
     assert "media" not in r.json()
 
 
+def test_stream_reports_media_on_its_first_chunk(vl_live) -> None:
+    from tests.conftest import sse_events
+
+    r = ask(vl_live, VL, [image_part()], stream=True)
+    assert r.status_code == 200, r.text
+    events = [e for e in sse_events(r.text) if e != "[DONE]"]
+    assert events[0]["media"][0]["type"] == "image"
+    assert all("media" not in e for e in events[1:])
+
+
+def test_a_template_without_the_placeholder_is_refused(vl_live) -> None:
+    template = "{% for m in messages %}{{ m.role }}: {{ m.content if m.content is string else '' }}\n{% endfor %}"
+    r = ask(vl_live, VL, [image_part()], chat_template=template)
+    assert r.status_code == 422
+    assert "chat_template" in r.json()["error"] and "placed 0 of the request's 1 image parts" in r.json()["error"]
+
+
 def test_vl_model_refuses_audio(vl_live) -> None:
     r = ask(vl_live, VL, [audio_part(SPEECH.read_bytes())])
     assert r.status_code == 422

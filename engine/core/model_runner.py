@@ -288,8 +288,9 @@ class HFRunner:
         self.mrope = callable(getattr(inner, "get_rope_index", None))  # Qwen2-VL family: explicit 3-D positions
         params = inspect.signature(model.forward).parameters
         self._keep_last = "logits_to_keep" in params
-        # No logits_to_keep (Qwen2-Audio): run the body and project only the last position, not the whole prompt.
-        self._split_head = not self._keep_last and inner is not None and hasattr(model, "lm_head")
+        # No logits_to_keep (Qwen2-Audio): run the body and project only the last position, not the whole prompt
+        # (a 30 s clip is 750 tokens of 151k logits each). Only for media models, whose head is a plain lm_head.
+        self._split_head = not self._keep_last and hasattr(model.config, "audio_config") and hasattr(model, "lm_head")
 
     paged = False
 
