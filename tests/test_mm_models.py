@@ -129,6 +129,39 @@ def test_runner_positions_give_the_hf_forward_logits(vl_parts) -> None:
             torch.testing.assert_close(step[0], reference(ids, inputs.tensors), atol=1e-4, rtol=0)
 
 
+def test_qwen2_5_vl_image_and_video_positions(vl_parts) -> None:
+    """Qwen2.5-VL (in memory): an image and a video in one prompt, positions spaced by seconds per temporal patch."""
+    from PIL import Image
+
+    from engine.core.model_runner import KVCache, Segment, make_runner
+    from engine.media import LoadedMedia, Video
+    from engine.multimodal import MediaProcessors
+    from tests.tiny_mm import vl25_model
+
+    _, tok, vl_procs = vl_parts
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = vl25_model(len(tok))
+    cfg = model.config
+    procs = MediaProcessors("qwen2_5_vl", frozenset({"image", "video"}), image=vl_procs.image,
+                            token_ids={"image": cfg.image_token_id, "video": cfg.video_token_id})  # fmt: skip
+    frames = np.random.RandomState(0).randint(0, 255, (6, 60, 80, 3), dtype=np.uint8)
+    media = [LoadedMedia("image", "image/png", "data_url", 1, "i", image=Image.fromarray(frames[0])),
+             LoadedMedia("video", "video/mp4", "data_url", 1, "v",
+                         video=Video(frames, [0.0, 0.5, 1.0, 1.5, 2.0, 2.5], 3.0, 10.0))]  # fmt: skip
+    parts = [{"type": "image"}, {"type": "video"}, {"type": "text", "text": "Hi"}]
+    text = tok.apply_chat_template([{"role": "user", "content": parts}], tokenize=False, add_generation_prompt=True)
+    inputs = build_inputs(tok(text, add_special_tokens=False)["input_ids"], media, procs)
+    assert float(inputs.tensors["second_per_grid_ts"][0]) == 1.0  # 2 frames per patch, 0.5 s apart
+    with torch.inference_mode():
+        cache = KVCache()
+        first = make_runner(model, "cpu").forward([Segment(cache, inputs.ids, mm=inputs.tensors)])
+        full = torch.tensor([inputs.ids])
+        types = (full == cfg.image_token_id).int() + 2 * (full == cfg.video_token_id).int()
+        ref = model(input_ids=full, mm_token_type_ids=types, **inputs.tensors).logits[0, -1]
+    torch.testing.assert_close(first[0], ref, atol=1e-4, rtol=0)
+
+
 # ---- the VL model through the API ----------------------------------------------------------------------------------
 
 

@@ -59,6 +59,17 @@ def vl_model(vocab: int) -> Any:
     return Qwen2VLForConditionalGeneration(config).eval()
 
 
+def vl25_model(vocab: int) -> Any:
+    """A tiny random Qwen2.5-VL (windowed vision attention, seconds-aware video positions); built in memory."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text = _text_config(vocab) | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                                       "mrope_section": [2, 3, 3]}}  # fmt: skip
+    vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])  # fmt: skip
+    return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision)).eval()
+
+
 def audio_model(vocab: int, audio_id: int) -> Any:
     from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
 
