@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Settings
+from engine.openai import prompt as prompts
 from engine.openai.errors import RequestValidationError
 from engine.openai.messages import MEDIA_MODALITY, TextPart
 from engine.openai.request import ChatCompletionRequest
@@ -106,6 +107,22 @@ class MediaPreparer:
             transcripts.append(Transcript(i, j, text))
         request = _replace_parts(req, transcripts) if transcripts else req
         return PreparedMedia(request, transcripts, digest.digest(), kept)
+
+    def model_inputs(
+        self, ids: list[int], prepared: PreparedMedia, processors: Any, context_length: int
+    ) -> tuple[list[int], dict[str, Any], list[dict[str, Any]]]:
+        """The kept parts into the model's inputs: placeholders expanded to the media's tokens (then the length
+        limit again), the prefill tensors, and what each part cost. Blocking (image processor, patchify, Whisper
+        features): run off the event loop."""
+        from engine.multimodal import MediaInputError, build_inputs
+
+        try:
+            inputs = build_inputs(ids, [k.media for k in prepared.kept], processors)
+        except MediaInputError as exc:
+            raise RequestValidationError(f"Parameter chat_template: {exc}.") from None
+        prompts.check_length(len(inputs.ids), self.settings, context_length)
+        report = [k.as_json(n) for k, n in zip(prepared.kept, inputs.tokens)]
+        return inputs.ids, inputs.tensors, report
 
 
 def _replace_parts(req: ChatCompletionRequest, transcripts: list[Transcript]) -> ChatCompletionRequest:

@@ -343,28 +343,15 @@ class ChatService:
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
         if media.kept:
-            ids, mm, report = await asyncio.to_thread(self._media_inputs, ids, media)
+            ids, mm, report = await asyncio.to_thread(
+                self.media.model_inputs, ids, media, self.processors, self.model.context_length
+            )
         params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
         if plan.split:
             params = dataclasses.replace(
                 params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
             )
         return model, _Prepared(req, media, plan, ids, params, mm, report)
-
-    def _media_inputs(
-        self, ids: list[int], media: PreparedMedia
-    ) -> tuple[list[int], dict[str, Any], list[dict[str, Any]]]:
-        """Placeholders expanded to the media's tokens (then the length limit again), the prefill tensors, and
-        what each part cost. Blocking (image processor, patchify, Whisper features): run off the event loop."""
-        from engine.multimodal import MediaInputError, build_inputs
-
-        try:
-            inputs = build_inputs(ids, [k.media for k in media.kept], self.processors)
-        except MediaInputError as exc:
-            raise RequestValidationError(f"Parameter chat_template: {exc}.") from None
-        prompts.check_length(len(inputs.ids), self.settings, self.model.context_length)
-        report = [k.as_json(n) for k, n in zip(media.kept, inputs.tokens)]
-        return inputs.ids, inputs.tensors, report
 
     async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
         """(model name, prompt tokens) after the same validation as start(), without generating: for a request
