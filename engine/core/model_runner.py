@@ -303,6 +303,13 @@ class HFRunner:
     def fork(self, cache: KVCache) -> KVCache:
         return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf), rope_delta=cache.rope_delta)
 
+    def _media_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """Pixels and audio features in the model's dtype (bf16 models then never see float32 activations,
+        whichever model casts or not); grids, masks and per-video seconds as they are."""
+        if t.is_floating_point() and t.ndim >= 2:
+            return t.to(self.device, self.dtype)
+        return t.to(self.device)
+
     def _mrope_positions(self, seg: Segment, ids: torch.Tensor, start: int) -> torch.Tensor:
         """[3, 1, L] positions. A prefill with images or video gets them from the model's get_rope_index, which
         also gives the sequence's delta; every later call continues from the cache length plus that delta."""
@@ -335,7 +342,7 @@ class HFRunner:
             else:
                 kwargs["cache_position"] = torch.arange(start, start + len(seg.token_ids), device=self.device)
             if seg.mm and start == 0:
-                kwargs.update({k: v.to(self.device) for k, v in seg.mm.items()})
+                kwargs.update({k: self._media_tensor(v) for k, v in seg.mm.items()})
             if self._split_head:
                 hidden = self.model.model(input_ids=ids, **kwargs).last_hidden_state
                 logits = self.model.lm_head(hidden[:, -1:])
