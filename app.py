@@ -117,8 +117,9 @@ def build_service(settings: cfg.Settings) -> Any:
         loaded.generation_config,
         loaded.model.config.model_type,
         loaded.model.get_output_embeddings().weight.shape[0],
+        loaded.modalities,
     )
-    return ChatService(core, loaded.tokenizer, info, settings, place.device)
+    return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors)
 
 
 class AppState:

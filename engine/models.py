@@ -134,18 +134,30 @@ class LoadedModel:
     name: str
     context_length: int
     generation_config: dict[str, Any]
+    processors: Any = None  # engine.multimodal.MediaProcessors for a multimodal model, else None
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        """Media the model accepts beyond text ("image", "video", "audio")."""
+        return self.processors.modalities if self.processors is not None else frozenset()
 
 
 def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from engine.multimodal import detect_modalities, load_multimodal
+
     path, name = resolve_model_dir(model, cache)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    processors = None
+    if detect_modalities(path):  # Qwen2-VL, Qwen2.5-VL, Qwen2-Audio: model class, tokenizer and media processors
+        hf, tokenizer, processors = load_multimodal(path, dtype)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     hf.to(device).eval()
     torch.set_grad_enabled(False)
     cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))
     gen = hf.generation_config.to_diff_dict() if hf.generation_config is not None else {}
-    return LoadedModel(hf, tokenizer, name, context, gen)
+    return LoadedModel(hf, tokenizer, name, context, gen, processors)

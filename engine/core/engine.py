@@ -230,7 +230,7 @@ class Engine:
                 first.constraint = r.req.constraint
                 r.seqs = [first]
             self.runner.reserve(first.cache, want // cands)
-            if self.prefix_cache is not None and self.runner.paged:
+            if self.prefix_cache is not None and self._caches(r.req):
                 chain = self.prefix_cache.match(r.context, r.req.cache_salt)
                 first.cache.length = self.prefix_cache.load(chain, first.cache, self.runner)
                 r.prefilled = first.cache.length
@@ -288,11 +288,14 @@ class Engine:
                 plan.append((r, live))
                 in_step.append(r)
             elif budget > 0:
-                chunk = r.context[r.prefilled : r.prefilled + budget]
+                # Media embed in one forward with every placeholder: a multimodal prompt is prefilled whole.
+                size = len(r.context) if r.req.mm is not None else budget
+                chunk = r.context[r.prefilled : r.prefilled + size]
                 budget -= len(chunk)
                 r.prefilled += len(chunk)
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
-                segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed))
+                segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
+                                        mm=r.req.mm))  # fmt: skip
                 if r.prefill_done:
                     if not resumed:
                         plan.append((r, r.seqs[:1]))
@@ -397,8 +400,13 @@ class Engine:
         self._kv_used -= r.kv_tokens
         r.kv_tokens = 0
 
+    def _caches(self, req: EngineRequest) -> bool:
+        """Whether a request's KV goes through the prefix cache. Not for media prompts: pages hold no media
+        digest beyond the salt and no M-RoPE delta, and prefill of a media prompt is never split anyway."""
+        return self.prefix_cache is not None and self.runner.paged and req.mm is None
+
     def _remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
-        if self.prefix_cache is not None and self.runner.paged:
+        if self.prefix_cache is not None and self._caches(req):
             self.prefix_cache.store(tokens[: cache.length], cache, self.runner, req.cache_salt)
 
     def _free_cache(self, cache: KVCache) -> None:

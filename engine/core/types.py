@@ -87,6 +87,9 @@ class EngineRequest:
     params: SamplingParams
     cache_salt: bytes = b""  # folded into prefix-cache keys: e.g. a digest of the request's media
     constraint: Any = None  # a constraints.TokenConstraint for structured output / forced tool calls
+    # Media tensors of a multimodal prompt (pixel_values, image_grid_thw, input_features, ...), keyed by the model's
+    # forward arguments; the prompt ids already hold the expanded placeholders. None for text.
+    mm: dict[str, Any] | None = None
 
 
 class EngineError(Exception):

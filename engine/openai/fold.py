@@ -30,10 +30,11 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
     choices: dict[int, ResponseChoice] = {}
     head: ChatCompletionChunk | None = None
     final: ChatCompletionChunk | None = None
-    transcription = None
+    transcription = media = None
     async for chunk in chunks:
         head = head or chunk
         transcription = transcription or chunk.transcription
+        media = media or chunk.media
         if not chunk.choices:
             final = chunk
             continue
@@ -59,4 +60,5 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         prefill_time=final.prefill_time,
         decode_time_arr=final.decode_time_arr,
         transcription=transcription,
+        media=media,
     )

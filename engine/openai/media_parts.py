@@ -1,9 +1,11 @@
 """Media parts of a request -> what the prompt gets (spec §2.4.1, §3).
 
-Today every served model takes text only: image and video parts are refused with the spec's error, and audio
-parts are either refused or, with `audio_transcription` on, loaded through engine/media (sources, limits and
-security rules of §3), transcribed by Whisper and replaced by their transcript as text. The response reports
-each transcript in its `transcription` field. Nothing is fetched or decoded for a request that will be refused.
+Parts of a modality the served model accepts (a Qwen2-VL takes image and video, a Qwen2-Audio audio) are loaded
+through engine/media (sources, limits and security rules of §3) and kept for the model's processor; the chat
+template gets them as parts and writes their placeholders. Other image and video parts are refused with the
+spec's error. Other audio parts are refused too or, with `audio_transcription` on, transcribed by Whisper and
+replaced by their transcript as text; the response reports each transcript in its `transcription` field.
+Nothing is fetched or decoded for a request that will be refused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Settings
+from engine.openai import prompt as prompts
 from engine.openai.errors import RequestValidationError
 from engine.openai.messages import MEDIA_MODALITY, TextPart
 from engine.openai.request import ChatCompletionRequest
@@ -31,10 +34,28 @@ class Transcript:
 
 
 @dataclass
+class KeptMedia:
+    """A part the model takes itself, decoded; in the order of the parts, so of the template's placeholders."""
+
+    message: int
+    part: int
+    media: Any  # engine.media.LoadedMedia
+
+    def as_json(self, tokens: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"message": self.message, "part": self.part, "type": self.media.kind, "tokens": tokens}
+        if self.media.frames_sampled is not None:
+            out["frames_sampled"] = self.media.frames_sampled
+        if self.media.duration is not None:
+            out["duration"] = round(self.media.duration, 3)
+        return out
+
+
+@dataclass
 class PreparedMedia:
     request: ChatCompletionRequest  # media replaced by what the prompt takes (transcripts)
     transcripts: list[Transcript] = field(default_factory=list)
     salt: bytes = b""  # digest of the media, for prefix-cache keys: never reuse KV across different media
+    kept: list[KeptMedia] = field(default_factory=list)  # parts for the model's processor
 
 
 class MediaPreparer:
@@ -54,7 +75,8 @@ class MediaPreparer:
                 self._transcriber = Transcriber.load(cache_root(self.settings.cache_dir), self.device)
             return self._transcriber
 
-    async def prepare(self, req: ChatCompletionRequest) -> PreparedMedia:
+    async def prepare(self, req: ChatCompletionRequest, accepts: frozenset[str] = frozenset()) -> PreparedMedia:
+        """`accepts`: the modalities the served model takes itself."""
         parts = [
             (i, j, part)
             for i, message in enumerate(req.messages)
@@ -65,7 +87,7 @@ class MediaPreparer:
             return PreparedMedia(req)
         for i, j, part in parts:  # refuse before fetching anything
             modality = MEDIA_MODALITY[part.type]
-            if modality != "audio" or not self.settings.audio_transcription:
+            if modality not in accepts and (modality != "audio" or not self.settings.audio_transcription):
                 raise RequestValidationError(f"messages[{i}].content[{j}]: model does not accept {modality} input.")
         from engine.media import MediaError, load_all
 
@@ -74,13 +96,33 @@ class MediaPreparer:
         except MediaError as exc:
             where = f"messages[{parts[exc.index][0]}].content[{parts[exc.index][1]}]: " if exc.index is not None else ""
             raise RequestValidationError(where + str(exc)) from None
-        model = await asyncio.to_thread(self.transcriber)
-        transcripts, digest = [], hashlib.sha256()
-        for (i, j, _), media in zip(parts, loaded):
+        transcripts, kept, digest = [], [], hashlib.sha256()
+        for (i, j, part), media in zip(parts, loaded):
+            digest.update(media.digest.encode())
+            if MEDIA_MODALITY[part.type] in accepts:
+                kept.append(KeptMedia(i, j, media))
+                continue
+            model = await asyncio.to_thread(self.transcriber)
             text = (await asyncio.to_thread(model.transcribe, media.audio)).strip()
             transcripts.append(Transcript(i, j, text))
-            digest.update(media.digest.encode())
-        return PreparedMedia(_replace_parts(req, transcripts), transcripts, digest.digest())
+        request = _replace_parts(req, transcripts) if transcripts else req
+        return PreparedMedia(request, transcripts, digest.digest(), kept)
+
+    def model_inputs(
+        self, ids: list[int], prepared: PreparedMedia, processors: Any, context_length: int
+    ) -> tuple[list[int], dict[str, Any], list[dict[str, Any]]]:
+        """The kept parts into the model's inputs: placeholders expanded to the media's tokens (then the length
+        limit again), the prefill tensors, and what each part cost. Blocking (image processor, patchify, Whisper
+        features): run off the event loop."""
+        from engine.multimodal import MediaInputError, build_inputs
+
+        try:
+            inputs = build_inputs(ids, [k.media for k in prepared.kept], processors)
+        except MediaInputError as exc:
+            raise RequestValidationError(f"Parameter chat_template: {exc}.") from None
+        prompts.check_length(len(inputs.ids), self.settings, context_length)
+        report = [k.as_json(n) for k, n in zip(prepared.kept, inputs.tokens)]
+        return inputs.ids, inputs.tensors, report
 
 
 def _replace_parts(req: ChatCompletionRequest, transcripts: list[Transcript]) -> ChatCompletionRequest:

@@ -26,9 +26,14 @@ def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settin
 
 
 def render_prompt(
-    req: ChatCompletionRequest, tokenizer: Any, settings: Settings, enable_thinking: bool | None = None
+    req: ChatCompletionRequest,
+    tokenizer: Any,
+    settings: Settings,
+    enable_thinking: bool | None = None,
+    media: frozenset[str] = frozenset(),
 ) -> str:
-    messages = req.text_only_messages()
+    """`media`: modalities whose parts the template gets as parts (the model takes them); others are refused."""
+    messages = req.text_only_messages(media)
     limit = settings.max_request_length_mb << 20
     size = len(
         json.dumps([m.model_dump(exclude_none=True) for m in req.messages], separators=(",", ":"), ensure_ascii=False)
@@ -62,7 +67,12 @@ def prompt_limit(settings: Settings, context_length: int) -> int:
 def tokenize(text: str, tokenizer: Any, settings: Settings, context_length: int) -> list[int]:
     # The template already wrote the special tokens (BOS included where the model wants one).
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    limit = prompt_limit(settings, context_length)
-    if not 0 < len(ids) <= limit:
-        raise RequestValidationError(f"Messages token length must be in (0, {limit}], got {len(ids)}.")
+    check_length(len(ids), settings, context_length)
     return ids
+
+
+def check_length(tokens: int, settings: Settings, context_length: int) -> None:
+    """Spec §2.3 on the prompt as the model sees it (again after media placeholders are expanded)."""
+    limit = prompt_limit(settings, context_length)
+    if not 0 < tokens <= limit:
+        raise RequestValidationError(f"Messages token length must be in (0, {limit}], got {tokens}.")

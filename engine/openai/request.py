@@ -332,17 +332,25 @@ class ChatCompletionRequest(StrictModel):
     def has_media(self) -> bool:
         return any(m.media_parts() for m in self.messages)
 
-    def text_only_messages(self) -> list[dict[str, Any]]:
+    def text_only_messages(self, media: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
         """Messages as plain dicts for a chat template. Text-only arrays are flattened (§2.4.1); absent assistant
         content becomes "". Tool-call `arguments` that are a JSON object are decoded to a dict (what HF templates
-        expect), otherwise kept as the string. Media parts → RequestValidationError naming the modality."""
+        expect), otherwise kept as the string. A message with parts of a modality in `media` (those the model
+        takes) keeps its parts, as `{"type": "text", "text": ...}` and `{"type": "image" | "video" | "audio"}`, so
+        the template writes the placeholders. Other media parts → RequestValidationError naming the modality."""
         out = []
         for i, message in enumerate(self.messages):
+            parts: list[dict[str, Any]] = []
             for j, part in enumerate(message.content if isinstance(message.content, list) else []):
-                if not isinstance(part, TextPart):
-                    modality = MEDIA_MODALITY[part.type]
+                if isinstance(part, TextPart):
+                    parts.append({"type": "text", "text": part.text})
+                    continue
+                modality = MEDIA_MODALITY[part.type]
+                if modality not in media:
                     raise RequestValidationError(f"messages[{i}].content[{j}]: model does not accept {modality} input.")
-            item: dict[str, Any] = {"role": message.role, "content": message.text}
+                parts.append({"type": modality})
+            has_media = any(p["type"] != "text" for p in parts)
+            item: dict[str, Any] = {"role": message.role, "content": parts if has_media else message.text}
             for key in ("name", "tool_call_id", "reasoning_content"):
                 if getattr(message, key) is not None:
                     item[key] = getattr(message, key)

@@ -90,6 +90,7 @@ class ChatCompletionChunk(BaseModel):
     prefill_time: int | None = Field(default=None, exclude=True)  # closing chunks: ms to the first token
     decode_time_arr: list[int] | None = Field(default=None, exclude=True)  # closing chunks: ms per later token
     transcription: list[dict[str, Any]] | None = Field(default=None, exclude=True)  # first chunk: audio → text
+    media: list[dict[str, Any]] | None = Field(default=None, exclude=True)  # first chunk: parts the model took
 
 
 class ResponseMessage(BaseModel):
@@ -118,3 +119,4 @@ class ChatCompletionResponse(BaseModel):
     prefill_time: int | None = None
     decode_time_arr: list[int] | None = None
     transcription: list[dict[str, Any]] | None = None  # audio parts transcribed into the prompt (spec §2.4.1)
+    media: list[dict[str, Any]] | None = None  # media parts a multimodal model took: type, tokens, frames sampled

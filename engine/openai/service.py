@@ -53,6 +53,7 @@ class ModelInfo:
     generation_config: dict[str, Any] = field(default_factory=dict)
     model_type: str = ""
     vocab_size: int = 0  # width of the model's logits
+    modalities: frozenset[str] = frozenset()  # media the model takes itself ("image", "video", "audio")
 
 
 @dataclass
@@ -70,7 +71,8 @@ class Generation:
     def __init__(self, service: ChatService, request_id: str, created: int, model: str, params: SamplingParams,
                  stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool,
                  split: bool = False, tool_parser: str | None = None, streaming: bool = True,
-                 transcription: list[dict[str, Any]] | None = None):  # fmt: skip
+                 transcription: list[dict[str, Any]] | None = None,
+                 media: list[dict[str, Any]] | None = None):  # fmt: skip
         self.service = service
         self.id = request_id
         self.created = created
@@ -85,6 +87,7 @@ class Generation:
         self._streaming = streaming  # a non-stream parser holds everything back and answers at the end (§8.2)
         self._parsers: dict[int, ToolCallParser] = {}
         self._transcription = transcription  # rides on the first chunk
+        self._media = media  # media parts the model took (tokens, frames), on the first chunk too
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
@@ -126,6 +129,8 @@ class Generation:
     def _chunk(self, choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
         if self._transcription is not None:
             extra["transcription"], self._transcription = self._transcription, None
+        if self._media is not None:
+            extra["media"], self._media = self._media, None
         return ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, **extra)
 
     def _usage(self, tokens: int, st: _ChoiceStats) -> Usage:
@@ -247,13 +252,22 @@ class _Prepared:
     plan: ReasoningPlan
     ids: list[int]
     params: SamplingParams
+    mm: dict[str, Any] | None = None  # media tensors for the model's prefill
+    media_report: list[dict[str, Any]] | None = None  # per kept media part: type, tokens, frames sampled
 
 
 class ChatService:
     def __init__(
-        self, engine: Engine, tokenizer: Any, model: ModelInfo, settings: Settings, device: str = "cpu"
+        self,
+        engine: Engine,
+        tokenizer: Any,
+        model: ModelInfo,
+        settings: Settings,
+        device: str = "cpu",
+        processors: Any = None,
     ) -> None:
         self.engine = engine
+        self.processors = processors  # engine.multimodal.MediaProcessors of a multimodal model
         self.tokenizer = tokenizer
         self.model = model
         self.settings = settings
@@ -290,13 +304,15 @@ class ChatService:
                 self.engine.abort(request_id)
 
         try:
-            stats = self.engine.submit(EngineRequest(request_id, ids, params, media.salt, constraint), sink)
+            stats = self.engine.submit(
+                EngineRequest(request_id, ids, params, media.salt, constraint, prepared.mm), sink
+            )
         except EngineError as err:
             raise _map_engine_error(err) from None
         gen = Generation(
             self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens,
             plan.split, tool_parser, bool(req.stream),
-            [t.as_json() for t in media.transcripts] or None,
+            [t.as_json() for t in media.transcripts] or None, prepared.media_report,
         )  # fmt: skip
         try:
             await gen._prefetch()
@@ -318,17 +334,24 @@ class ChatService:
         """Model check, media, reasoning plan, prompt and sampling parameters: what start() and
         count_prompt_tokens() both need, done one way."""
         model = self.check_model(req, route)
-        media = await self.media.prepare(req)
+        media = await self.media.prepare(req, self.model.modalities)
         req = media.request
         plan = self.reasoning.plan(req)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking)
+        text = await asyncio.to_thread(
+            prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking, self.model.modalities
+        )
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
+        mm, report = None, None
+        if media.kept:
+            ids, mm, report = await asyncio.to_thread(
+                self.media.model_inputs, ids, media, self.processors, self.model.context_length
+            )
         params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
         if plan.split:
             params = dataclasses.replace(
                 params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
             )
-        return model, _Prepared(req, media, plan, ids, params)
+        return model, _Prepared(req, media, plan, ids, params, mm, report)
 
     async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
         """(model name, prompt tokens) after the same validation as start(), without generating: for a request
@@ -342,4 +365,5 @@ class ChatService:
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:
         """The exact prompt text a request renders to (the UI's 'show prompt')."""
-        return prompts.render_prompt(req, self.tokenizer, self.settings, self.reasoning.plan(req).thinking)
+        thinking = self.reasoning.plan(req).thinking
+        return prompts.render_prompt(req, self.tokenizer, self.settings, thinking, self.model.modalities)

@@ -48,6 +48,8 @@ def response_json(resp: ChatCompletionResponse, perf_stats: bool) -> dict[str, A
     }
     if resp.transcription is not None:
         out["transcription"] = resp.transcription
+    if resp.media is not None:
+        out["media"] = resp.media
     if perf_stats:
         out["prefill_time"] = resp.prefill_time or 0
         out["decode_time_arr"] = resp.decode_time_arr or []
@@ -72,6 +74,8 @@ class V1StreamWriter:
                                 "model": chunk.model}  # fmt: skip
         if chunk.transcription is not None:
             head["transcription"] = chunk.transcription
+        if chunk.media is not None:
+            head["media"] = chunk.media
         if not chunk.choices:
             if not self.include_usage or chunk.usage is None:
                 return None
