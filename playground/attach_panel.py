@@ -65,7 +65,7 @@ def build(h: AttachHandlers) -> tuple[gr.State, gr.HTML]:
         with gr.Row(equal_height=True):
             image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png", label="image",
                              height=150, elem_id="pg-attach-image")  # fmt: skip
-            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav", label="audio",
+            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label="audio",
                              elem_id="pg-attach-audio")  # fmt: skip
             video = gr.File(file_types=VIDEO_TYPES, label="video (.mp4 .avi .wmv)", height=150,
                             elem_id="pg-attach-video")  # fmt: skip
@@ -75,6 +75,7 @@ def build(h: AttachHandlers) -> tuple[gr.State, gr.HTML]:
             add = gr.Button("Attach URL", size="sm", scale=1, elem_id="pg-attach-url-add")
             clear = gr.Button("✕ Remove all", size="sm", scale=1, elem_id="pg-attach-clear")
     view = gr.HTML("", elem_id="pg-attach-list")
+    # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
         event = comp.upload if kind == "video" else comp.input
