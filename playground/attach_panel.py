@@ -57,24 +57,23 @@ def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
     return add
 
 
-def build(h: AttachHandlers) -> tuple[gr.State, gr.HTML]:
-    """The attachment accordion; returns the pending list (a State) and its summary view."""
+def build(h: AttachHandlers, view: gr.HTML) -> gr.State:
+    """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list."""
     pending = gr.State([])
     with gr.Accordion("📎 Attach image · audio · video · URL", open=False, elem_id="pg-attach-panel"):
         send_as = gr.Radio(SEND_AS, value=BASE64, label="send uploads as", elem_id="pg-send-as")
-        with gr.Row(equal_height=True):
+        with gr.Row():
             image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png", label="image",
-                             height=150, elem_id="pg-attach-image")  # fmt: skip
+                             height=190, min_width=160, elem_id="pg-attach-image")  # fmt: skip
             audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label="audio",
-                             elem_id="pg-attach-audio")  # fmt: skip
-            video = gr.File(file_types=VIDEO_TYPES, label="video (.mp4 .avi .wmv)", height=150,
+                             min_width=160, elem_id="pg-attach-audio")  # fmt: skip
+            video = gr.File(file_types=VIDEO_TYPES, label="video (.mp4 .avi .wmv)", height=190, min_width=160,
                             elem_id="pg-attach-video")  # fmt: skip
-        with gr.Row(equal_height=True):
+        with gr.Row():
             url = gr.Textbox(placeholder="https://host/cat.png or file:///data/clip.mp4 (sent as a URL)",
                              show_label=False, scale=5, elem_id="pg-attach-url")  # fmt: skip
-            add = gr.Button("Attach URL", size="sm", scale=1, elem_id="pg-attach-url-add")
-            clear = gr.Button("✕ Remove all", size="sm", scale=1, elem_id="pg-attach-clear")
-    view = gr.HTML("", elem_id="pg-attach-list")
+            add = gr.Button("Attach URL", size="sm", scale=1, min_width=90, elem_id="pg-attach-url-add")
+            clear = gr.Button("✕ Remove all", size="sm", scale=1, min_width=90, elem_id="pg-attach-clear")
     # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
@@ -83,4 +82,4 @@ def build(h: AttachHandlers) -> tuple[gr.State, gr.HTML]:
               show_progress="minimal")  # fmt: skip
     gr.on([add.click, url.submit], h.add_url, [url, pending], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
-    return pending, view
+    return pending

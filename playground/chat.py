@@ -130,6 +130,7 @@ class ChatHandlers:
         """Stream one reply into the conversation. `restore` (the typed text and attachments of a new message):
         if the API refuses the request before it starts, the message goes back to the input, explained."""
         chosen = self.selection(key)
+        base_url = chosen.remote.url if chosen.remote is not None else base_url  # curl / Python name the server used
         turn = Turn("assistant", reply=ReplyView(backend=chosen.kind), request=body)
         reply = turn.reply
         assert reply is not None
@@ -154,9 +155,11 @@ class ChatHandlers:
                 run.abort()  # leaving early (page closed, event cancelled) frees the engine slot
         if not started and reply.error and restore is not None:  # refused: nothing was generated, undo the turn
             del conv.turns[-2:]
+            conv.selected = None
             text, pending = restore
             yield frame(chatbot=shown(), conv=conv, box=text, check=f"⚠️ **Refused by the API:** {reply.error}",
-                        pending=pending, pending_view=attachments.pending_html(pending))  # fmt: skip
+                        pending=pending, pending_view=attachments.pending_html(pending),
+                        **panels(conv.selected_reply(), base_url))  # fmt: skip
             return
         reply.stopped, reply.done = run.stopped, True
         conv.add_transcripts(body, reply.transcription)
@@ -257,7 +260,10 @@ class ChatHandlers:
             return frame()
         at = next((i for i in range(owner[index], len(conv.turns)) if conv.turns[i].role == "assistant"), None)
         conv.selected = at
-        return frame(conv=conv, **panels(conv.turns[at] if at is not None else None, base_url_of(request)))
+        turn = conv.turns[at] if at is not None else None
+        remote = self.selection(request.session_hash or "").remote
+        url = remote.url if remote is not None and turn and turn.reply and turn.reply.backend != "embedded" else None
+        return frame(conv=conv, **panels(turn, url or base_url_of(request)))
 
 
 def check_text(problem: str | None) -> str:

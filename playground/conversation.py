@@ -166,7 +166,7 @@ def user_messages(t: Turn) -> list[dict[str, Any]]:
     if t.content or not out:
         out.append({"role": "user", "content": t.content})
     for j, text in sorted(t.transcripts.items()):
-        meta = {"title": "🎙 Transcribed by the server", "log": f"content[{j}]", "status": "done"}
+        meta = {"title": "🎙 Transcribed by the server", "log": f"content[{j}]"}  # no status: shown open
         out.append({"role": "user", "content": text or "(no speech)", "metadata": meta})
     return out
 

@@ -110,6 +110,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                                      show_label=False, scale=6, lines=1, max_lines=8, elem_id="pg-input")  # fmt: skip
                     send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
                     stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+                pending_view = gr.HTML("", elem_id="pg-attach-list")
                 check = gr.Markdown("", elem_id="pg-check")
                 with gr.Group(visible=False, elem_id="pg-tool-row") as tool_row:
                     gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.",
@@ -125,7 +126,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     clear = gr.Button(t("clear"), size="sm")
                     download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
                     upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
-                pending, pending_view = attach_panel.build(AttachHandlers(get_service))
+                pending = attach_panel.build(AttachHandlers(get_service), pending_view)
                 system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
             with gr.Column(scale=2, min_width=340), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
