@@ -23,6 +23,7 @@ OUTPUTS = ("chatbot", "conv", "box", "check", "stats", "timeline", "heat", "cand
            "raw", "tool_row", "tool_call", "pending", "pending_view")  # fmt: skip
 UPDATE_EVERY_S = 0.1
 LOADING = "The model is still loading; try again in a moment."
+NO_REPLY = '<div class="pg-empty">No reply yet.</div>'
 
 
 @dataclass
@@ -46,8 +47,12 @@ def frame(**values: Any) -> tuple:
 
 
 def panels(turn: Turn | None, base_url: str, *, final: bool = True) -> dict[str, Any]:
-    """The side panels for one reply: stats and timeline always, the rest once it is final."""
-    reply = turn.reply if turn is not None and turn.reply is not None else ReplyView()
+    """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty."""
+    if turn is None or turn.reply is None:
+        empty = {"heat": heatmap.tokens_html([]), "cands": heatmap.candidates_html(ReplyView()), "req_json": "",
+                 "raw": "", "curl": "", "python": ""} if final else {}  # fmt: skip
+        return {"stats": NO_REPLY, "timeline": timeline.svg(ReplyView().first), **empty}
+    reply = turn.reply
     s = stats.compute(reply)
     out: dict[str, Any] = {"stats": stats.table_html(s), "timeline": timeline.svg(reply.first)}
     if final:

@@ -181,3 +181,12 @@ def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(li
     assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
     assert 'data-stat="batch size (max)">not provided<' in out[STATS]
     assert "Not provided by the remote backend: engine timeline, queue wait, prefill, batch size (max)" in out[STATS]
+
+
+def test_a_pasted_url_goes_as_a_url_and_the_preview_gives_the_servers_refusal(ui) -> None:
+    summary, box = ui.predict(url="file:///etc/secret.png", api_name="/attach_url")
+    assert box == "" and "sent as URL file:///etc/secret.png" in summary
+    assert "the server refuses it: local media path is not allowed or not readable" in summary
+    summary, _ = ui.predict(url="https://example.com/cat.gif", api_name="/attach_url")
+    assert "The URL must end in one of" in summary
+    assert ui.predict(api_name="/attach_clear") == ""
