@@ -27,9 +27,9 @@ class AttachHandlers:
         return {"part": part, "preview": preview, "summary": attachments.summary(preview, part, name)}
 
     async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]]) -> tuple:
-        if not path:
+        if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
-        item = await self.attachment(attachments.file_part(path, kind, send_as), Path(path).name)
+        item = {**await self.attachment(attachments.file_part(path, kind, send_as), Path(path).name), "path": path}
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), None  # the input clears, ready for the next one
 
@@ -80,6 +80,7 @@ def build(h: AttachHandlers, view: gr.HTML) -> gr.State:
         event = comp.upload if kind == "video" else comp.input
         event(_adder(h, kind), [comp, send_as, pending], [pending, view, comp], api_name=f"attach_{kind}",
               show_progress="minimal")  # fmt: skip
+    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending], [pending, view, audio], api_name=False)
     gr.on([add.click, url.submit], h.add_url, [url, pending], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
     return pending

@@ -183,6 +183,18 @@ def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(li
     assert "Not provided by the remote backend: engine timeline, queue wait, prefill, batch size (max)" in out[STATS]
 
 
+def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:
+    from gradio_client import handle_file
+
+    from tests.media_samples import video_bytes
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(video_bytes("mp4", seconds=2.0, fps=10))
+    summary, _ = ui.predict(path=handle_file(str(clip)), send_as="base64", api_name="/attach_video")
+    assert "🎞 clip.mp4 · video/mp4 · " in summary and "64×48 · 4 frames sampled (2 fps, max 32) · 2.0 s" in summary
+    ui.predict(api_name="/attach_clear")
+
+
 def test_a_pasted_url_goes_as_a_url_and_the_preview_gives_the_servers_refusal(ui) -> None:
     summary, box = ui.predict(url="file:///etc/secret.png", api_name="/attach_url")
     assert box == "" and "sent as URL file:///etc/secret.png" in summary

@@ -238,6 +238,10 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     assert "milk" in chat_box.inner_text().lower()
     assert page.locator("#pg-check").inner_text().strip() == ""
     shot(page, "10-audio-transcribed")
+    page.reload()  # the attachment line and the transcript come back from the browser's storage
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(chat_box).to_contain_text("speech.flac · audio/flac")
+    sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
     page.close()
 
 
