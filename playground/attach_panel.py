@@ -24,7 +24,11 @@ class AttachHandlers:
         """{part, preview, summary}: the part as it will be sent, and what the server makes of it."""
         service = self.get_service()
         preview = await service.preview_media(part) if service is not None else {"error": "the model is loading"}
-        return {"part": part, "preview": preview, "summary": attachments.summary(preview, part, name)}
+        line = attachments.summary(preview, part, name)
+        cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
+        if cap and len(attachments.source_of(part)) > cap << 20:  # the page sends in-process; an HTTP client can't
+            line += f" · ⚠️ over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413"
+        return {"part": part, "preview": preview, "summary": line}
 
     async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]]) -> tuple:
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
@@ -40,7 +44,8 @@ class AttachHandlers:
             return gr.skip(), gr.skip(), gr.skip()
         if kind is None:
             exts = ", ".join(attachments.MIME_OF)
-            return gr.skip(), f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>', gr.skip()
+            warn = f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>'
+            return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
         item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1])
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), ""

@@ -124,3 +124,21 @@ def test_attachments_survive_export_and_import(tmp_path: Path) -> None:
     content = small["messages"][0]["content"]
     assert content[0] == {"type": "text", "text": "[image_url left out: too large to keep in the browser]"}
     parse_chat_request({"model": "m", "messages": small["messages"]})
+
+
+def test_an_attachment_over_the_http_body_limit_says_so() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from playground.attach_panel import AttachHandlers
+
+    async def preview_media(part: dict) -> dict:
+        return {"kind": "image", "mime": "image/png", "bytes": 3 << 20}
+
+    service = SimpleNamespace(preview_media=preview_media, settings=SimpleNamespace(max_request_length_mb=1))
+    big = attachments.url_part("data:image/png;base64," + "A" * (2 << 20), "image")
+    item = asyncio.run(AttachHandlers(lambda: service).attachment(big, "big.png"))
+    assert item["summary"].endswith("over the server's 1 MiB HTTP body limit: a curl copy of this request gets 413")
+    small = asyncio.run(AttachHandlers(lambda: service).attachment(attachments.url_part("https://h/a.png", "image"),
+                                                                   "a.png"))  # fmt: skip
+    assert "limit" not in small["summary"]
