@@ -50,6 +50,9 @@ def compute(view: ReplyView, index: int = 0) -> ReplyStats:
     s.backend = view.backend
     if view.backend != "embedded" and t:
         s.not_provided = ["engine timeline"] + [name for name, attr in ENGINE_ONLY.items() if not getattr(c, attr)]
+        if usage is not None and "prompt_tokens_details" not in usage.model_fields_set:  # vLLM sends null
+            s.cached_tokens = None
+            s.not_provided.append("cached tokens")
     return s
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from engine.openai.request import parse_chat_request
-from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline
+from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
 from playground import attachments, export, stats
 from playground.conversation import Conversation, Turn, display
 from playground.render import ChoiceView, ReplyView
@@ -95,6 +95,9 @@ def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
     assert "Not provided by the remote backend: engine timeline, queue wait" in html
     assert 'data-stat="time to first token">10 ms<' in html  # arrival times are still measured, and labelled
     assert stats.compute(ReplyView()).not_provided == []  # the embedded engine provides everything
+    view.usage = Usage.model_validate({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})
+    s = stats.compute(view)  # a usage without prompt_tokens_details (vLLM sends null): cached tokens unknown
+    assert s.not_provided[-1] == "cached tokens" and 'data-stat="cached tokens">not provided<' in stats.table_html(s)
 
 
 def test_transcripts_land_under_the_user_turn_they_came_from() -> None:
