@@ -12,16 +12,18 @@ import gradio as gr
 
 from engine.openai.errors import ApiError, RequestValidationError
 from engine.openai.request import parse_chat_request
-from playground import controls, heatmap, snippets, stats, timeline
+from playground import attachments, controls, heatmap, snippets, stats, timeline
+from playground.backend_select import Selection
 from playground.conversation import Conversation, Turn, display
 from playground.render import ReplyView, throttled
 from playground.tools_panel import choice_value, parse_tools
 
 # Every streaming handler answers these, in this order (gr.skip() leaves one as it is).
 OUTPUTS = ("chatbot", "conv", "box", "check", "stats", "timeline", "heat", "cands", "req_json", "curl", "python",
-           "raw", "tool_row", "tool_call")  # fmt: skip
+           "raw", "tool_row", "tool_call", "pending", "pending_view")  # fmt: skip
 UPDATE_EVERY_S = 0.1
 LOADING = "The model is still loading; try again in a moment."
+NO_REPLY = '<div class="pg-empty">No reply yet.</div>'
 
 
 @dataclass
@@ -45,16 +47,21 @@ def frame(**values: Any) -> tuple:
 
 
 def panels(turn: Turn | None, base_url: str, *, final: bool = True) -> dict[str, Any]:
-    """The side panels for one reply: stats and timeline always, the rest once it is final."""
-    reply = turn.reply if turn is not None and turn.reply is not None else ReplyView()
+    """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty."""
+    if turn is None or turn.reply is None:
+        empty = {"heat": heatmap.tokens_html([]), "cands": heatmap.candidates_html(ReplyView()), "req_json": "",
+                 "raw": "", "curl": "", "python": ""} if final else {}  # fmt: skip
+        return {"stats": NO_REPLY, "timeline": timeline.svg(ReplyView().first), **empty}
+    reply = turn.reply
     s = stats.compute(reply)
     out: dict[str, Any] = {"stats": stats.table_html(s), "timeline": timeline.svg(reply.first)}
     if final:
         body = turn.request if turn is not None and turn.request is not None else {}
+        short = attachments.elide(body)  # copy-paste views: media elided to placeholders
         out.update(heat=heatmap.tokens_html(reply.first.logprobs), cands=heatmap.candidates_html(reply),
                    req_json=snippets.as_json(body) if body else "", raw="\n".join(reply.raw),
-                   curl=snippets.as_curl(body, base_url) if body else "",
-                   python=snippets.as_python(body, base_url) if body else "")  # fmt: skip
+                   curl=snippets.as_curl(short, base_url) if body else "",
+                   python=snippets.as_python(short, base_url) if body else "")  # fmt: skip
     return out
 
 
@@ -76,6 +83,10 @@ class ChatHandlers:
     def __init__(self, get_service: Callable[[], Any]) -> None:
         self.get_service = get_service
         self.runs: dict[str, Run] = {}
+        self.selections: dict[str, Selection] = {}  # session hash -> its backend; absent = the embedded engine
+
+    def selection(self, key: str) -> Selection:
+        return self.selections.get(key) or Selection()
 
     @contextlib.contextmanager
     def running(self, key: str) -> Iterator[Run]:
@@ -89,10 +100,10 @@ class ChatHandlers:
 
     # ---- building and checking the request ----------------------------------------------------------------
     def build(self, messages: list[dict[str, Any]], system: str, tools_text: str, tool_choice: str | None,
-              knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+              knobs: dict[str, Any], key: str = "") -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
         """(the exact body, None) or (None, why it would be rejected) — nothing is sent either way."""
-        service = self.get_service()
-        if service is None:
+        service, chosen = self.get_service(), self.selection(key)
+        if service is None and chosen.remote is None:
             return None, LOADING
         tools, problem = parse_tools(tools_text or "")
         if problem:
@@ -102,9 +113,9 @@ class ChatHandlers:
         except RequestValidationError as exc:
             return None, exc.message
         head = [{"role": "system", "content": system}] if system and system.strip() else []
-        body = controls.build_body(service.served_name, head + messages, fields, tools, choice_value(tool_choice))
+        body = controls.build_body(chosen.model(service), head + messages, fields, tools, choice_value(tool_choice))
         problem = controls.check(body)
-        if problem is None and tools and body.get("tool_choice") != "none":
+        if problem is None and tools and body.get("tool_choice") != "none" and chosen.remote is None:
             try:  # the one check that needs the model: does it have a tool-call format at all
                 service.tool_parser_for(parse_chat_request(body))
             except RequestValidationError as exc:
@@ -112,24 +123,32 @@ class ChatHandlers:
         return (None, problem) if problem else (body, None)
 
     def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                **knobs: Any) -> str:  # fmt: skip
+                request: gr.Request, **knobs: Any) -> str:  # fmt: skip
         """The check line under the input, refreshed whenever a control changes."""
         _, problem = self.build(conv.messages() + [{"role": "user", "content": "…"}], system, tools_text,
-                                tool_choice, knobs)  # fmt: skip
+                                tool_choice, knobs, request.session_hash or "")  # fmt: skip
         return check_text(problem)
 
     # ---- streaming one reply ------------------------------------------------------------------------------
-    async def stream(self, conv: Conversation, body: dict[str, Any], key: str, base_url: str) -> AsyncIterator[tuple]:
-        turn = Turn("assistant", reply=ReplyView(), request=body)
+    async def stream(self, conv: Conversation, body: dict[str, Any], key: str, base_url: str,
+                     restore: tuple[str, list[dict[str, Any]]] | None = None) -> AsyncIterator[tuple]:  # fmt: skip
+        """Stream one reply into the conversation. `restore` (the typed text and attachments of a new message):
+        if the API refuses the request before it starts, the message goes back to the input, explained."""
+        chosen = self.selection(key)
+        base_url = chosen.remote.url if chosen.remote is not None else base_url  # curl / Python name the server used
+        turn = Turn("assistant", reply=ReplyView(backend=chosen.kind), request=body)
         reply = turn.reply
         assert reply is not None
         conv.turns.append(turn)
+        conv.selected = len(conv.turns) - 1
         shown = lambda: display(conv)[0]  # noqa: E731
         yield frame(chatbot=shown(), conv=conv, box="", check="", tool_row=gr.update(visible=False),
-                    **panels(turn, base_url))  # fmt: skip
+                    pending=[], pending_view="", **panels(turn, base_url))  # fmt: skip
+        started = False
         with self.running(key) as run:
             try:
-                gen = await self.get_service().start(parse_chat_request(body))
+                gen = await chosen.start(self.get_service(), parse_chat_request(body))
+                started = True
                 run.gens.append(gen)
                 if run.stopped:
                     gen.abort()
@@ -139,22 +158,36 @@ class ChatHandlers:
                 reply.error = exc.message
             finally:
                 run.abort()  # leaving early (page closed, event cancelled) frees the engine slot
+        if not started and reply.error and restore is not None:  # refused: nothing was generated, undo the turn
+            del conv.turns[-2:]
+            conv.selected = None
+            text, pending = restore
+            yield frame(chatbot=shown(), conv=conv, box=text, check=f"⚠️ **Refused by the API:** {reply.error}",
+                        pending=pending, pending_view=attachments.pending_html(pending),
+                        **panels(conv.selected_reply(), base_url))  # fmt: skip
+            return
         reply.stopped, reply.done = run.stopped, True
+        conv.add_transcripts(body, reply.transcription)
         yield frame(chatbot=shown(), conv=conv, check=f"⚠️ {reply.error}" if reply.error else "", **panels(turn, base_url),
                     **tool_prompt(conv))  # fmt: skip
 
-    async def send(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                   request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
-        if not (message or "").strip():
+    async def send(self, message: str, pending: list[dict[str, Any]], conv: Conversation, system: str,
+                   tools_text: str, tool_choice: str | None, request: gr.Request,
+                   **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+        pending = list(pending or [])
+        if not (message or "").strip() and not pending:
             yield frame()
             return
-        body, problem = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
-                                   tool_choice, knobs)  # fmt: skip
+        user = Turn("user", message or "", parts=[a["part"] for a in pending],
+                    attachments=[a["summary"] for a in pending])  # fmt: skip
+        key = request.session_hash or ""
+        body, problem = self.build(conv.messages() + [{"role": "user", "content": user.content_value()}], system,
+                                   tools_text, tool_choice, knobs, key)  # fmt: skip
         if body is None:  # explained, and nothing is sent: the message stays in the box
             yield frame(check=check_text(problem))
             return
-        conv.turns.append(Turn("user", message))
-        async for out in self.stream(conv, body, request.session_hash or "", base_url_of(request)):
+        conv.turns.append(user)
+        async for out in self.stream(conv, body, key, base_url_of(request), restore=(message or "", pending)):
             yield out
 
     async def regenerate(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
@@ -171,8 +204,12 @@ class ChatHandlers:
         if turn_at < 0 or conv.turns[turn_at].role != "user":
             yield frame(chatbot=display(conv)[0])
             return
+        old = conv.turns[turn_at]
+        value = str(data.value)
         del conv.turns[turn_at:]
-        conv.turns.append(Turn("user", str(data.value)))
+        if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
+            value = old.content
+        conv.turns.append(Turn("user", value, parts=old.parts, attachments=old.attachments))
         async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs):
             yield out
 
@@ -194,7 +231,7 @@ class ChatHandlers:
         if not conv.turns:
             yield frame(chatbot=[])
             return
-        body, problem = self.build(conv.messages(), system, tools_text, tool_choice, knobs)
+        body, problem = self.build(conv.messages(), system, tools_text, tool_choice, knobs, request.session_hash or "")
         if body is None:
             yield frame(chatbot=display(conv)[0], check=check_text(problem))
             return
@@ -226,9 +263,12 @@ class ChatHandlers:
         index = data.index if isinstance(data.index, int) else data.index[0]
         if not 0 <= index < len(owner):
             return frame()
-        turns = conv.turns[owner[index] :]
-        turn = next((t for t in turns if t.role == "assistant"), None)
-        return frame(**panels(turn, base_url_of(request)))
+        at = next((i for i in range(owner[index], len(conv.turns)) if conv.turns[i].role == "assistant"), None)
+        conv.selected = at
+        turn = conv.turns[at] if at is not None else None
+        remote = self.selection(request.session_hash or "").remote
+        url = remote.url if remote is not None and turn and turn.reply and turn.reply.backend != "embedded" else None
+        return frame(conv=conv, **panels(turn, url or base_url_of(request)))
 
 
 def check_text(problem: str | None) -> str:

@@ -1,12 +1,12 @@
 """Side-by-side runs that leave the chat alone: A/B (the same conversation under the current settings and a preset,
-sent together so the engine batches them) and Replay (a reply's exact request again, compared with the original)."""
+sent together so the engine batches them) and Replay (a reply's exact request again, identical or edited, compared
+with the original request and reply)."""
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import gradio as gr
@@ -15,8 +15,9 @@ from engine.openai.errors import ApiError
 from engine.openai.request import parse_chat_request
 from playground import controls, stats, timeline
 from playground.chat import LOADING, ChatHandlers, Run, check_text
-from playground.conversation import Conversation
+from playground.conversation import Conversation, Turn
 from playground.render import ReplyView, Throttle
+from playground.request_diff import request_diff, text_diff
 
 
 def side(view: ReplyView, label: str) -> tuple[str, str]:
@@ -31,13 +32,15 @@ def side(view: ReplyView, label: str) -> tuple[str, str]:
     return f"**{label}**\n\n{text}", stats.table_html(s, caption="") + timeline.svg(c)
 
 
-async def run_together(service: Any, bodies: list[dict[str, Any]], run: Run) -> AsyncIterator[list[ReplyView]]:
-    """Start every body at once and yield their views ~10 times a second until all have finished."""
-    views = [ReplyView() for _ in bodies]
+async def run_together(start: Callable[[Any], Awaitable[Any]], bodies: list[dict[str, Any]], run: Run,
+                       backend: str = "embedded") -> AsyncIterator[list[ReplyView]]:  # fmt: skip
+    """Start every body at once (`start`: a parsed request -> its running generation) and yield their views ~10
+    times a second until all have finished."""
+    views = [ReplyView(backend=backend) for _ in bodies]
 
     async def pump(body: dict[str, Any], view: ReplyView) -> None:
         try:
-            gen = await service.start(parse_chat_request(body))
+            gen = await start(parse_chat_request(body))
             run.gens.append(gen)
             if run.stopped:
                 gen.abort()
@@ -74,46 +77,54 @@ class CompareHandlers:
             return
         bodies = []
         for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):
-            body, problem = self.chat.build(history, system, tools_text, tool_choice, settings)
+            body, problem = self.chat.build(history, system, tools_text, tool_choice, settings,
+                                            request.session_hash or "")  # fmt: skip
             if body is None:
                 yield check_text(problem), *[gr.skip()] * 4
                 return
             bodies.append(body)
         labels = ("A · current settings", f"B · {preset_b}")
-        with self.chat.running(request.session_hash or "") as run:
-            async for views in run_together(self.chat.get_service(), bodies, run):
+        key = request.session_hash or ""
+        chosen, service = self.chat.selection(key), self.chat.get_service()
+        with self.chat.running(key) as run:
+            async for views in run_together(lambda req: chosen.start(service, req), bodies, run, chosen.kind):
                 a, b = (side(v, label) for v, label in zip(views, labels))
                 yield "", *a, *b
 
     async def replay(self, body_text: str, conv: Conversation, request: gr.Request) -> AsyncIterator[str]:
-        """Send the request shown (as is, or as edited) again and compare the reply with the original."""
+        """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
+        key = request.session_hash or ""
+        chosen = self.chat.selection(key)
         service = self.chat.get_service()
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:
             yield f"⚠️ The request is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
             return
-        problem = LOADING if service is None else controls.check(body)
+        problem = LOADING if service is None and chosen.remote is None else controls.check(body)
         if problem:
             yield check_text(problem)
             return
-        turns = [t for t in conv.turns if t.reply is not None and t.request is not None]
-        original = next((t for t in reversed(turns) if t.request == body), None)
-        with self.chat.running(request.session_hash or "") as run:
-            async for (view,) in run_together(service, [body], run):
-                yield replay_report(view, original.reply.first.content if original and original.reply else None)
+        original = conv.selected_reply()
+        with self.chat.running(key) as run:
+            async for (view,) in run_together(lambda req: chosen.start(service, req), [body], run, chosen.kind):
+                yield replay_report(view, body, original)
 
 
-def replay_report(view: ReplyView, original: str | None) -> str:
+def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None) -> str:
+    """Replay's verdict: the request diff (identical or what changed), then the reply, or its diff."""
     new = view.first.content
     head = f"**Replay** · {stats.summary(stats.compute(view))}"
     if view.error:
         return f"{head}\n\n⚠️ {view.error}"
-    if original is None:
-        return f"{head} · the request was edited, so there is no original to compare with.\n\n{new}"
+    if original is None or original.request is None or original.reply is None:
+        return f"{head} · there is no original reply to compare with.\n\n{new}"
+    changed = request_diff(original.request, body)
+    req = ("**Request:** ✓ identical to the original request." if changed is None else
+           f"**Request:** modified — diff of the exact request JSON:\n\n```diff\n{changed}\n```")  # fmt: skip
     if not view.done:
-        return f"{head}\n\n{new}"
-    if new == original:
-        return f"{head} · ✓ identical to the original reply.\n\n{new}"
-    diff = "\n".join(difflib.unified_diff(original.splitlines(), new.splitlines(), "original", "replay", lineterm=""))
-    return f"{head} · differs from the original reply:\n\n```diff\n{diff}\n```"
+        return f"{head}\n\n{req}\n\n{new}"
+    reply = text_diff(original.reply.first.content, new)
+    if reply is None:
+        return f"{head}\n\n{req}\n\n**Reply:** ✓ identical to the original reply.\n\n{new}"
+    return f"{head}\n\n{req}\n\n**Reply:** differs from the original reply:\n\n```diff\n{reply}\n```"

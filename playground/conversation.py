@@ -24,12 +24,29 @@ class Turn:
     tool_call_id: str | None = None  # tool
     tool_name: str | None = None  # tool: for display only
     shown: list[dict[str, Any]] | None = None  # its Chatbot messages once final, so long chats re-render only the tail
-    # Multimodal input goes here (a list of content parts beside `content`) once media support lands.
+    parts: list[dict[str, Any]] = field(default_factory=list)  # user: media content parts, sent before the text
+    attachments: list[str] = field(default_factory=list)  # user: one summary line per part (attachments.summary)
+    transcripts: dict[int, str] = field(default_factory=dict)  # user: content index -> the server's transcript
+
+    def content_value(self) -> str | list[dict[str, Any]]:
+        """A user turn's `content`: its text, or its media parts followed by the text (if any) as a text part."""
+        if not self.parts:
+            return self.content
+        return [*self.parts, *([{"type": "text", "text": self.content}] if self.content else [])]
 
 
 @dataclass
 class Conversation:
     turns: list[Turn] = field(default_factory=list)
+    selected: int | None = None  # the reply whose request the Request tab shows (the newest, or the one clicked)
+
+    def selected_reply(self) -> Turn | None:
+        """The reply the Request tab shows: the one clicked, else the newest one with a request."""
+        if self.selected is not None and 0 <= self.selected < len(self.turns):
+            turn = self.turns[self.selected]
+            if turn.request is not None:
+                return turn
+        return next((t for t in reversed(self.turns) if t.request is not None), None)
 
     def messages(self, with_reasoning: bool = False) -> list[dict[str, Any]]:
         """The history as /v1 `messages`. Empty assistant replies (stopped at once, failed) are left out, since
@@ -38,7 +55,7 @@ class Conversation:
         out: list[dict[str, Any]] = []
         for t in self.turns:
             if t.role == "user":
-                out.append({"role": "user", "content": t.content})
+                out.append({"role": "user", "content": t.content_value()})
             elif t.role == "tool":
                 out.append({"role": "tool", "tool_call_id": t.tool_call_id, "content": t.content})
             elif t.reply is not None:
@@ -71,6 +88,20 @@ class Conversation:
 
     def last_reply(self) -> Turn | None:
         return next((t for t in reversed(self.turns) if t.role == "assistant"), None)
+
+    def add_transcripts(self, body: dict[str, Any], transcription: list[dict[str, Any]] | None) -> None:
+        """Put the server's transcripts (`[{message, part, text}]`, message indices into `body`) on the user
+        turns they belong to: the k-th user message of the body is the k-th user turn here."""
+        messages = body.get("messages") or []
+        users = [t for t in self.turns if t.role == "user"]
+        for item in transcription or []:
+            i = item.get("message")
+            if not isinstance(i, int) or not 0 <= i < len(messages):
+                continue
+            k = sum(1 for m in messages[:i] if m.get("role") == "user")
+            if k < len(users):
+                users[k].transcripts[int(item.get("part", 0))] = str(item.get("text", ""))
+                users[k].shown = None
 
 
 def _thinking_message(c: ChoiceView) -> dict[str, Any]:
@@ -129,9 +160,20 @@ def reply_messages(turn: Turn) -> list[dict[str, Any]]:
     return out
 
 
+def user_messages(t: Turn) -> list[dict[str, Any]]:
+    """A user turn: one line per attachment, its text, then what the server transcribed from its audio."""
+    out = [{"role": "user", "content": "📎 " + line} for line in t.attachments]
+    if t.content or not out:
+        out.append({"role": "user", "content": t.content})
+    for j, text in sorted(t.transcripts.items()):
+        meta = {"title": "🎙 Transcribed by the server", "log": f"content[{j}]"}  # no status: shown open
+        out.append({"role": "user", "content": text or "(no speech)", "metadata": meta})
+    return out
+
+
 def _turn_messages(t: Turn) -> list[dict[str, Any]]:
     if t.role == "user":
-        return [{"role": "user", "content": t.content}]
+        return user_messages(t)
     if t.role == "tool":
         meta = {"title": f"↩ result of {t.tool_name or 'tool'}", "log": t.tool_call_id or ""}
         return [{"role": "user", "content": f"```json\n{t.content}\n```", "metadata": meta}]

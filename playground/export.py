@@ -1,6 +1,6 @@
 """A conversation with its settings as one JSON document: exported to a file, imported back, and kept in the
 browser's storage so a page reload does not lose the chat. The history is stored as /v1 `messages`, so an
-exported file is also a ready request body's core."""
+exported file is also a ready request body's core; attachments are the content parts that were sent."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.openai.response import FunctionCall, ToolCallItem
+from playground.attachments import how_sent, source_of
 from playground.controls import BY_NAME
 from playground.conversation import Conversation, Turn
 from playground.render import ChoiceView, ReplyView
@@ -26,10 +27,37 @@ class Snapshot:
     settings: dict[str, Any] = field(default_factory=dict)  # knob name -> control value
 
 
-def dump(s: Snapshot) -> dict[str, Any]:
+def dump(s: Snapshot, media_budget: int | None = None) -> dict[str, Any]:
+    """The document. Attachments travel as the content parts that were sent, with their summary lines and
+    transcripts under `media`; with `media_budget` (characters, for the browser's storage) the newest inline
+    media that fit are kept and older ones become a text note, so the history stays a valid request."""
+    messages = s.conv.messages(with_reasoning=True)
+    users = [t for t in s.conv.turns if t.role == "user"]
+    user_at = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    media = [{"message": i, "attachments": t.attachments, "transcripts": {str(j): v for j, v in t.transcripts.items()}}
+             for i, t in zip(user_at, users) if t.parts]  # fmt: skip
+    if media_budget is not None:
+        messages = _within(messages, media_budget)
     return {"format": FORMAT, "system": s.system, "tools": s.tools, "tool_choice": s.tool_choice,
-            "settings": {k: v for k, v in s.settings.items() if k in BY_NAME},
-            "messages": s.conv.messages(with_reasoning=True)}  # fmt: skip
+            "settings": {k: v for k, v in s.settings.items() if k in BY_NAME}, "messages": messages,
+            **({"media": media} if media else {})}  # fmt: skip
+
+
+def _within(messages: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in reversed(messages):
+        if isinstance(m.get("content"), list):
+            parts = []
+            for p in m["content"]:
+                size = len(source_of(p)) if p.get("type") != "text" else 0
+                if size > budget:
+                    p = {"type": "text", "text": f"[{p.get('type')} left out: too large to keep in the browser]"}
+                else:
+                    budget -= size
+                parts.append(p)
+            m = {**m, "content": parts}
+        out.append(m)
+    return out[::-1]
 
 
 def load(data: Any) -> Snapshot:
@@ -42,6 +70,7 @@ def load(data: Any) -> Snapshot:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not a playground conversation (expected format {FORMAT!r})")
     turns = [_turn(i, m) for i, m in enumerate(data.get("messages") or [])]
+    _attach_notes(turns, data.get("media"))
     names = {c.id: c.function.name for t in turns if t.reply is not None for c in t.reply.first.tool_calls}
     for t in turns:
         if t.role == "tool":
@@ -53,6 +82,12 @@ def load(data: Any) -> Snapshot:
 
 def _turn(i: int, m: Any) -> Turn:
     role = m.get("role") if isinstance(m, dict) else None
+    if role == "user" and isinstance(m.get("content"), list):
+        parts = [p for p in m["content"] if isinstance(p, dict) and p.get("type") != "text"]
+        text = "".join(
+            str(p.get("text") or "") for p in m["content"] if isinstance(p, dict) and p.get("type") == "text"
+        )
+        return Turn("user", text, parts=parts, attachments=[f"{p.get('type')} · sent as {how_sent(p)}" for p in parts])
     if role == "user":
         return Turn("user", str(m.get("content") or ""))
     if role == "tool":
@@ -67,6 +102,20 @@ def _turn(i: int, m: Any) -> Turn:
                             tool_calls=calls, finish_reason="tool_calls" if calls else "stop", answer_at=0)  # fmt: skip
         return Turn("assistant", reply=ReplyView(choices={0: choice}, done=True))
     raise ValueError(f"messages[{i}] has no role user, assistant or tool")
+
+
+def _attach_notes(turns: list[Turn], media: Any) -> None:
+    """The summary lines and transcripts saved beside the messages, back on their user turns."""
+    for item in media if isinstance(media, list) else []:
+        i = item.get("message") if isinstance(item, dict) else None
+        if not isinstance(i, int) or not 0 <= i < len(turns) or turns[i].role != "user":
+            continue
+        notes = [str(a) for a in item.get("attachments") or []]
+        if len(notes) == len(turns[i].parts):
+            turns[i].attachments = notes
+        for j, text in (item.get("transcripts") or {}).items():
+            if str(j).isdigit():
+                turns[i].transcripts[int(j)] = str(text)
 
 
 def write(doc: dict[str, Any], folder: Path) -> str:

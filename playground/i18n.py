@@ -23,6 +23,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "tab_tools": ("🛠 Tools", "🛠 工具"),
     "tab_ab": ("⚖ A/B", "⚖ A/B 对比"),
     "tab_request": ("📋 Request", "📋 请求"),
+    "tab_backend": ("🔌 Backend", "🔌 后端"),
     "tokens": ("🔥 Tokens by probability · candidates", "🔥 按概率着色的 token · 候选"),
     "preset": ("preset", "预设"),
     "acc_sampling": ("Sampling", "采样"),

@@ -94,9 +94,13 @@ class ReplyView:
     stopped: bool = False  # the user pressed Stop
     done: bool = False
     raw: deque[str] = field(default_factory=lambda: deque(maxlen=RAW_CHUNKS_KEPT))
+    transcription: list[dict[str, Any]] | None = None  # the first chunk's: audio parts the server transcribed
+    backend: str = "embedded"  # "embedded", or "remote" (its timings are arrival times here, see stats.py)
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.raw.append(chunk.model_dump_json(exclude_none=True))
+        if chunk.transcription:
+            self.transcription = chunk.transcription
         if not chunk.choices:
             if chunk.usage is not None:
                 self.usage = chunk.usage

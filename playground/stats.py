@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from playground.render import ReplyView
 
@@ -22,6 +22,13 @@ class ReplyStats:
     max_batch: int = 0
     finish_reason: str | None = None
     streaming: bool = False
+    backend: str = "embedded"
+    not_provided: list[str] = field(default_factory=list)  # statistics this backend's stream does not carry
+
+
+# What a stream must carry for each statistic that only an engine knows (a remote server's SSE has none of them).
+ENGINE_ONLY = {"queue wait": "queue_waits_us", "prefill": "queue_waits_us", "batch size (max)": "batch_sizes",
+               "token ids": "token_ids"}  # fmt: skip
 
 
 def compute(view: ReplyView, index: int = 0) -> ReplyStats:
@@ -40,6 +47,12 @@ def compute(view: ReplyView, index: int = 0) -> ReplyStats:
         if len(t) > 1 and t[-1] > t[0]:
             s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
     s.finish_reason = c.finish_reason or ("stopped" if view.stopped else "error" if view.error else None)
+    s.backend = view.backend
+    if view.backend != "embedded" and t:
+        s.not_provided = ["engine timeline"] + [name for name, attr in ENGINE_ONLY.items() if not getattr(c, attr)]
+        if usage is not None and "prompt_tokens_details" not in usage.model_fields_set:  # vLLM sends null
+            s.cached_tokens = None
+            s.not_provided.append("cached tokens")
     return s
 
 
@@ -54,7 +67,14 @@ def _n(value: int | None) -> str:
 
 
 def rows(s: ReplyStats) -> list[tuple[str, str, str]]:
-    """(label, value, what it means) in display order."""
+    """(label, value, what it means) in display order; what the backend did not provide says so, not '–'."""
+    out = _rows(s)
+    if not s.not_provided:
+        return out
+    return [(k, "not provided", why) if k in s.not_provided else (k, v, why) for k, v, why in out]
+
+
+def _rows(s: ReplyStats) -> list[tuple[str, str, str]]:
     return [
         ("prompt tokens", _n(s.prompt_tokens), "tokens of the templated conversation"),
         ("cached tokens", _n(s.cached_tokens), "prompt tokens reused from the prefix cache"),
@@ -96,4 +116,9 @@ def table_html(s: ReplyStats, caption: str | None = None) -> str:
     )
     if caption is None:
         caption = "this reply, streaming…" if s.streaming else "the selected reply · click any reply to inspect it"
-    return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>'
+    note = ""
+    if s.not_provided:
+        note = (f'<p class="pg-missing" data-stat="not provided">Not provided by the {html.escape(s.backend)} '
+                f"backend: {html.escape(', '.join(s.not_provided))}. Times are when chunks arrived here "
+                "(network included), not engine times.</p>")  # fmt: skip
+    return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>{note}'

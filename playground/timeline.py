@@ -49,7 +49,11 @@ def svg(c: ChoiceView) -> str:
     out = [f'<svg class="pg-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" '
            f'aria-label="per-token timeline" xmlns="http://www.w3.org/2000/svg" font-size="10" '
            f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
+    # A stream without engine numbers (a remote server) gets no queue/prefill split and no batch line: not guessed.
+    engine = bool(c.queue_waits_us)
     legend = [(QUEUE, "queue"), (PREFILL, "prefill"), (THINK, "reasoning"), (ANSWER, "answer"), (BATCH, "batch")]
+    if not engine:
+        legend = [(PREFILL, "to first token"), (THINK, "reasoning"), (ANSWER, "answer")]
     lx = LEFT
     for color, name in legend:
         out.append(f'<rect x="{lx}" y="6" width="9" height="9" fill="{color}"/>'
@@ -59,6 +63,8 @@ def svg(c: ChoiceView) -> str:
     # the lane: where the request's time went, step by step
     q0 = c.queue_waits_us[0] / 1000 if c.queue_waits_us else 0.0
     lane = [(0.0, q0, QUEUE, f"queue wait {_ms(q0)}"), (q0, t[0], PREFILL, f"prefill {_ms(t[0] - q0)}")]
+    if not engine:
+        lane = [(0.0, t[0], PREFILL, f"first token after {_ms(t[0])} (queue, prefill and network, not split)")]
     run_start, run_color = None, None
     for i in range(1, n):
         wait = c.queue_waits_us[i] / 1000 if i < len(c.queue_waits_us) else 0.0
@@ -89,10 +95,14 @@ def svg(c: ChoiceView) -> str:
         y = bottom - ph * frac
         out.append(f'<text x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end" fill="currentColor">'
                    f"{ymax * frac:g}</text>")  # fmt: skip
-    out.append(f'<text x="{LEFT + pw + 4}" y="{plot_top - 4}" fill="{BATCH}">batch</text>'
-               f'<text x="{LEFT + pw + 4}" y="{plot_top + 8}" fill="{BATCH}">{bmax}</text>'
-               f'<text x="{LEFT + pw / 2}" y="{H - 2}" text-anchor="middle" fill="currentColor">'
-               f"dots: ms per decode step · line: batch size · x: time since the request was accepted</text>")  # fmt: skip
+    if not engine:
+        out.append(f'<text x="{LEFT + pw / 2}" y="{H - 2}" text-anchor="middle" fill="currentColor">'
+                   f"dots: ms between tokens as they arrived here · x: time since the request was sent</text>")  # fmt: skip
+    else:
+        out.append(f'<text x="{LEFT + pw + 4}" y="{plot_top - 4}" fill="{BATCH}">batch</text>'
+                   f'<text x="{LEFT + pw + 4}" y="{plot_top + 8}" fill="{BATCH}">{bmax}</text>'
+                   f'<text x="{LEFT + pw / 2}" y="{H - 2}" text-anchor="middle" fill="currentColor">'
+                   f"dots: ms per decode step · line: batch size · x: time since the request was accepted</text>")  # fmt: skip
 
     # batch size per step, as a step line on the right axis
     pts = []
@@ -102,15 +112,18 @@ def svg(c: ChoiceView) -> str:
         if i:
             pts.append(f"{x(t[i - 1]):.1f},{y:.1f}")
         pts.append(f"{x(t[i]):.1f},{y:.1f}")
-    out.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{BATCH}" stroke-width="1.2" '
-               f'stroke-opacity="0.8"/>')  # fmt: skip
+    if c.batch_sizes:
+        out.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{BATCH}" stroke-width="1.2" '
+                   f'stroke-opacity="0.8"/>')  # fmt: skip
 
     # every decode step: its duration, coloured by phase, with its numbers on hover
     stride = max(1, (n - 1) // MAX_POINTS + 1)
     for i in range(1, n, stride):
         y = bottom - ph * min(steps[i - 1] / ymax, 1.0)
         color = THINK if i < boundary else ANSWER
-        tip = f"token {i + 1}: {_ms(steps[i - 1])}, batch {c.batch_sizes[i] if i < len(c.batch_sizes) else '?'}"
+        tip = f"token {i + 1}: {_ms(steps[i - 1])}"
+        if i < len(c.batch_sizes):
+            tip += f", batch {c.batch_sizes[i]}"
         if i < len(c.queue_waits_us):
             tip += f", waited {_ms(c.queue_waits_us[i] / 1000)}"
         out.append(f'<circle cx="{x(t[i]):.1f}" cy="{y:.1f}" r="2.2" fill="{color}"><title>{tip}</title></circle>')

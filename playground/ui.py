@@ -15,7 +15,8 @@ import gradio as gr
 
 from engine.openai.errors import RequestValidationError
 from engine.openai.request import parse_chat_request
-from playground import controls, export, tools_panel
+from playground import attach_panel, backend_panel, controls, export, tools_panel
+from playground.attach_panel import AttachHandlers
 from playground.chat import OUTPUTS, ChatHandlers
 from playground.compare import CompareHandlers
 from playground.controls import Knob
@@ -59,14 +60,16 @@ def capabilities(service: Any) -> dict[str, bool]:
     return {"reasoning": reasoning, "tools": tools}
 
 
-def header_html(service: Any) -> str:
-    if service is None:
+def header_html(service: Any, backend: str = "backend: embedded engine") -> str:
+    if service is None and backend.startswith("backend: embedded"):
         return '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>'
     engine = getattr(service, "engine", None)
     device = str(getattr(engine, "device", "?"))
     dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
     caps = capabilities(service)
-    badges = [f"<b>{service.served_name}</b>", f"device {device}", f"dtype {dtype}", "backend: embedded engine",
+    if not backend.startswith("backend: embedded"):  # a remote server: name it, claim nothing about its engine
+        return f'<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge remote">{backend}</span></div>'
+    badges = [f"<b>{service.served_name}</b>", f"device {device}", f"dtype {dtype}", backend,
               f"context {getattr(service.model, 'context_length', '?'):,}"]  # fmt: skip
     html = "".join(f'<span class="pg-badge">{b}</span>' for b in badges)
     for name, on in caps.items():
@@ -107,6 +110,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                                      show_label=False, scale=6, lines=1, max_lines=8, elem_id="pg-input")  # fmt: skip
                     send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
                     stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+                pending_view = gr.HTML("", elem_id="pg-attach-list")
                 check = gr.Markdown("", elem_id="pg-check")
                 with gr.Group(visible=False, elem_id="pg-tool-row") as tool_row:
                     gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.",
@@ -122,7 +126,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     clear = gr.Button(t("clear"), size="sm")
                     download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
                     upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
-                # Multimodal input (image / audio / video attachments) will sit here, beside the text box.
+                pending = attach_panel.build(AttachHandlers(get_service), pending_view)
                 system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
             with gr.Column(scale=2, min_width=340), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
@@ -155,6 +159,8 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                             a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
                         with gr.Column(min_width=200):
                             b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+                with gr.Tab(t("tab_backend"), id="backend"):
+                    backend_panel.build(h, header, header_html)
                 with gr.Tab(t("tab_request"), id="request"):
                     req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")  # fmt: skip
                     replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
@@ -165,14 +171,14 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
 
         outs = {"chatbot": chatbot, "conv": conv, "box": box, "check": check, "stats": stats, "timeline": plot,
                 "heat": heat, "cands": cands, "req_json": req_json, "curl": curl, "python": python, "raw": raw,
-                "tool_row": tool_row, "tool_call": tool_call}  # fmt: skip
+                "tool_row": tool_row, "tool_call": tool_call, "pending": pending, "pending_view": pending_view}  # fmt: skip
         outputs = [outs[name] for name in OUTPUTS]
         common = [conv, system, tools_code, tool_choice]
         run = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
 
         changes = [
-            gr.on([box.submit, send.click], h.send, [box, *common], api_name="chat", **run),
+            gr.on([box.submit, send.click], h.send, [box, pending, *common], api_name="chat", **run),
             gr.on([regen.click, chatbot.retry], h.regenerate, common, api_name="regenerate", **run),
             chatbot.edit(h.edit, common, api_name=False, **run),
             tool_send.click(h.tool_result, [tool_text, tool_call, *common], api_name="tool_result", **run),
@@ -243,12 +249,14 @@ def _knob_panel() -> tuple[dict[str, Any], gr.Radio, gr.Markdown]:
 
 
 EXPORTS = Path(tempfile.gettempdir()) / "llm-playground-exports"
+BROWSER_MEDIA_CHARS = 2_000_000  # inline media kept in the browser's storage (localStorage holds ~5 M characters)
 
 
 def _save(conv: Conversation, system: str, tools_text: str, tool_choice: str | None, request: gr.Request,
           **knobs: Any) -> tuple[dict[str, Any], str]:  # fmt: skip
-    doc = export.dump(export.Snapshot(conv, system or "", tools_text or "", tool_choice or "auto", knobs))
-    return doc, export.write(doc, EXPORTS / (request.session_hash or "anonymous"))
+    snap = export.Snapshot(conv, system or "", tools_text or "", tool_choice or "auto", knobs)
+    folder = EXPORTS / (request.session_hash or "anonymous")  # the file keeps every attachment; the browser a budget
+    return export.dump(snap, BROWSER_MEDIA_CHARS), export.write(export.dump(snap), folder)
 
 
 def _restore(doc: Any, knob_names: list[str]) -> list[Any]:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import MODEL, chat, sse_events
+from tests.conftest import MODEL, chat, extra_server, sse_events
+from tests.media_samples import image_bytes
 
 QUESTION = "What is the capital of France?"
-# /chat returns: chatbot, box, check, stats, timeline, heat, cands, request json, curl, python, raw, tool_call
-CHATBOT, BOX, CHECK, STATS, TIMELINE, REQUEST, CURL, RAW = 0, 1, 2, 3, 4, 7, 8, 10
+# /chat returns: chatbot, box, check, stats, timeline, heat, cands, request json, curl, python, raw, tool_call,
+# the attachments waiting for the next message
+CHATBOT, BOX, CHECK, STATS, TIMELINE, REQUEST, CURL, RAW, PENDING = 0, 1, 2, 3, 4, 7, 8, 10, 12
+SPEECH = Path(__file__).parent / "data" / "speech.flac"  # "Please remember to buy milk and bread on Friday."
 UNCHANGED = {"__type__": "update"}  # what gr.skip() reads as through the client
 
 
@@ -111,8 +115,11 @@ def test_replay_sends_the_exact_request_again_and_compares(ui) -> None:
     out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
     report = ui.predict(body_text=out[REQUEST], api_name="/replay")
     assert "identical to the original reply" in report  # greedy: the same request gives the same reply
+    assert "Request:** ✓ identical to the original request" in report
     edited = out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 2')
-    assert "no original to compare with" in ui.predict(body_text=edited, api_name="/replay")
+    report = ui.predict(body_text=edited, api_name="/replay")  # a modified replay: the request diff says how
+    assert "Request:** modified" in report and '-  "max_tokens": 8' in report and '+  "max_tokens": 2' in report
+    assert "differs from the original reply" in report and "--- original reply" in report
     assert "Not sent" in ui.predict(body_text=out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 0'),
                                     api_name="/replay")  # fmt: skip
 
@@ -124,3 +131,74 @@ def test_ab_runs_both_settings_together_in_one_batch(ui) -> None:
     for side in (a_stats, b_stats):
         assert 'data-stat="completion tokens">8<' in side and 'data-stat="finish reason">length<' in side
     assert 'data-stat="batch size (max)">2<' in a_stats + b_stats  # the engine decoded them together
+
+
+# gradio's gr.Image(type="filepath") opens the upload with PIL to read its mode and never closes it (gradio
+# image_utils.preprocess_image): a ResourceWarning in the server thread, not ours to fix.
+GRADIO_IMAGE_LEAK = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@GRADIO_IMAGE_LEAK
+def test_an_image_is_summarised_then_refused_by_the_text_model_and_nothing_else_breaks(ui, tmp_path) -> None:
+    from gradio_client import handle_file
+
+    png = tmp_path / "red.png"
+    png.write_bytes(image_bytes("PNG", (32, 24)))
+    summary, _ = ui.predict(path=handle_file(str(png)), send_as="base64", api_name="/attach_image")
+    assert "image/png" in summary and "32×24" in summary and "sent as data URL" in summary
+    out = ui.predict(message="What is in the picture?", system="", api_name="/chat")
+    assert out[CHECK] == "⚠️ **Refused by the API:** messages[0].content[0]: model does not accept image input."
+    assert out[BOX] == "What is in the picture?" and "image/png" in out[PENDING]  # back in the input, as it was
+    assert out[CHATBOT] == []
+    ui.predict(api_name="/attach_clear")
+    out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=4, api_name="/chat")
+    assert out[CHECK] == "" and answer(out[CHATBOT])  # the chat goes on without the image
+
+
+def test_audio_is_summarised_and_its_transcript_shows_under_the_users_turn(ui) -> None:
+    from gradio_client import handle_file
+
+    summary, _ = ui.predict(path=handle_file(str(SPEECH)), send_as="base64", api_name="/attach_audio")
+    assert "audio/flac" in summary and " s · sent as input_audio base64" in summary
+    out = ui.predict(message="Repeat what I said.", system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    assert out[CHECK] == ""
+    shown = [(title(m), text(m)) for m in out[CHATBOT]]
+    assert shown[0][1].startswith("📎 🎙 speech.flac · audio/flac")
+    heard = next(t for head, t in shown if head.startswith("🎙 Transcribed by the server"))
+    assert "milk" in heard.lower() and "bread" in heard.lower()
+    assert "base64 chars elided>" in out[CURL] and '"input_audio"' in out[REQUEST]
+
+
+def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(live, settings, service) -> None:
+    with extra_server(settings, service) as page:  # a second server of this app; its page points at the first
+        ui = client(str(page.base_url))
+        header, status = ui.predict(kind="Remote (OpenAI-compatible URL)", url=live.url + "/v1", api_key="",
+                                    model="", api_name="/backend")  # fmt: skip
+        assert f"backend: remote {live.url} · {MODEL}" in header and status.startswith("✓ Connected")
+        out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=12, api_name="/chat")
+    api = chat(live.client(), messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=12).json()
+    assert answer(out[CHATBOT]) == api["choices"][0]["message"]["content"]
+    assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
+    assert 'data-stat="batch size (max)">not provided<' in out[STATS]
+    assert "Not provided by the remote backend: engine timeline, queue wait, prefill, batch size (max)" in out[STATS]
+
+
+def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:
+    from gradio_client import handle_file
+
+    from tests.media_samples import video_bytes
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(video_bytes("mp4", seconds=2.0, fps=10))
+    summary, _ = ui.predict(path=handle_file(str(clip)), send_as="base64", api_name="/attach_video")
+    assert "🎞 clip.mp4 · video/mp4 · " in summary and "64×48 · 4 frames sampled (2 fps, max 32) · 2.0 s" in summary
+    ui.predict(api_name="/attach_clear")
+
+
+def test_a_pasted_url_goes_as_a_url_and_the_preview_gives_the_servers_refusal(ui) -> None:
+    summary, box = ui.predict(url="file:///etc/secret.png", api_name="/attach_url")
+    assert box == "" and "sent as URL file:///etc/secret.png" in summary
+    assert "the server refuses it: local media path is not allowed or not readable" in summary
+    summary, _ = ui.predict(url="https://example.com/cat.gif", api_name="/attach_url")
+    assert "The URL must end in one of" in summary
+    assert ui.predict(api_name="/attach_clear") == ""

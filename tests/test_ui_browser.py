@@ -194,3 +194,88 @@ def test_the_page_speaks_chinese_to_a_chinese_browser(browser: Any, live: Any) -
     sync_api.expect(page.get_by_role("tab", name="📊 统计")).to_be_visible()
     sync_api.expect(page.locator("#pg-send")).to_have_text("发送")
     context.close()
+
+
+SPEECH = Path(__file__).parent / "data" / "speech.flac"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # gradio's gr.Image leaks the upload
+def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: Any, tmp_path: Path) -> None:
+    from tests.media_samples import image_bytes
+
+    page = open_page(browser, live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", 24)
+    page.get_by_role("tab", name="Stats").click()
+    page.get_by_text("Attach image · audio · video · URL").click()
+    png = tmp_path / "red.png"
+    png.write_bytes(image_bytes("PNG", (32, 24)))
+    page.set_input_files("#pg-attach-image input[type=file]", str(png))
+    pending = page.locator("#pg-attach-list")
+    sync_api.expect(pending).to_contain_text(f"image/png · {png.stat().st_size} B · 32×24 · sent as data URL")
+    shot(page, "7-image-attached")
+
+    page.fill("#pg-input textarea", "What is in the picture?")
+    page.click("#pg-send")
+    check = page.locator("#pg-check")
+    sync_api.expect(check).to_contain_text("messages[0].content[0]: model does not accept image input.")
+    sync_api.expect(pending).to_contain_text("image/png")  # the attachment and the text wait, unchanged
+    assert page.input_value("#pg-input textarea") == "What is in the picture?"
+    shot(page, "8-image-refused")
+
+    page.click("#pg-attach-clear")
+    sync_api.expect(pending).not_to_contain_text("image/png")
+    page.set_input_files("#pg-attach-audio input[type=file]", str(SPEECH))
+    sync_api.expect(pending).to_contain_text("audio/flac")
+    sync_api.expect(pending).to_contain_text("sent as input_audio base64")
+    shot(page, "9-audio-attached")
+    send(page, "Repeat what I said.")
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    chat_box = page.locator("#pg-chat")
+    sync_api.expect(chat_box).to_contain_text("speech.flac · audio/flac")
+    sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
+    assert "milk" in chat_box.inner_text().lower()
+    assert page.locator("#pg-check").inner_text().strip() == ""
+    shot(page, "10-audio-transcribed")
+    page.reload()  # the attachment line and the transcript come back from the browser's storage
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(chat_box).to_contain_text("speech.flac · audio/flac")
+    sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
+    page.close()
+
+
+def open_tab(page: Any, name: str) -> None:
+    """A tab by name, also when the tab row is too narrow and Gradio moved it into its overflow menu."""
+    tab = page.get_by_role("tab", name=name)
+    if not tab.is_visible():
+        page.locator(".overflow-menu > button").first.click()
+        tab = page.locator(".overflow-dropdown button", has_text=name)
+    tab.click()
+
+
+def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)  # this page's remote backend is this same server's API, over HTTP
+    open_tab(page, "Backend")
+    page.locator("#pg-backend label", has_text="Remote").click()
+    page.fill("#pg-backend-url textarea", live.url + "/v1")
+    page.click("#pg-backend-go")
+    sync_api.expect(page.locator(".pg-header")).to_contain_text(f"backend: remote {live.url}")
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", 16)
+    page.get_by_role("tab", name="Stats").click()
+    time.sleep(0.5)
+    send(page, "Name three colours.")
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    assert stat(page, "batch size (max)") == "not provided" and stat(page, "queue wait") == "not provided"
+    sync_api.expect(page.locator("#pg-stats")).to_contain_text("Not provided by the remote backend: engine timeline")
+    shot(page, "11-remote-backend")
+
+    open_tab(page, "Request")
+    page.click("#pg-replay")
+    out = page.locator("#pg-replay-out")
+    sync_api.expect(out).to_contain_text("identical to the original request", timeout=60_000)
+    sync_api.expect(out).to_contain_text("Reply:")
+    shot(page, "12-replay-identical")
+    page.close()

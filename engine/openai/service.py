@@ -27,6 +27,7 @@ from engine.openai.errors import (
 from engine.openai.fold import fold
 from engine.openai.logprobs import TokenFormatter
 from engine.openai.media_parts import MediaPreparer, PreparedMedia
+from engine.openai.media_preview import preview_media
 from engine.openai.params import sampling_params
 from engine.openai.reasoning import ReasoningPlan, ReasoningPolicy
 from engine.openai.request import ChatCompletionRequest, Route
@@ -362,6 +363,11 @@ class ChatService:
     async def complete(self, req: ChatCompletionRequest, route: Route = "v1") -> ChatCompletionResponse:
         gen = await self.start(req, route)
         return await fold(gen)
+
+    async def preview_media(self, part: Any) -> dict[str, Any]:
+        """What this server makes of one media part before it is sent: {kind, mime, bytes, frames, duration_s,
+        width, height, error}, from the same checks and decode a request gets (engine/openai/media_preview.py)."""
+        return (await preview_media(part, self.settings)).as_json()
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:
         """The exact prompt text a request renders to (the UI's 'show prompt')."""

@@ -1,0 +1,91 @@
+"""The attachment row under the chat input: upload or snapshot an image (webcam), upload or record audio
+(microphone), upload a video, or paste a URL; each is summarised by the server's own media code before it goes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from playground import attachments
+from playground.attachments import BASE64, URL
+
+SEND_AS = [("base64 (data URL / input_audio)", BASE64), ("URL (pasted URL; file:// path of an upload)", URL)]
+VIDEO_TYPES = [".mp4", ".avi", ".wmv"]
+
+
+class AttachHandlers:
+    def __init__(self, get_service: Callable[[], Any]) -> None:
+        self.get_service = get_service
+
+    async def attachment(self, part: dict[str, Any], name: str) -> dict[str, Any]:
+        """{part, preview, summary}: the part as it will be sent, and what the server makes of it."""
+        service = self.get_service()
+        preview = await service.preview_media(part) if service is not None else {"error": "the model is loading"}
+        line = attachments.summary(preview, part, name)
+        cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
+        if cap and len(attachments.source_of(part)) > cap << 20:  # the page sends in-process; an HTTP client can't
+            line += f" · ⚠️ over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413"
+        return {"part": part, "preview": preview, "summary": line}
+
+    async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]]) -> tuple:
+        if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
+            return gr.skip(), gr.skip(), gr.skip()
+        item = {**await self.attachment(attachments.file_part(path, kind, send_as), Path(path).name), "path": path}
+        items = [*(pending or []), item]
+        return items, attachments.pending_html(items), None  # the input clears, ready for the next one
+
+    async def add_url(self, url: str, pending: list[dict[str, Any]]) -> tuple:
+        url = (url or "").strip()
+        kind = attachments.kind_of(url)
+        if not url:
+            return gr.skip(), gr.skip(), gr.skip()
+        if kind is None:
+            exts = ", ".join(attachments.MIME_OF)
+            warn = f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>'
+            return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
+        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1])
+        items = [*(pending or []), item]
+        return items, attachments.pending_html(items), ""
+
+    @staticmethod
+    def clear() -> tuple:
+        return [], ""
+
+
+def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
+    async def add(path: str | None, send_as: str, pending: list[dict[str, Any]]) -> tuple:
+        return await h.add_file(path, kind, send_as, pending)
+
+    return add
+
+
+def build(h: AttachHandlers, view: gr.HTML) -> gr.State:
+    """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list."""
+    pending = gr.State([])
+    with gr.Accordion("📎 Attach image · audio · video · URL", open=False, elem_id="pg-attach-panel"):
+        send_as = gr.Radio(SEND_AS, value=BASE64, label="send uploads as", elem_id="pg-send-as")
+        with gr.Row():
+            image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png", label="image",
+                             height=190, min_width=160, elem_id="pg-attach-image")  # fmt: skip
+            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label="audio",
+                             min_width=160, elem_id="pg-attach-audio")  # fmt: skip
+            video = gr.File(file_types=VIDEO_TYPES, label="video (.mp4 .avi .wmv)", height=190, min_width=160,
+                            elem_id="pg-attach-video")  # fmt: skip
+        with gr.Row():
+            url = gr.Textbox(placeholder="https://host/cat.png or file:///data/clip.mp4 (sent as a URL)",
+                             show_label=False, scale=5, elem_id="pg-attach-url")  # fmt: skip
+            add = gr.Button("Attach URL", size="sm", scale=1, min_width=90, elem_id="pg-attach-url-add")
+            clear = gr.Button("✕ Remove all", size="sm", scale=1, min_width=90, elem_id="pg-attach-clear")
+    # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
+    # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
+    for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
+        event = comp.upload if kind == "video" else comp.input
+        event(_adder(h, kind), [comp, send_as, pending], [pending, view, comp], api_name=f"attach_{kind}",
+              show_progress="minimal")  # fmt: skip
+    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending], [pending, view, audio], api_name=False)
+    gr.on([add.click, url.submit], h.add_url, [url, pending], [pending, view, url], api_name="attach_url")
+    clear.click(h.clear, None, [pending, view], api_name="attach_clear")
+    return pending

@@ -1,0 +1,127 @@
+"""Attachments: an uploaded, recorded or pasted image / video / audio -> the content part the request carries, and
+the one-line summary the page shows before and after it is sent.
+
+The summary's numbers (MIME, bytes, frames, duration, size) come from the server's own media code through
+`ChatService.preview_media`; here only the sending form is chosen: base64 (a data URL, or `input_audio` for
+audio) or a URL (a pasted http(s) URL, or the `file://` path of an upload, which only a server that allows that
+local root accepts).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+# §3.3: the extensions each kind accepts and their MIME types.
+MIME_OF = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".mp4": "video/mp4",
+           ".avi": "video/x-msvideo", ".wmv": "video/x-ms-wmv", ".mp3": "audio/mpeg", ".wav": "audio/x-wav",
+           ".flac": "audio/flac"}  # fmt: skip
+KIND_OF = {ext: mime.split("/")[0] for ext, mime in MIME_OF.items()}
+AUDIO_FORMAT = {".mp3": "mp3", ".wav": "wav", ".flac": "flac"}
+PART_TYPE = {"image": "image_url", "video": "video_url", "audio": "audio_url"}
+ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
+BASE64, URL = "base64", "url"
+ELIDE_OVER = 256  # characters: longer base64 payloads become placeholders in curl / Python views
+
+
+def kind_of(name: str) -> str | None:
+    return KIND_OF.get(Path(name.split("?", 1)[0]).suffix.lower())
+
+
+def file_part(path: str, kind: str, send_as: str = BASE64) -> dict[str, Any]:
+    """An uploaded or recorded file as a content part: base64 inline, or its `file://` path (send_as URL)."""
+    ext = Path(path).suffix.lower()
+    if send_as == URL:
+        return url_part("file://" + str(Path(path).resolve()), kind)
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    if kind == "audio" and ext in AUDIO_FORMAT:
+        return {"type": "input_audio", "input_audio": {"data": data, "format": AUDIO_FORMAT[ext]}}
+    mime = MIME_OF.get(ext) or f"{kind}/{ext.lstrip('.') or 'unknown'}"  # the server explains a wrong type
+    return url_part(f"data:{mime};base64,{data}", kind)
+
+
+def url_part(url: str, kind: str) -> dict[str, Any]:
+    ptype = PART_TYPE[kind]
+    return {"type": ptype, ptype: {"url": url.strip()}}
+
+
+def source_of(part: dict[str, Any]) -> str:
+    if part.get("type") == "input_audio":
+        return str((part.get("input_audio") or {}).get("data") or "")
+    value = part.get(part.get("type") or "")
+    return str(value.get("url") if isinstance(value, dict) else value or "")
+
+
+def how_sent(part: dict[str, Any]) -> str:
+    source = source_of(part)
+    if part.get("type") == "input_audio":
+        return f"input_audio base64 ({len(source):,} chars in the body)"
+    if source.startswith("data:"):
+        return f"data URL ({len(source):,} chars in the body)"
+    return f"URL {source[:80]}{'…' if len(source) > 80 else ''}"
+
+
+def _size(n: int) -> str:
+    return f"{n:,} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "") -> str:
+    """One line: what the server will see, and how it travels. A refusal says the server's reason."""
+    kind = preview.get("kind") or "media"
+    bits = [f"{ICON.get(kind, '📎')} {name or kind}"]
+    if preview.get("mime"):
+        bits.append(str(preview["mime"]))
+    if preview.get("bytes") is not None:
+        bits.append(_size(int(preview["bytes"])))
+    if preview.get("width"):
+        bits.append(f"{preview['width']}×{preview['height']}")
+    if preview.get("frames") is not None:
+        bits.append(f"{preview['frames']} frames sampled ({preview['fps']:g} fps, max {preview['max_frames']})")
+    if preview.get("duration_s") is not None:
+        bits.append(f"{preview['duration_s']:.1f} s")
+    bits.append("sent as " + how_sent(part))
+    line = " · ".join(bits)
+    return line + (f" · ⚠️ the server refuses it: {preview['error']}" if preview.get("error") else "")
+
+
+def pending_html(items: list[dict[str, Any]]) -> str:
+    """The attachments waiting to go with the next message."""
+    if not items:
+        return ""
+    rows = "".join(f'<li class="{"bad" if a["preview"].get("error") else ""}">{html.escape(a["summary"])}</li>'
+                   for a in items)  # fmt: skip
+    return f'<div class="pg-attach"><b>Attached to the next message</b><ul>{rows}</ul></div>'
+
+
+def placeholder(part: dict[str, Any]) -> str | None:
+    """A short stand-in for a long inline payload, or None when the part is short enough to show as is."""
+    source = source_of(part)
+    if len(source) <= ELIDE_OVER:
+        return None
+    if part.get("type") == "input_audio":
+        return f"<{len(source):,} base64 chars elided>"
+    head = source.split(",", 1)[0] + "," if source.startswith("data:") else ""
+    return f"{head}<{len(source) - len(head):,} base64 chars elided>"
+
+
+def elide(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with long base64 media replaced by placeholders (for the curl and Python views)."""
+    messages = []
+    for m in body.get("messages") or []:
+        if isinstance(m.get("content"), list):
+            m = {**m, "content": [_elided(p) for p in m["content"]]}
+        messages.append(m)
+    return {**body, "messages": messages} if "messages" in body else body
+
+
+def _elided(part: Any) -> Any:
+    if not isinstance(part, dict) or part.get("type") in (None, "text"):
+        return part
+    short = placeholder(part)
+    if short is None:
+        return part
+    if part["type"] == "input_audio":
+        return {**part, "input_audio": {**part["input_audio"], "data": short}}
+    return {**part, part["type"]: {"url": short}}

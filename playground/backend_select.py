@@ -1,0 +1,95 @@
+"""The page's backend selector: per browser session, the embedded engine (default) or a remote OpenAI-compatible
+server (MindIE, vLLM, vLLM-Ascend, this app elsewhere) by URL, API key and model name.
+
+Either way the page gets an object it can iterate for `ChatCompletionChunk`s and `abort()` from Stop: the
+embedded `Generation` itself, or `RemoteGeneration` around the seam's RemoteBackend stream (playground/backend.py,
+which parses the remote SSE into the same chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine.openai.request import ChatCompletionRequest
+from engine.openai.response import ChatCompletionChunk
+from playground.backend import RemoteBackend
+
+EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"
+
+
+class RemoteGeneration:
+    """A remote stream with the embedded Generation's shape: iterate chunks, `abort()` from another task.
+    `prime()` waits for the first chunk, so a refusal (HTTP 4xx) surfaces before anything is shown."""
+
+    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        self._it = chunks
+        self._first: list[ChatCompletionChunk] = []
+        self._current: asyncio.Future | None = None
+        self._aborted = False
+
+    async def prime(self) -> RemoteGeneration:
+        with contextlib.suppress(StopAsyncIteration):
+            self._first.append(await self.__anext__())
+        return self
+
+    def __aiter__(self) -> RemoteGeneration:
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        if self._first:
+            return self._first.pop()
+        if self._aborted:
+            raise StopAsyncIteration
+        self._current = asyncio.ensure_future(self._it.__anext__())
+        try:
+            return await self._current
+        except asyncio.CancelledError:
+            if self._aborted:  # cancelling the read closed the HTTP stream: the remote server sees the disconnect
+                raise StopAsyncIteration from None
+            raise
+
+    def abort(self) -> None:
+        self._aborted = True
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+
+@dataclass
+class Selection:
+    """One session's choice; `remote` is None for the embedded engine."""
+
+    remote: RemoteBackend | None = None
+
+    @property
+    def kind(self) -> str:
+        return "embedded" if self.remote is None else "remote"
+
+    def model(self, service: Any) -> str:
+        return self.remote.model if self.remote is not None else service.served_name
+
+    def label(self) -> str:
+        if self.remote is None:
+            return "backend: embedded engine"
+        return f"backend: remote {self.remote.url} · {self.remote.model}"
+
+    async def start(self, service: Any, req: ChatCompletionRequest) -> Any:
+        """The running request: the embedded Generation, or a primed RemoteGeneration."""
+        if self.remote is None:
+            return await service.start(req)
+        return await RemoteGeneration(self.remote.stream(req)).prime()
+
+
+async def connect(kind: str, url: str, api_key: str, model: str) -> Selection:
+    """A Selection for the form's values; a remote one asks the server's /v1/models when no model is named (and
+    raises RemoteError or httpx.HTTPError when it cannot be reached)."""
+    if kind != REMOTE:
+        return Selection()
+    if not (url or "").strip():
+        raise ValueError("enter the remote server's URL, e.g. http://host:8000/v1")
+    backend = await asyncio.to_thread(RemoteBackend, url.strip(), (model or "").strip() or None,
+                                      (api_key or "").strip() or None)  # fmt: skip
+    return Selection(backend)

@@ -1,0 +1,147 @@
+"""The playground's attachments, remote statistics, replay diffs and media history, without a browser or a model."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from engine.openai.request import parse_chat_request
+from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
+from playground import attachments, export, stats
+from playground.conversation import Conversation, Turn, display
+from playground.render import ChoiceView, ReplyView
+from playground.request_diff import request_diff, text_diff
+from tests.media_samples import image_bytes
+
+SPEECH = Path(__file__).parent / "data" / "speech.flac"
+
+
+def png_file(tmp_path: Path) -> Path:
+    path = tmp_path / "red.png"
+    path.write_bytes(image_bytes("PNG", (32, 24)))
+    return path
+
+
+def test_files_become_the_content_parts_the_api_parses(tmp_path: Path) -> None:
+    png = png_file(tmp_path)
+    image = attachments.file_part(str(png), "image")
+    assert image == {"type": "image_url",
+                     "image_url": {"url": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()}}  # fmt: skip
+    audio = attachments.file_part(str(SPEECH), "audio")
+    assert audio["type"] == "input_audio" and audio["input_audio"]["format"] == "flac"
+    assert base64.b64decode(audio["input_audio"]["data"]) == SPEECH.read_bytes()
+    assert attachments.file_part(str(png), "image", attachments.URL) == {
+        "type": "image_url", "image_url": {"url": f"file://{png.resolve()}"}}  # fmt: skip
+    url = attachments.url_part(" https://example.com/clip.mp4 ", "video")
+    assert url == {"type": "video_url", "video_url": {"url": "https://example.com/clip.mp4"}}
+    body = {"model": "m", "messages": [{"role": "user", "content": [image, audio, url, {"type": "text", "text": "?"}]}]}
+    parse_chat_request(body)  # the API's own parser takes every form
+    assert attachments.kind_of("https://h/a.WAV?x=1") == "audio" and attachments.kind_of("a.gif") is None
+
+
+def test_summary_names_what_the_server_saw_and_how_it_is_sent() -> None:
+    part = attachments.url_part("data:image/png;base64,AAAA", "image")
+    line = attachments.summary({"kind": "image", "mime": "image/png", "bytes": 2048, "width": 32, "height": 24},
+                               part, "red.png")  # fmt: skip
+    assert line == "🖼 red.png · image/png · 2.0 KiB · 32×24 · sent as data URL (26 chars in the body)"
+    video = {"kind": "video", "mime": "video/mp4", "bytes": 10, "frames": 4, "fps": 2.0, "max_frames": 32,
+             "duration_s": 2.0}  # fmt: skip
+    assert "4 frames sampled (2 fps, max 32) · 2.0 s" in attachments.summary(video, part)
+    refused = attachments.summary({"kind": "image", "error": "invalid base64 data"}, part)
+    assert refused.endswith("⚠️ the server refuses it: invalid base64 data")
+    assert "bad" in attachments.pending_html([{"summary": refused, "preview": {"error": "x"}}])
+
+
+def test_long_media_is_elided_in_the_copy_views_only() -> None:
+    data = "A" * 4000
+    body = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+        {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+        {"type": "image_url", "image_url": {"url": "https://h/cat.png"}},
+        {"type": "text", "text": "hi"}]}]}  # fmt: skip
+    short = attachments.elide(body)
+    parts = short["messages"][0]["content"]
+    assert parts[0]["image_url"]["url"] == "data:image/png;base64,<4,000 base64 chars elided>"
+    assert parts[1]["input_audio"] == {"data": "<4,000 base64 chars elided>", "format": "wav"}
+    assert parts[2:] == body["messages"][0]["content"][2:]
+    assert body["messages"][0]["content"][0]["image_url"]["url"].endswith(data)  # the original is untouched
+
+
+def test_request_diff_shows_what_changed_and_nothing_when_identical() -> None:
+    a = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    assert request_diff(a, json.loads(json.dumps(a))) is None
+    diff = request_diff(a, {**a, "max_tokens": 2})
+    assert diff is not None and '-  "max_tokens": 8' in diff and '+  "max_tokens": 2' in diff
+    assert diff.startswith("--- original request\n+++ replay request")
+    assert text_diff("a\nb", "a\nb") is None and "+c" in (text_diff("a\nb", "a\nc") or "")
+
+
+def remote_chunk(times: list[float], finish: str | None = None, **delta: str) -> ChatCompletionChunk:
+    choice = ChunkChoice(index=0, delta=Delta(**delta), finish_reason=finish)
+    return ChatCompletionChunk(id="c", created=0, model="m", choices=[choice],
+                               timeline=TokenTimeline(token_times_ms=times))  # fmt: skip
+
+
+def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
+    view = ReplyView(backend="remote")
+    for i, word in enumerate(["Hel", "lo", "!"]):
+        view.add(remote_chunk([10.0 * (i + 1)], content=word))
+    view.add(remote_chunk([40.0], finish="stop"))
+    s = stats.compute(view)
+    assert s.not_provided == ["engine timeline", "queue wait", "prefill", "batch size (max)", "token ids"]
+    html = stats.table_html(s)
+    assert 'data-stat="queue wait">not provided<' in html and 'data-stat="batch size (max)">not provided<' in html
+    assert "Not provided by the remote backend: engine timeline, queue wait" in html
+    assert 'data-stat="time to first token">10 ms<' in html  # arrival times are still measured, and labelled
+    assert stats.compute(ReplyView()).not_provided == []  # the embedded engine provides everything
+    view.usage = Usage.model_validate({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})
+    s = stats.compute(view)  # a usage without prompt_tokens_details (vLLM sends null): cached tokens unknown
+    assert s.not_provided[-1] == "cached tokens" and 'data-stat="cached tokens">not provided<' in stats.table_html(s)
+
+
+def test_transcripts_land_under_the_user_turn_they_came_from() -> None:
+    part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "flac"}}
+    conv = Conversation([Turn("user", "first"), Turn("assistant", reply=ReplyView(
+        choices={0: ChoiceView(0, content="ok")}, done=True)),
+        Turn("user", "Repeat.", parts=[part], attachments=["🎙 speech.flac · audio/flac"])])  # fmt: skip
+    body = {"messages": [{"role": "system", "content": "s"}, *conv.messages()]}
+    assert body["messages"][3]["content"] == [part, {"type": "text", "text": "Repeat."}]
+    display(conv)  # caches the user turns' messages
+    conv.add_transcripts(body, [{"message": 3, "part": 0, "text": "buy milk"}])
+    assert conv.turns[2].transcripts == {0: "buy milk"}
+    shown = display(conv)[0][-3:]
+    assert shown[0]["content"] == "📎 🎙 speech.flac · audio/flac" and shown[1]["content"] == "Repeat."
+    assert shown[2]["content"] == "buy milk" and shown[2]["metadata"]["title"].startswith("🎙")
+
+
+def test_attachments_survive_export_and_import(tmp_path: Path) -> None:
+    part = attachments.file_part(str(png_file(tmp_path)), "image")
+    conv = Conversation([Turn("user", "What is this?", parts=[part], attachments=["🖼 red.png · image/png"],
+                              transcripts={})])  # fmt: skip
+    doc = json.loads(json.dumps(export.dump(export.Snapshot(conv))))
+    back = export.load(doc).conv.turns[0]
+    assert back.parts == [part] and back.content == "What is this?" and back.attachments == ["🖼 red.png · image/png"]
+    assert export.load(doc).conv.messages() == conv.messages()
+    small = export.dump(export.Snapshot(conv), media_budget=100)  # the browser's copy stays a valid request
+    content = small["messages"][0]["content"]
+    assert content[0] == {"type": "text", "text": "[image_url left out: too large to keep in the browser]"}
+    parse_chat_request({"model": "m", "messages": small["messages"]})
+
+
+def test_an_attachment_over_the_http_body_limit_says_so() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from playground.attach_panel import AttachHandlers
+
+    async def preview_media(part: dict) -> dict:
+        return {"kind": "image", "mime": "image/png", "bytes": 3 << 20}
+
+    service = SimpleNamespace(preview_media=preview_media, settings=SimpleNamespace(max_request_length_mb=1))
+    big = attachments.url_part("data:image/png;base64," + "A" * (2 << 20), "image")
+    item = asyncio.run(AttachHandlers(lambda: service).attachment(big, "big.png"))
+    assert item["summary"].endswith("over the server's 1 MiB HTTP body limit: a curl copy of this request gets 413")
+    small = asyncio.run(AttachHandlers(lambda: service).attachment(attachments.url_part("https://h/a.png", "image"),
+                                                                   "a.png"))  # fmt: skip
+    assert "limit" not in small["summary"]
