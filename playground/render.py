@@ -31,6 +31,7 @@ class ChoiceView:
     times_ms: list[float] = field(default_factory=list)  # when each token was ready, since the request was accepted
     batch_sizes: list[int] = field(default_factory=list)  # batch size of the step that made each token
     queue_waits_us: list[int] = field(default_factory=list)  # wait before the step that made each token
+    prepare_ms: float | None = None  # accepted -> handed to the engine (media, template, tokens)
     finish_reason: str | None = None
     usage: Usage | None = None  # from the choice's closing chunk
     answer_at: int | None = None  # tokens before the first answer text or tool call (the reasoning boundary)
@@ -47,6 +48,8 @@ class ChoiceView:
             self.times_ms += timeline.token_times_ms
             self.batch_sizes += timeline.batch_sizes
             self.queue_waits_us += timeline.queue_waits_us
+            if timeline.prepare_ms is not None:
+                self.prepare_ms = timeline.prepare_ms
             if self.answer_at is None:
                 self._before_answer += len(timeline.token_ids)
         self.content += d.content or ""

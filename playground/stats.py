@@ -15,7 +15,8 @@ class ReplyStats:
     cached_tokens: int | None = None
     reasoning_tokens: int = 0
     ttft_ms: float | None = None  # request accepted -> first token ready
-    queue_ms: float | None = None  # accepted -> the first step started
+    prepare_ms: float | None = None  # accepted -> handed to the engine: media loading or transcription, template
+    queue_ms: float | None = None  # handed to the engine -> the first step started
     prefill_ms: float | None = None  # the first step itself
     decode_tps: float | None = None  # tokens after the first, over their time
     e2e_ms: float | None = None  # accepted -> last token ready
@@ -27,7 +28,7 @@ class ReplyStats:
 
 
 # What a stream must carry for each statistic that only an engine knows (a remote server's SSE has none of them).
-ENGINE_ONLY = {"queue wait": "queue_waits_us", "prefill": "queue_waits_us", "batch size (max)": "batch_sizes",
+ENGINE_ONLY = {"preparation": "queue_waits_us", "queue wait": "queue_waits_us", "prefill": "queue_waits_us", "batch size (max)": "batch_sizes",
                "token ids": "token_ids"}  # fmt: skip
 
 
@@ -42,8 +43,9 @@ def compute(view: ReplyView, index: int = 0) -> ReplyStats:
     if t:
         s.ttft_ms, s.e2e_ms = t[0], t[-1]
         if c.queue_waits_us:
+            s.prepare_ms = c.prepare_ms
             s.queue_ms = c.queue_waits_us[0] / 1000
-            s.prefill_ms = max(0.0, t[0] - s.queue_ms)
+            s.prefill_ms = max(0.0, t[0] - (s.prepare_ms or 0.0) - s.queue_ms)
         if len(t) > 1 and t[-1] > t[0]:
             s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
     s.finish_reason = c.finish_reason or ("stopped" if view.stopped else "error" if view.error else None)
@@ -80,8 +82,9 @@ def _rows(s: ReplyStats) -> list[tuple[str, str, str]]:
         ("cached tokens", _n(s.cached_tokens), "prompt tokens reused from the prefix cache"),
         ("completion tokens", _n(s.completion_tokens), "tokens generated, reasoning included"),
         ("reasoning tokens", _n(s.reasoning_tokens), "of those, inside the thinking block"),
-        ("time to first token", _ms(s.ttft_ms), "accepted → first token (queue + prefill)"),
-        ("queue wait", _ms(s.queue_ms), "accepted → the first engine step"),
+        ("time to first token", _ms(s.ttft_ms), "accepted → first token (preparation + queue + prefill)"),
+        ("preparation", _ms(s.prepare_ms), "validation, media loading or transcription, template, tokens"),
+        ("queue wait", _ms(s.queue_ms), "handed to the engine → its first step for this request"),
         ("prefill", _ms(s.prefill_ms), "the first step: prompt in, first token out"),
         ("decode speed", "–" if s.decode_tps is None else f"{s.decode_tps:.1f} tok/s", "tokens after the first, "
          "over their time"),

@@ -14,6 +14,7 @@ LANE_H = 12
 MAX_POINTS = 1200  # beyond this, every k-th step is drawn (hover still names the token)
 
 QUEUE, PREFILL, THINK, ANSWER, BATCH = "#9ca3af", "#3b82f6", "#a855f7", "#10b981", "#f59e0b"
+PREPARE = "#64748b"
 
 
 def _nice(value: float) -> float:
@@ -51,7 +52,14 @@ def svg(c: ChoiceView) -> str:
            f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
     # A stream without engine numbers (a remote server) gets no queue/prefill split and no batch line: not guessed.
     engine = bool(c.queue_waits_us)
-    legend = [(QUEUE, "queue"), (PREFILL, "prefill"), (THINK, "reasoning"), (ANSWER, "answer"), (BATCH, "batch")]
+    legend = [
+        (PREPARE, "prepare"),
+        (QUEUE, "queue"),
+        (PREFILL, "prefill"),
+        (THINK, "reasoning"),
+        (ANSWER, "answer"),
+        (BATCH, "batch"),
+    ]
     if not engine:
         legend = [(PREFILL, "to first token"), (THINK, "reasoning"), (ANSWER, "answer")]
     lx = LEFT
@@ -61,8 +69,13 @@ def svg(c: ChoiceView) -> str:
         lx += 22 + 6 * len(name)
 
     # the lane: where the request's time went, step by step
-    q0 = c.queue_waits_us[0] / 1000 if c.queue_waits_us else 0.0
-    lane = [(0.0, q0, QUEUE, f"queue wait {_ms(q0)}"), (q0, t[0], PREFILL, f"prefill {_ms(t[0] - q0)}")]
+    p0 = c.prepare_ms or 0.0
+    q0 = p0 + (c.queue_waits_us[0] / 1000 if c.queue_waits_us else 0.0)
+    lane = [
+        (0.0, p0, PREPARE, f"preparation {_ms(p0)} (media, template, tokens)"),
+        (p0, q0, QUEUE, f"queue wait {_ms(q0 - p0)}"),
+        (q0, t[0], PREFILL, f"prefill {_ms(t[0] - q0)}"),
+    ]
     if not engine:
         lane = [(0.0, t[0], PREFILL, f"first token after {_ms(t[0])} (queue, prefill and network, not split)")]
     run_start, run_color = None, None

@@ -410,3 +410,18 @@ def test_structured_output_reply_is_the_json_asked_for(local: LocalBackend) -> N
     result = local.chat("Describe a cat as JSON with its name and number of legs.", response_format=fmt,
                         temperature=0, max_tokens=40)  # fmt: skip
     assert result.finish_reason == "stop" and set(json.loads(result.reply)) == {"name", "legs"}
+
+
+def test_the_first_timeline_says_how_long_preparation_took(local: LocalBackend, service: Any) -> None:
+    """Media loading, transcription and templating happen before the engine sees a request: the first token's
+    timeline carries that time, so the page can split it off the queue wait and the prefill."""
+
+    async def first_timeline() -> Any:
+        gen = await service.start(local.request(QUESTION, max_tokens=3, temperature=0))
+        timelines = [chunk.timeline async for chunk in gen if chunk.timeline is not None]
+        return timelines
+
+    timelines = asyncio.run(first_timeline())
+    first = timelines[0]
+    assert first.prepare_ms is not None and 0 < first.prepare_ms < first.token_times_ms[0]
+    assert all(t.prepare_ms is None for t in timelines[1:])

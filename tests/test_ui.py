@@ -180,7 +180,10 @@ def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(li
     assert answer(out[CHATBOT]) == api["choices"][0]["message"]["content"]
     assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
     assert 'data-stat="batch size (max)">not provided<' in out[STATS]
-    assert "Not provided by the remote backend: engine timeline, queue wait, prefill, batch size (max)" in out[STATS]
+    assert (
+        "Not provided by the remote backend: engine timeline, preparation, queue wait, prefill, batch size (max)"
+        in out[STATS]
+    )
 
 
 def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:

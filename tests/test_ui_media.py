@@ -89,10 +89,17 @@ def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
         view.add(remote_chunk([10.0 * (i + 1)], content=word))
     view.add(remote_chunk([40.0], finish="stop"))
     s = stats.compute(view)
-    assert s.not_provided == ["engine timeline", "queue wait", "prefill", "batch size (max)", "token ids"]
+    assert s.not_provided == [
+        "engine timeline",
+        "preparation",
+        "queue wait",
+        "prefill",
+        "batch size (max)",
+        "token ids",
+    ]
     html = stats.table_html(s)
     assert 'data-stat="queue wait">not provided<' in html and 'data-stat="batch size (max)">not provided<' in html
-    assert "Not provided by the remote backend: engine timeline, queue wait" in html
+    assert "Not provided by the remote backend: engine timeline, preparation, queue wait" in html
     assert 'data-stat="time to first token">10 ms<' in html  # arrival times are still measured, and labelled
     assert stats.compute(ReplyView()).not_provided == []  # the embedded engine provides everything
     view.usage = Usage.model_validate({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})

@@ -83,6 +83,15 @@ def test_stats_come_from_the_engine_timeline_and_usage() -> None:
     assert 'data-stat="decode speed">80.0 tok/s<' in stats.table_html(s)
 
 
+def test_preparation_is_split_off_the_prefill() -> None:
+    view = thinking_reply()
+    view.first.prepare_ms = 30.0  # what the service puts on the first timeline: media, template, tokens
+    s = stats.compute(view)
+    assert (s.prepare_ms, s.queue_ms, s.prefill_ms) == (30.0, 2.0, 68.0)
+    assert 'data-stat="preparation">30 ms<' in stats.table_html(s)
+    assert "preparation 30.0 ms" in timeline.svg(view.first)
+
+
 def test_reasoning_that_used_up_max_tokens_warns() -> None:
     view = ReplyView()
     view.add(chunk(times=(10.0, 20.0), reasoning_content="hmm"))

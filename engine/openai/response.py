@@ -69,6 +69,9 @@ class TokenTimeline(BaseModel):
     token_times_ms: list[float] = Field(default_factory=list)  # since the request was accepted
     batch_sizes: list[int] = Field(default_factory=list)
     queue_waits_us: list[int] = Field(default_factory=list)
+    # On the first chunk: accepted -> handed to the engine (validation, media loading or transcription, template,
+    # tokenisation). The engine's queue wait starts there; the first token's time minus both is the prefill.
+    prepare_ms: float | None = None
 
 
 class ChunkChoice(BaseModel):

@@ -82,6 +82,7 @@ class Generation:
         self.stats = stats
         self._queue = queue
         self._accepted = accepted
+        self.prepare_ms: float | None = None  # set by start(): accepted -> submitted to the engine
         self._skip_special = skip_special
         self.split = split  # reasoning_content is separated from content (spec §7)
         self.tool_parser = tool_parser  # parser name when tools are active (spec §8)
@@ -161,6 +162,8 @@ class Generation:
             logprobs = ChoiceLogprobs(content=self.service.formatter.entries(d.logprobs, self._skip_special))
         timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
+        if self.prepare_ms is not None and d.token_ids:  # once, with the first token
+            timeline.prepare_ms, self.prepare_ms = self.prepare_ms, None
         if d.reasoning_tokens is not None:
             st.reasoning_tokens = d.reasoning_tokens
         final = d.finish_reason is not None
@@ -304,6 +307,7 @@ class ChatService:
             except RuntimeError:  # the caller's loop is closed (its asyncio.run ended): nobody reads this any more
                 self.engine.abort(request_id)
 
+        submitted = time.perf_counter()
         try:
             stats = self.engine.submit(
                 EngineRequest(request_id, ids, params, media.salt, constraint, prepared.mm), sink
@@ -315,6 +319,7 @@ class ChatService:
             plan.split, tool_parser, bool(req.stream),
             [t.as_json() for t in media.transcripts] or None, prepared.media_report,
         )  # fmt: skip
+        gen.prepare_ms = round((submitted - accepted) * 1000, 1)
         try:
             await gen._prefetch()
         except asyncio.CancelledError:
