@@ -218,6 +218,15 @@ def test_vl_model_refuses_audio(vl_live) -> None:
     assert "messages[0].content[0]: model does not accept audio input" in r.json()["error"]
 
 
+def test_models_route_reports_input_modalities(vl_live, audio_live) -> None:
+    for server, name, modalities in ((vl_live, VL, ["text", "image", "video"]), (audio_live, AUDIO, ["text", "audio"])):
+        with server.client() as c:
+            (card,) = c.get("/v1/models").json()["data"]
+            assert c.get(f"/v1/models/{name}").json() == card
+        assert card["id"] == name and card["max_model_len"] > 0  # the spec's fields stay as they are
+        assert card["input_modalities"] == modalities
+
+
 # ---- the audio model -----------------------------------------------------------------------------------------------
 
 

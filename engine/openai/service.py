@@ -277,6 +277,12 @@ class ChatService:
         self.constraints = ConstraintBuilder(tokenizer, model.vocab_size or len(tokenizer), engine.eos_ids)
         self.served_name = settings.served_model_name or model.name
 
+    def input_modalities(self) -> list[str]:
+        """What a request's content may carry for this model: text, the media the model takes itself, and audio
+        when it is transcribed into text (`audio_transcription`, §2.4.1). Reported by /v1/models."""
+        media = set(self.model.modalities) | ({"audio"} if self.settings.audio_transcription else set())
+        return ["text", *(m for m in ("image", "video", "audio") if m in media)]
+
     def check_model(self, req: ChatCompletionRequest, route: Route) -> str:
         if route == "pangu_v1":
             return self.served_name
