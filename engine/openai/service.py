@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,9 @@ from engine.openai.response import (
 )
 from engine.openai.structured import ConstraintBuilder
 from engine.parsers import ToolCallParser, make_parser, select_parser
+
+# (model name, the request as its prompt reads, prompt tokens) -> None, or an exception that stops the request.
+Screen = Callable[[str, ChatCompletionRequest, int], Awaitable[None]]
 
 
 @dataclass
@@ -290,10 +293,13 @@ class ChatService:
             raise RequestValidationError(f"Model not found: {str(req.model)[:64]!r}.")
         return req.model
 
-    async def start(self, req: ChatCompletionRequest, route: Route = "v1") -> Generation:
-        """Validate against the model and server, submit to the engine, and wait for its first answer."""
+    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None) -> Generation:
+        """Validate against the model and server, submit to the engine, and wait for its first answer. `screen`
+        sees a request whose media became text (transcripts) before the engine does, and may raise to stop it."""
         accepted = time.perf_counter()
         model, prepared = await self._prepare(req, route)
+        if screen is not None and prepared.media.transcripts:
+            await screen(model, prepared.request, len(prepared.ids))
         req, media, plan, ids, params = (prepared.request, prepared.media, prepared.plan, prepared.ids,
                                          prepared.params)  # fmt: skip
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
