@@ -31,7 +31,8 @@ _TONE = ms.tone(seconds=1.0, rate=16000, freq=440.0, channels=1) * np.linspace(0
 WAV, FLAC, MP3 = (ms.audio_bytes(fmt, _TONE, rate=16000) for fmt in ("wav", "flac", "mp3"))
 FILES = {"red.jpg": JPEG, "blue.jpg": BLUE, "clip.mp4": MP4, "tone.wav": WAV, "tone.flac": FLAC, "tone.mp3": MP3,
          "not-image.png": WAV}  # fmt: skip
-BIG = {"big.png": b"\x89PNG\r\n\x1a\n", "big.wav": b"RIFF\0\0\0\0WAVE"}  # sparse files just over 20 MiB
+# sparse files just over the limits: 20 MiB for images and audio, 512 MiB for video
+BIG = {"big.png": (b"\x89PNG\r\n\x1a\n", 20), "big.wav": (b"RIFF\0\0\0\0WAVE", 20), "big.mp4": (b"\0\0\0\x18ftyp", 512)}
 
 SAMPLE = {  # part type -> (file name, bytes, data-URL MIME type)
     "image_url": ("red.jpg", JPEG, "image/jpeg"),
@@ -45,10 +46,10 @@ URL_FORMS = ["string data URL", "object data URL", "file URL", "string local pat
 def media_files(mm_media_root: Path, tmp_path_factory: Any) -> Path:
     for name, data in FILES.items():
         (mm_media_root / name).write_bytes(data)
-    for name, head in BIG.items():
+    for name, (head, limit) in BIG.items():
         with open(mm_media_root / name, "wb") as f:
             f.write(head)
-            f.truncate(20 * MiB + 1)
+            f.truncate(limit * MiB + 1)
     for path in mm_media_root.iterdir():
         path.chmod(0o644)
     outside = tmp_path_factory.mktemp("outside") / "red.jpg"  # a real readable file, outside the root
@@ -167,6 +168,7 @@ VL_ERRORS = [
     ({"type": "image_url", "image_url": {"url": "OUTSIDE"}}, NOT_ALLOWED),
     ({"type": "video_url", "video_url": {"url": "file://missing.mp4"}}, NOT_ALLOWED),
     ({"type": "image_url", "image_url": {"url": "big.png"}}, NOT_ALLOWED),  # over 20 MiB: refused before reading
+    ({"type": "video_url", "video_url": "big.mp4"}, NOT_ALLOWED),  # over 512 MiB
 ]  # fmt: skip
 
 
@@ -182,6 +184,7 @@ def test_vl_errors_per_form(vl_live, media_files, part: dict, message: str) -> N
 
 def test_remote_errors(vl_live, media_files, media_http, private_fetch) -> None:
     for part in ({"type": "image_url", "image_url": f"{media_http}/big.png"},  # over 20 MiB
+                 {"type": "video_url", "video_url": f"{media_http}/big.mp4"},  # over 512 MiB
                  {"type": "image_url", "image_url": {"url": f"{media_http}/missing.jpg"}},  # 404
                  {"type": "video_url", "video_url": {"url": f"http://example.com/{media_http}/clip.mp4"}}):  # fmt: skip
         r = ask(vl_live, VL, [part])
