@@ -31,12 +31,13 @@ from engine.openai.errors import (
     ServiceUnavailableError,
 )
 from engine.openai.fold import fold
+from engine.openai.generation import Generation
 from engine.openai.metrics import Metrics
 from engine.openai.moderation import CONTENT_FILTER, Moderator, QuestionBlocked
 from engine.openai.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.openai.request import ChatCompletionRequest, ModerationConfig, Route, parse_chat_request
 from engine.openai.response import ChatCompletionChunk, PromptTokensDetails, Usage
-from engine.openai.service import ChatService, Generation
+from engine.openai.service import ChatService
 from engine.openai.sse import EventWriter, V1Events
 from engine.openai.wire import V1StreamWriter, response_json
 
