@@ -186,6 +186,7 @@ def test_remote_errors(vl_live, media_files, media_http, private_fetch) -> None:
     for part in ({"type": "image_url", "image_url": f"{media_http}/big.png"},  # over 20 MiB
                  {"type": "video_url", "video_url": f"{media_http}/big.mp4"},  # over 512 MiB
                  {"type": "image_url", "image_url": {"url": f"{media_http}/missing.jpg"}},  # 404
+                 {"type": "image_url", "image_url": {"url": f"{media_http}/not-image.png"}},  # wrong content
                  {"type": "video_url", "video_url": {"url": f"http://example.com/{media_http}/clip.mp4"}}):  # fmt: skip
         r = ask(vl_live, VL, [part])
         assert r.status_code == 422, r.text
@@ -250,6 +251,14 @@ AUDIO_ERRORS = [
     ({"type": "audio_url", "audio_url": "file:///etc/passwd.wav"}, NOT_ALLOWED),
     ({"type": "audio_url", "audio_url": {"url": "big.wav"}}, NOT_ALLOWED),
 ]  # fmt: skip
+
+
+def test_remote_audio_errors(audio_live, media_files, media_http, private_fetch) -> None:
+    for part in ({"type": "audio_url", "audio_url": {"url": f"{media_http}/clip.mp4"}},  # a video, not audio
+                 {"type": "audio_url", "audio_url": f"{media_http}/big.wav"}):  # fmt: skip
+        r = ask(audio_live, AUDIO, [part])
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == f"messages[0].content[0]: {FAILED}"
 
 
 @pytest.mark.parametrize(("part", "message"), AUDIO_ERRORS)
