@@ -180,3 +180,72 @@ def qoai(qwen_live: LiveServer) -> Any:
     import openai
 
     return openai.OpenAI(base_url=qwen_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+# ---- the tiny multimodal models (tests/tiny_mm.py), one live server each per session ------------------------------
+
+VL, AUDIO = "tiny-qwen2-vl", "tiny-qwen2-audio"
+
+
+@pytest.fixture(scope="session")
+def mm_media_root(tmp_path_factory: Any) -> Path:
+    """`--media-local-root` of the multimodal servers, and what `media_http` serves: tests put their files here."""
+    return tmp_path_factory.mktemp("mm-media")
+
+
+def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveServer]:
+    """Local media under `root`, remote media from "localhost" only, with the production address check: a
+    loopback URL is still refused unless a test patches in the test-only allowance (`private_fetch`)."""
+    from app import build_service
+    from tests.tiny_mm import build
+
+    cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False,
+                           media_allow_local=True, media_local_root=str(root), media_allow_remote=True,
+                           media_remote_allowed_domains=["localhost"])  # fmt: skip
+    svc = build_service(cfg)
+    try:
+        with serving(cfg, svc) as server:
+            yield server
+    finally:
+        svc.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def vl_live(settings: Any, mm_media_root: Path) -> Iterator[LiveServer]:
+    yield from _mm_live(settings, "vl", VL, mm_media_root)
+
+
+@pytest.fixture(scope="session")
+def audio_live(settings: Any, mm_media_root: Path) -> Iterator[LiveServer]:
+    yield from _mm_live(settings, "audio", AUDIO, mm_media_root)
+
+
+@pytest.fixture(scope="session")
+def media_http(mm_media_root: Path) -> Iterator[str]:
+    """A plain HTTP server on loopback serving `mm_media_root`: its base URL, as http://localhost:PORT."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(mm_media_root)))
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://localhost:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def private_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test-only allowance of engine/media/remote.py (`allow_private_for_tests`), as tests/test_media_remote.py
+    passes it: lets the live servers fetch from `media_http` on loopback for the length of one test."""
+    import functools
+
+    from engine.media import loader
+    from engine.media.remote import fetch_remote
+
+    monkeypatch.setattr(loader, "fetch_remote", functools.partial(fetch_remote, allow_private_for_tests=True))

@@ -1,6 +1,7 @@
 """`moderation_config` with a moderation hook (spec §2.6): the built-in word-list hook on a second live server.
 
 The blocked answer word is taken from the model's own greedy reply, so the answer stage is exercised for real.
+Media requests are moderated on their text parts and transcripts and otherwise served exactly as without a hook.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import pytest
 
 from engine.openai.moderation import DEFAULT_REPLY, WordListHook, load_hook
 from engine.openai.request import ModerationConfig
+from tests import media_samples as ms
 from tests.api_helpers import ok, text_of
-from tests.conftest import chat, extra_server, sse_events
+from tests.conftest import VL, chat, extra_server, sse_events
 from tests.pangu_helpers import post, raw_events
 
 QUESTION_WORD = "zanzibar"
+SPOKEN_WORD = "milk"  # said in tests/data/speech.flac
+SPEECH = Path(__file__).parent / "data" / "speech.flac"
 EXTRA_WORD = "quokka"
 GREEDY = {"top_k": 1, "max_tokens": 12}
 
@@ -35,11 +39,16 @@ def answer(live: Any) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def moderated(settings: Any, service: Any, answer: tuple[str, str], tmp_path_factory: Any) -> Iterator[httpx.Client]:
+def words(answer: tuple[str, str], tmp_path_factory: Any) -> Path:
     lists = tmp_path_factory.mktemp("moderation") / "words.json"
     lists.write_text(json.dumps({"default": [QUESTION_WORD, answer[1]], "extra": [EXTRA_WORD],
-                                 "allow-answer": [answer[1]]}))  # fmt: skip
-    with extra_server(settings, service, ui=False, moderation_hook=f"wordlist:{lists}") as http:
+                                 "allow-answer": [answer[1]], "spoken": [SPOKEN_WORD]}))  # fmt: skip
+    return lists
+
+
+@pytest.fixture(scope="module")
+def moderated(settings: Any, service: Any, words: Path) -> Iterator[httpx.Client]:
+    with extra_server(settings, service, ui=False, moderation_hook=f"wordlist:{words}") as http:
         yield http
 
 
@@ -125,6 +134,64 @@ def test_show_result(moderated: httpx.Client) -> None:
 def test_validation_comes_before_moderation(moderated: httpx.Client) -> None:
     r = post(moderated, "v1", messages=asking(QUESTION_WORD), temperature=9)
     assert r.status_code == 422
+
+
+# ---- media requests ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vl_moderated(vl_live: Any, words: Path) -> Iterator[httpx.Client]:
+    """The tiny Qwen2-VL of tests/tiny_mm.py behind the same hook."""
+    with extra_server(vl_live.settings, vl_live.service, ui=False, moderation_hook=f"wordlist:{words}") as http:
+        yield http
+
+
+def image_request(text: str) -> dict[str, Any]:
+    image = {"type": "image_url", "image_url": ms.data_url("image/png", ms.image_bytes("PNG", (64, 48)))}
+    return {"model": VL, "max_tokens": 2, "temperature": 0, "logprobs": True, "top_logprobs": 3,
+            "messages": [{"role": "user", "content": [image, {"type": "text", "text": text}]}]}  # fmt: skip
+
+
+def test_media_requests_are_served_as_without_moderation(vl_live: Any, vl_moderated: httpx.Client) -> None:
+    body = image_request("Describe the picture.")
+    with vl_live.client() as http:
+        plain = ok(http.post("/v1/chat/completions", json=body))
+    moderated = ok(vl_moderated.post("/v1/chat/completions", json=body))
+    assert moderated["media"] == plain["media"]
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [moderated["usage"][k] for k in counts] == [plain["usage"][k] for k in counts]
+    assert moderated["choices"][0]["logprobs"] == plain["choices"][0]["logprobs"]
+    audio = {"type": "input_audio", "input_audio": {"data": ms.b64(SPEECH.read_bytes()), "format": "flac"}}
+    r = vl_moderated.post(
+        "/v1/chat/completions", json={"model": VL, "messages": [{"role": "user", "content": [audio]}]}
+    )
+    assert r.status_code == 422 and "messages[0].content[0]: model does not accept audio input" in r.json()["error"]
+
+
+def test_text_parts_of_a_media_request_are_moderated(vl_live: Any, vl_moderated: httpx.Client) -> None:
+    body = image_request(f"What is {QUESTION_WORD}?")
+    data = ok(vl_moderated.post("/v1/chat/completions", json=body))
+    choice = data["choices"][0]
+    assert choice["finish_reason"] == "content_filter" and choice["message"]["content"] == DEFAULT_REPLY
+    with vl_live.client() as http:
+        plain = ok(http.post("/v1/chat/completions", json=body))
+    assert data["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]  # the image's tokens count
+    assert data["usage"]["completion_tokens"] == 0
+
+
+def test_transcripts_are_moderated(moderated: httpx.Client) -> None:
+    """Audio the text model hears through Whisper is moderated as the words it became."""
+    audio = {"type": "input_audio", "input_audio": {"data": ms.b64(SPEECH.read_bytes()), "format": "flac"}}
+    messages = [{"role": "user", "content": [audio, {"type": "text", "text": "Repeat what I said."}]}]
+    config = {"answer_moderation": False}
+    passed = ok(post(moderated, "v1", messages=messages, moderation_config=config, **GREEDY))
+    assert passed["choices"][0]["finish_reason"] != "content_filter"
+    assert SPOKEN_WORD in passed["transcription"][0]["text"].lower()
+    config["black_glossary_names"] = ["spoken"]
+    blocked = ok(post(moderated, "v1", messages=messages, moderation_config=config, **GREEDY))
+    assert blocked["choices"][0]["finish_reason"] == "content_filter"
+    assert blocked["usage"]["prompt_tokens"] == passed["usage"]["prompt_tokens"]
+    assert blocked["usage"]["completion_tokens"] == 0
 
 
 def test_word_list_hook_unit() -> None:

@@ -72,6 +72,7 @@ def test_models_list(http: httpx.Client, service: Any) -> None:  # case 3
     assert card["root"] == MODEL and card["parent"] is None
     assert isinstance(card["created"], int) and isinstance(card["owned_by"], str) and card["owned_by"]
     assert card["max_model_len"] == service.model.context_length > 0
+    assert card["input_modalities"] == ["text", "audio"]  # extension: audio is transcribed for the text model
     for text in _strings(body):  # [SEC] no absolute filesystem path anywhere
         assert not text.startswith(("/", "~")) and not re.match(r"^[A-Za-z]:\\", text), text
         assert str(Path.home()) not in text and ".cache" not in text, text

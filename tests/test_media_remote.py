@@ -309,5 +309,5 @@ def test_load_media_gates_and_decodes_remote_parts(
     media = asyncio.run(load_media(part, on))
     assert (media.kind, media.mime, media.origin, media.image.size) == ("image", "image/png", "remote", (32, 24))
     video = {"type": "video_url", "video_url": f"http://localhost:{port}/ok.png"}
-    with pytest.raises(MediaError, match="video content is not a supported format"):
+    with pytest.raises(MediaError, match=FAILED):  # wrong content is one more failure to fetch (§3.5)
         asyncio.run(load_media(video, on))

@@ -8,7 +8,6 @@ M-RoPE positions computed per sequence that reproduce the HF forward's logits.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +20,10 @@ from engine.multimodal import build_inputs, load_multimodal
 from engine.multimodal.inputs import audio_tokens
 from engine.multimodal.video import video_patches
 from tests import media_samples as ms
-from tests.conftest import LiveServer, free_port, serving
+from tests.conftest import AUDIO, VL, LiveServer
 from tests.tiny_mm import build
 
-VL, AUDIO = "tiny-qwen2-vl", "tiny-qwen2-audio"
 SPEECH = Path(__file__).parent / "data" / "speech.flac"
-
-
-def _live(settings: Any, kind: str, name: str) -> Iterator[LiveServer]:
-    from app import build_service
-
-    cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False)
-    svc = build_service(cfg)
-    try:
-        with serving(cfg, svc) as server:
-            yield server
-    finally:
-        svc.engine.shutdown()
-
-
-@pytest.fixture(scope="session")
-def vl_live(settings: Any) -> Iterator[LiveServer]:
-    yield from _live(settings, "vl", VL)
-
-
-@pytest.fixture(scope="session")
-def audio_live(settings: Any) -> Iterator[LiveServer]:
-    yield from _live(settings, "audio", AUDIO)
 
 
 @pytest.fixture(scope="session")
@@ -240,6 +216,15 @@ def test_vl_model_refuses_audio(vl_live) -> None:
     r = ask(vl_live, VL, [audio_part(SPEECH.read_bytes())])
     assert r.status_code == 422
     assert "messages[0].content[0]: model does not accept audio input" in r.json()["error"]
+
+
+def test_models_route_reports_input_modalities(vl_live, audio_live) -> None:
+    for server, name, modalities in ((vl_live, VL, ["text", "image", "video"]), (audio_live, AUDIO, ["text", "audio"])):
+        with server.client() as c:
+            (card,) = c.get("/v1/models").json()["data"]
+            assert c.get(f"/v1/models/{name}").json() == card
+        assert card["id"] == name and card["max_model_len"] > 0  # the spec's fields stay as they are
+        assert card["input_modalities"] == modalities
 
 
 # ---- the audio model -----------------------------------------------------------------------------------------------

@@ -66,7 +66,12 @@ async def load_media(
         allow, root = settings.media_allow_local, settings.media_local_root
         raw = await asyncio.to_thread(read_local, item.source, item.kind, allow=allow, root=root)
     fetched = time.perf_counter()
-    loaded = await asyncio.to_thread(_prepare, item, origin, raw, options)
+    try:
+        loaded = await asyncio.to_thread(_prepare, item, origin, raw, options)
+    except MediaError:
+        if origin == "remote":  # §3.5: any failure of a remote part, wrong or broken content included
+            raise MediaError(FAILED) from None
+        raise
     loaded.fetch_seconds, loaded.decode_seconds = fetched - start, time.perf_counter() - fetched
     return loaded
 

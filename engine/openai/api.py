@@ -84,9 +84,11 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def model_card() -> dict[str, Any]:
+        """§1.3's fields, plus `input_modalities` (extension): the content a request may carry for this model."""
         svc = service()
         return {"id": svc.served_name, "object": "model", "created": 1730000000, "owned_by": PROJECT,
-                "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length}  # fmt: skip
+                "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length,
+                "input_modalities": svc.input_modalities()}  # fmt: skip
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:

@@ -31,12 +31,13 @@ from engine.openai.errors import (
     ServiceUnavailableError,
 )
 from engine.openai.fold import fold
+from engine.openai.generation import Generation
 from engine.openai.metrics import Metrics
-from engine.openai.moderation import CONTENT_FILTER, Moderator
+from engine.openai.moderation import CONTENT_FILTER, Moderator, QuestionBlocked
 from engine.openai.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.openai.request import ChatCompletionRequest, ModerationConfig, Route, parse_chat_request
 from engine.openai.response import ChatCompletionChunk, PromptTokensDetails, Usage
-from engine.openai.service import ChatService, Generation
+from engine.openai.service import ChatService
 from engine.openai.sse import EventWriter, V1Events
 from engine.openai.wire import V1StreamWriter, response_json
 
@@ -175,20 +176,18 @@ class ChatRoutes:
         """The chunk stream and its Generation (None when the moderation hook blocked the question: such a
         request never reaches the engine)."""
         if moderator is not None:
-            verdict = await moderator.check_question(req.text_only_messages())
+            verdict = await moderator.check_question(req.messages)
             if verdict.blocked:
                 model, prompt = await svc.count_prompt_tokens(req, route)
-                prefix = "chatcmpl-" if route == "v1" else "chat-"
-                head = ChatCompletionChunk(id=prefix + uuid.uuid4().hex, created=int(time.time()), model=model,
-                                           choices=[])  # fmt: skip
-                access["id"] = head.id
-                usage = Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails())
-                return moderator.blocked_question(head, req.effective_n, usage, verdict), None
+                return _blocked(moderator, req, route, QuestionBlocked(verdict, model, prompt), access), None
         timeout = self.settings.request_timeout_s or None
         try:
-            gen = await asyncio.wait_for(svc.start(req, route), timeout)
+            gen = await asyncio.wait_for(svc.start(req, route, moderator.screen if moderator else None), timeout)
         except asyncio.TimeoutError:
             raise ServiceUnavailableError(f"The request timed out after {timeout} s waiting for the engine.") from None
+        except QuestionBlocked as blocked:  # its transcripts were (§2.4.1)
+            assert moderator is not None
+            return _blocked(moderator, req, route, blocked, access), None
         access["id"] = gen.id
         if moderator is None:
             return gen.__aiter__(), gen
@@ -222,6 +221,17 @@ class ChatRoutes:
         if self.settings.log_message_content:
             info["content"] = [{"role": m.role, "text": m.text} for m in req.messages]
         return info
+
+
+def _blocked(moderator: Moderator, req: ChatCompletionRequest, route: Route, blocked: QuestionBlocked,
+             access: dict[str, Any]) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
+    """The stream of a request whose question the hook blocked: the fallback reply, and usage for the prompt."""
+    prefix = "chatcmpl-" if route == "v1" else "chat-"
+    head = ChatCompletionChunk(id=prefix + uuid.uuid4().hex, created=int(time.time()), model=blocked.model, choices=[])
+    access["id"] = head.id
+    prompt = blocked.prompt_tokens
+    usage = Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails())
+    return moderator.blocked_question(head, req.effective_n, usage, blocked.verdict)
 
 
 async def _record(chunks: AsyncIterator[ChatCompletionChunk], access: dict[str, Any]) -> AsyncIterator[Any]:

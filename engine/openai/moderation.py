@@ -5,6 +5,9 @@ generation) or "answer" (the output so far, checked per chunk). `--moderation-ho
 `package.module:attribute` (an object with `check`, or a zero-argument factory returning one), or
 `wordlist:FILE.json` for the built-in `WordListHook` over a JSON object of glossary name -> list of words.
 
+The question is the system and user messages' text parts, plus the transcripts of audio the service turned
+into text; image, video and audio the model takes itself are not text and go to the model as without a hook.
+
 Without a hook nothing here runs and `moderation_config` has no effect. With one, a blocked question skips the
 engine entirely; a blocked answer ends its choice (and the engine request once every choice is blocked). Either
 way the client gets `finish_reason` "content_filter" and the hook's fallback reply: as the content of a
@@ -17,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from engine.openai.request import ModerationConfig
+from engine.openai.messages import Message
+from engine.openai.request import ChatCompletionRequest, ModerationConfig
 from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, PromptTokensDetails, Usage
 
 Stage = Literal["question", "answer"]
@@ -93,6 +97,14 @@ def load_hook(spec: str) -> ModerationHook | None:
     return hook
 
 
+class QuestionBlocked(Exception):
+    """A question blocked only once its audio was transcribed: the prompt is built, nothing reached the engine."""
+
+    def __init__(self, verdict: Verdict, model: str, prompt_tokens: int) -> None:
+        super().__init__(verdict.reason)
+        self.verdict, self.model, self.prompt_tokens = verdict, model, prompt_tokens
+
+
 class InterceptionChunk(ChatCompletionChunk):
     """The interception data unit: a chunk whose delta carries the fallback reply, plus top-level fields that
     every wire writer copies as they are."""
@@ -119,11 +131,19 @@ class Moderator:
         # A hook may do I/O; run it off the event loop so it never stalls other streams.
         return await asyncio.to_thread(self.hook.check, text, stage=stage, config=self.config)
 
-    async def check_question(self, messages: list[dict[str, Any]]) -> Verdict:
+    async def check_question(self, messages: Sequence[Message]) -> Verdict:
+        """The system and user messages' text parts; media parts are not text and are left to the model (the
+        words of transcribed audio are text parts once the service has put them in, see `screen`)."""
         if not self.config.question_moderation:
             return PASS
-        text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") in ("system", "user"))
+        text = "\n".join(m.text for m in messages if m.role in ("system", "user"))
         return await self.check(text, "question")
+
+    async def screen(self, model: str, req: ChatCompletionRequest, prompt_tokens: int) -> None:
+        """ChatService.start's check of a request whose audio became transcripts, before the engine sees it."""
+        verdict = await self.check_question(req.messages)
+        if verdict.blocked:
+            raise QuestionBlocked(verdict, model, prompt_tokens)
 
     def result(self) -> dict[str, Any] | None:
         if not self.config.show_result:
