@@ -160,7 +160,7 @@ VL_ERRORS = [
     ({"type": "video_url", "video_url": ms.data_url("video/x-msvideo", MP4)},
      "video content does not match its declared type video/x-msvideo"),
     ({"type": "image_url", "image_url": ms.b64(WAV)}, "image content is not a supported format (JPEG, PNG)"),
-    ({"type": "image_url", "image_url": {"url": "not-image.png"}}, "image content is not a supported format (JPEG, PNG)"),
+    ({"type": "image_url", "image_url": {"url": "not-image.png"}}, NOT_ALLOWED),  # §3.4: wrong type, generic
     ({"type": "video_url", "video_url": ms.b64(MP4)},
      "unsupported video source: expected a data URL, an http(s) URL or a .mp4/avi/wmv file path"),
     ({"type": "image_url", "image_url": "file:///etc/passwd.png"}, NOT_ALLOWED),

@@ -18,7 +18,7 @@ import numpy as np
 from engine.config import Settings
 from engine.media import decode, sources
 from engine.media.errors import MediaError
-from engine.media.local import read_local
+from engine.media.local import NOT_ALLOWED, read_local
 from engine.media.remote import FAILED, Timeouts, fetch_remote
 from engine.media.sources import AUDIO_FORMATS, MAX_BYTES, Kind, MediaInput, Origin
 
@@ -71,6 +71,8 @@ async def load_media(
     except MediaError:
         if origin == "remote":  # §3.5: any failure of a remote part, wrong or broken content included
             raise MediaError(FAILED) from None
+        if origin == "local":  # §3.4: every failure of a local file, wrong type and too large included
+            raise MediaError(NOT_ALLOWED) from None
         raise
     loaded.fetch_seconds, loaded.decode_seconds = fetched - start, time.perf_counter() - fetched
     return loaded
