@@ -180,3 +180,32 @@ def qoai(qwen_live: LiveServer) -> Any:
     import openai
 
     return openai.OpenAI(base_url=qwen_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+VL, AUDIO = "tiny-qwen2-vl", "tiny-qwen2-audio"
+
+
+def _mm_live(settings: Any, kind: str, name: str) -> Iterator[LiveServer]:
+    """The real app serving a tiny random multimodal model of tests/tiny_mm.py (no transcription: audio reaches
+    the audio model itself, and the VL model refuses it)."""
+    from app import build_service
+    from tests.tiny_mm import build
+
+    cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False)
+    svc = build_service(cfg)
+    try:
+        with serving(cfg, svc) as server:
+            yield server
+    finally:
+        svc.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def vl_live(settings: Any) -> Iterator[LiveServer]:
+    """Tiny random Qwen2-VL: takes images and video (tests/test_mm_models.py, the page's vision tests)."""
+    yield from _mm_live(settings, "vl", VL)
+
+
+@pytest.fixture(scope="session")
+def audio_live(settings: Any) -> Iterator[LiveServer]:
+    yield from _mm_live(settings, "audio", AUDIO)

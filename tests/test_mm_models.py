@@ -8,7 +8,6 @@ M-RoPE positions computed per sequence that reproduce the HF forward's logits.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +20,10 @@ from engine.multimodal import build_inputs, load_multimodal
 from engine.multimodal.inputs import audio_tokens
 from engine.multimodal.video import video_patches
 from tests import media_samples as ms
-from tests.conftest import LiveServer, free_port, serving
+from tests.conftest import AUDIO, VL, LiveServer
 from tests.tiny_mm import build
 
-VL, AUDIO = "tiny-qwen2-vl", "tiny-qwen2-audio"
 SPEECH = Path(__file__).parent / "data" / "speech.flac"
-
-
-def _live(settings: Any, kind: str, name: str) -> Iterator[LiveServer]:
-    from app import build_service
-
-    cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False)
-    svc = build_service(cfg)
-    try:
-        with serving(cfg, svc) as server:
-            yield server
-    finally:
-        svc.engine.shutdown()
-
-
-@pytest.fixture(scope="session")
-def vl_live(settings: Any) -> Iterator[LiveServer]:
-    yield from _live(settings, "vl", VL)
-
-
-@pytest.fixture(scope="session")
-def audio_live(settings: Any) -> Iterator[LiveServer]:
-    yield from _live(settings, "audio", AUDIO)
 
 
 @pytest.fixture(scope="session")
