@@ -94,7 +94,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     knobs, preset, thinking_note = _knob_panel()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools_note = gr.Markdown("")
+                    tools_note = gr.Markdown("", elem_id="pg-tools-note")
                     example = gr.Dropdown(
                         list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example"
                     )
