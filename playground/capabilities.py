@@ -19,7 +19,7 @@ KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"
 ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
 DEMO = ("Try the tiny test model: `python app.py --model $(python -c 'from tests.tiny_qwen import "
-        "build_tiny_qwen; print(build_tiny_qwen())')`.")  # fmt: skip
+        "build_tiny_qwen; print(build_tiny_qwen())')`")  # fmt: skip
 
 
 def capabilities(service: Any) -> dict[str, bool]:

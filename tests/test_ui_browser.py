@@ -272,6 +272,8 @@ def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser
     page.fill("#pg-backend-url textarea", live.url + "/v1")
     page.click("#pg-backend-go")
     sync_api.expect(page.locator(".pg-header")).to_contain_text(f"backend: remote {live.url}")
+    page.get_by_text("Attach image · audio · video · URL").click()
+    sync_api.expect(page.locator("#pg-attach-caps")).to_contain_text("A remote backend: the server decides")
     page.get_by_role("tab", name="Sampling").click()
     page.locator("#pg-preset label", has_text="Precise").click()
     set_number(page, "max_tokens", 16)
