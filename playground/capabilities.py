@@ -70,9 +70,9 @@ def header_html(service: Any, backend: str = "backend: embedded engine") -> str:
     engine = getattr(service, "engine", None)
     device = str(getattr(engine, "device", "?"))
     dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
-    badges = [f"<b>{service.served_name}</b>", f"device {device}", f"dtype {dtype}", backend,
-              f"context {getattr(service.model, 'context_length', '?'):,}"]  # fmt: skip
-    out = "".join(f'<span class="pg-badge">{b}</span>' for b in badges)
+    badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", "device · dtype"), (backend, ""),
+              (f"context {getattr(service.model, 'context_length', '?'):,}", "")]  # fmt: skip
+    out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
     for name, on in capabilities(service).items():
         out += _badge(name, on, "" if on else "this model cannot")
     return f'<div class="pg-header"><h1>LLM Playground</h1>{out}{media_badges(service)}</div>'
