@@ -157,27 +157,35 @@ def test_an_image_is_summarised_then_refused_by_the_text_model_and_nothing_else_
 
 
 @GRADIO_IMAGE_LEAK
-def test_the_vl_model_takes_an_image_and_its_tokens_show_under_the_users_turn(vl_live, tmp_path) -> None:
+def test_the_vl_model_takes_an_image_and_a_video_and_their_tokens_show_under_the_users_turn(vl_live, tmp_path) -> None:
     import json
 
     from gradio_client import handle_file
 
-    png = tmp_path / "red.png"
+    from tests.media_samples import video_bytes
+
+    png, clip = tmp_path / "red.png", tmp_path / "clip.mp4"
     png.write_bytes(image_bytes("PNG", (100, 70)))
+    clip.write_bytes(video_bytes("mp4", seconds=2.0, fps=10))
     ui = client(vl_live.url)
     summary, _ = ui.predict(path=handle_file(str(png)), send_as="base64", api_name="/attach_image")
     assert "100×70" in summary and "refuse" not in summary
+    summary, _ = ui.predict(path=handle_file(str(clip)), send_as="base64", api_name="/attach_video")
+    assert "4 frames sampled" in summary and "refuse" not in summary
     out = ui.predict(message="What is in the picture?", system="", temperature=0.0, max_tokens=4, api_name="/chat")
     assert out[CHECK] == "" and answer(out[CHATBOT])
     body = json.loads(out[REQUEST]) | {"stream": False}
     body.pop("stream_options")
     api = vl_live.client().post("/v1/chat/completions", json=body).json()  # the same request over HTTP
-    (report,) = api["media"]
+    image, video = api["media"]
     taken = next(m for m in out[CHATBOT] if title(m) == "👁 Taken by the model")
-    assert text(taken) == f"🖼 image · {report['tokens']} tokens" and report["tokens"] > 1
-    assert taken["metadata"]["log"] == f"{report['tokens']} prompt tokens"
+    assert text(taken) == (f"🖼 image · {image['tokens']} tokens  \n"
+                           f"🎞 video · 4 frames · 2.0 s · {video['tokens']} tokens")  # fmt: skip
+    media_tokens = image["tokens"] + video["tokens"]
+    assert taken["metadata"]["log"] == f"{media_tokens} prompt tokens"
     assert f'data-stat="prompt tokens">{api["usage"]["prompt_tokens"]}<' in out[STATS]
     assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
+    assert f'data-stat="media tokens">{media_tokens}<' in out[STATS]
 
 
 def test_audio_is_summarised_and_its_transcript_shows_under_the_users_turn(ui) -> None:

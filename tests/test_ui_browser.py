@@ -325,6 +325,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     report = chat_box.get_by_text("🖼 image · ").last.inner_text()
     tokens = int(report.split("·")[1].split()[0])
     assert tokens > 1 and int(stat(page, "prompt tokens")) > tokens  # the image's tokens are in the prompt
+    assert stat(page, "media tokens") == str(tokens)
     assert int(stat(page, "completion tokens")) > 0 and page.locator("#pg-check").inner_text().strip() == ""
     assert page.locator("#pg-timeline svg").count() == 1
     shot(page, "13-vl-image-taken")
