@@ -199,3 +199,48 @@ def test_the_media_report_shows_under_the_users_turn_and_survives_export() -> No
     doc = json.loads(json.dumps(export.dump(export.Snapshot(conv))))
     back = export.load(doc).conv
     assert back.turns[0].media == conv.turns[0].media and display(back)[0][-1] == shown
+
+
+def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
+    """From the first chunk, not when the reply ends: the user sees what the model took before it answers."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta
+    from playground.chat import OUTPUTS, ChatHandlers
+
+    part = attachments.url_part("data:image/png;base64,AAAA", "image")
+    gate = asyncio.Event()
+
+    class Gen:
+        def abort(self) -> None:
+            gate.set()
+
+        async def __aiter__(self):
+            def chunk(text: str, **extra: object) -> ChatCompletionChunk:
+                return ChatCompletionChunk(id="c", created=0, model="m", choices=[
+                    ChunkChoice(index=0, delta=Delta(content=text))], **extra)  # fmt: skip
+
+            yield chunk("Hel", media=[{"message": 0, "part": 0, "type": "image", "tokens": 252}])
+            await gate.wait()  # the reply goes on only after the test looked
+            yield chunk("lo")
+
+    async def start(req: object) -> Gen:
+        return Gen()
+
+    h = ChatHandlers(lambda: SimpleNamespace(start=start))
+    conv = Conversation([Turn("user", "What?", parts=[part], attachments=["🖼 a.png"])])
+    body = {"model": "m", "messages": conv.messages(), "stream": True}
+
+    async def run() -> list[str]:
+        seen = []
+        async for out in h.stream(conv, body, "k", ""):
+            chat = out[OUTPUTS.index("chatbot")]
+            if isinstance(chat, list):
+                seen.append(" | ".join(str(m["content"]) for m in chat))
+            gate.set()
+        return seen
+
+    frames = asyncio.run(run())
+    mid = next(f for f in frames if "Hel" in f and "Hello" not in f)
+    assert "🖼 image · 252 tokens" in mid
