@@ -9,7 +9,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments
+from playground import attachments, capabilities
 from playground.attachments import BASE64, URL
 
 SEND_AS = [("base64 (data URL / input_audio)", BASE64), ("URL (pasted URL; file:// path of an upload)", URL)]
@@ -17,27 +17,34 @@ VIDEO_TYPES = [".mp4", ".avi", ".wmv"]
 
 
 class AttachHandlers:
-    def __init__(self, get_service: Callable[[], Any]) -> None:
+    def __init__(self, get_service: Callable[[], Any], is_remote: Callable[[str], bool] = lambda key: False) -> None:
         self.get_service = get_service
+        self.is_remote = is_remote  # session hash -> whether that session chose a remote backend
 
-    async def attachment(self, part: dict[str, Any], name: str) -> dict[str, Any]:
-        """{part, preview, summary}: the part as it will be sent, and what the server makes of it."""
+    async def attachment(self, part: dict[str, Any], name: str, key: str = "") -> dict[str, Any]:
+        """{part, preview, summary, refused}: the part as it will be sent, what the server makes of it, and
+        whether the embedded model will refuse its kind (said now, before the user sends)."""
         service = self.get_service()
         preview = await service.preview_media(part) if service is not None else {"error": "the model is loading"}
         line = attachments.summary(preview, part, name)
+        why = None if self.is_remote(key) else capabilities.refusal(service, attachments.kind_of_part(part))
+        if why and not preview.get("error"):
+            line += f" · ⚠️ {why}"
         cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
         if cap and len(attachments.source_of(part)) > cap << 20:  # the page sends in-process; an HTTP client can't
             line += f" · ⚠️ over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413"
-        return {"part": part, "preview": preview, "summary": line}
+        return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
-    async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]]) -> tuple:
+    async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]],
+                       key: str = "") -> tuple:  # fmt: skip
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
-        item = {**await self.attachment(attachments.file_part(path, kind, send_as), Path(path).name), "path": path}
+        part = attachments.file_part(path, kind, send_as)
+        item = {**await self.attachment(part, Path(path).name, key), "path": path}
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), None  # the input clears, ready for the next one
 
-    async def add_url(self, url: str, pending: list[dict[str, Any]]) -> tuple:
+    async def add_url(self, url: str, pending: list[dict[str, Any]], request: gr.Request) -> tuple:
         url = (url or "").strip()
         kind = attachments.kind_of(url)
         if not url:
@@ -46,7 +53,9 @@ class AttachHandlers:
             exts = ", ".join(attachments.MIME_OF)
             warn = f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>'
             return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
-        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1])
+        item = await self.attachment(
+            attachments.url_part(url, kind), url.rsplit("/", 1)[-1], request.session_hash or ""
+        )
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), ""
 
@@ -56,16 +65,18 @@ class AttachHandlers:
 
 
 def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
-    async def add(path: str | None, send_as: str, pending: list[dict[str, Any]]) -> tuple:
-        return await h.add_file(path, kind, send_as, pending)
+    async def add(path: str | None, send_as: str, pending: list[dict[str, Any]], request: gr.Request) -> tuple:
+        return await h.add_file(path, kind, send_as, pending, request.session_hash or "")
 
     return add
 
 
-def build(h: AttachHandlers, view: gr.HTML) -> gr.State:
-    """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list."""
+def build(h: AttachHandlers, view: gr.HTML) -> tuple[gr.State, gr.HTML]:
+    """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list and
+    the line that says what the current model does with each kind (the page refreshes it with the backend)."""
     pending = gr.State([])
     with gr.Accordion("📎 Attach image · audio · video · URL", open=False, elem_id="pg-attach-panel"):
+        note = gr.HTML(capabilities.attach_note(None), elem_id="pg-attach-caps")
         send_as = gr.Radio(SEND_AS, value=BASE64, label="send uploads as", elem_id="pg-send-as")
         with gr.Row():
             image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png", label="image",
@@ -88,4 +99,4 @@ def build(h: AttachHandlers, view: gr.HTML) -> gr.State:
     audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending], [pending, view, audio], api_name=False)
     gr.on([add.click, url.submit], h.add_url, [url, pending], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
-    return pending
+    return pending, note

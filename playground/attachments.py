@@ -30,6 +30,11 @@ def kind_of(name: str) -> str | None:
     return KIND_OF.get(Path(name.split("?", 1)[0]).suffix.lower())
 
 
+def kind_of_part(part: dict[str, Any]) -> str:
+    """image / video / audio: the media kind of a content part."""
+    return "audio" if part.get("type") in ("input_audio", "audio_url") else str(part.get("type", "")).split("_")[0]
+
+
 def file_part(path: str, kind: str, send_as: str = BASE64) -> dict[str, Any]:
     """An uploaded or recorded file as a content part: base64 inline, or its `file://` path (send_as URL)."""
     ext = Path(path).suffix.lower()
@@ -86,11 +91,24 @@ def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "") -> st
     return line + (f" · ⚠️ the server refuses it: {preview['error']}" if preview.get("error") else "")
 
 
+def media_line(report: dict[str, Any]) -> str:
+    """What the model took of one part, from the response's `media` report: "🎞 video · 20 frames · 910 tokens"."""
+    kind = str(report.get("type") or "media")
+    bits = [f"{ICON.get(kind, '📎')} {kind}"]
+    if report.get("frames_sampled") is not None:
+        bits.append(f"{report['frames_sampled']} frames")
+    if report.get("duration") is not None:
+        bits.append(f"{float(report['duration']):.1f} s")
+    if report.get("tokens") is not None:
+        bits.append(f"{int(report['tokens']):,} tokens")
+    return " · ".join(bits)
+
+
 def pending_html(items: list[dict[str, Any]]) -> str:
     """The attachments waiting to go with the next message."""
     if not items:
         return ""
-    rows = "".join(f'<li class="{"bad" if a["preview"].get("error") else ""}">{html.escape(a["summary"])}</li>'
+    rows = "".join(f'<li class="{"bad" if a["preview"].get("error") or a.get("refused") else ""}">{html.escape(a["summary"])}</li>'
                    for a in items)  # fmt: skip
     return f'<div class="pg-attach"><b>Attached to the next message</b><ul>{rows}</ul></div>'
 

@@ -152,7 +152,10 @@ class ChatHandlers:
                 run.gens.append(gen)
                 if run.stopped:
                     gen.abort()
+                reported = False
                 async for _ in throttled(gen, reply.add, UPDATE_EVERY_S):
+                    if not reported and (reply.media or reply.transcription):  # the first chunk: under the turn now
+                        reported = self.report_media(conv, body, reply)
                     yield frame(chatbot=shown(), **panels(turn, base_url, final=False))
             except ApiError as exc:
                 reply.error = exc.message
@@ -167,9 +170,16 @@ class ChatHandlers:
                         **panels(conv.selected_reply(), base_url))  # fmt: skip
             return
         reply.stopped, reply.done = run.stopped, True
-        conv.add_transcripts(body, reply.transcription)
+        self.report_media(conv, body, reply)
         yield frame(chatbot=shown(), conv=conv, check=f"⚠️ {reply.error}" if reply.error else "", **panels(turn, base_url),
                     **tool_prompt(conv))  # fmt: skip
+
+    @staticmethod
+    def report_media(conv: Conversation, body: dict[str, Any], reply: ReplyView) -> bool:
+        """What the server made of the user's media (transcripts, the model's media report) under their turns."""
+        conv.add_transcripts(body, reply.transcription)
+        conv.add_media(body, reply.media)
+        return True
 
     async def send(self, message: str, pending: list[dict[str, Any]], conv: Conversation, system: str,
                    tools_text: str, tool_choice: str | None, request: gr.Request,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground import stats
+from playground.attachments import media_line
 from playground.render import ChoiceView, ReplyView, message_of
 from playground.tools_panel import check_arguments
 
@@ -27,6 +28,7 @@ class Turn:
     parts: list[dict[str, Any]] = field(default_factory=list)  # user: media content parts, sent before the text
     attachments: list[str] = field(default_factory=list)  # user: one summary line per part (attachments.summary)
     transcripts: dict[int, str] = field(default_factory=dict)  # user: content index -> the server's transcript
+    media: dict[int, dict[str, Any]] = field(default_factory=dict)  # user: content index -> what the model took
 
     def content_value(self) -> str | list[dict[str, Any]]:
         """A user turn's `content`: its text, or its media parts followed by the text (if any) as a text part."""
@@ -91,17 +93,30 @@ class Conversation:
 
     def add_transcripts(self, body: dict[str, Any], transcription: list[dict[str, Any]] | None) -> None:
         """Put the server's transcripts (`[{message, part, text}]`, message indices into `body`) on the user
-        turns they belong to: the k-th user message of the body is the k-th user turn here."""
+        turns they belong to."""
+        for turn, part, item in self._user_parts(body, transcription):
+            turn.transcripts[part] = str(item.get("text", ""))
+
+    def add_media(self, body: dict[str, Any], media: list[dict[str, Any]] | None) -> None:
+        """Put the response's media report (`[{message, part, type, tokens, frames_sampled, duration}]`) on the
+        user turns whose parts the model took."""
+        for turn, part, item in self._user_parts(body, media):
+            turn.media[part] = {k: v for k, v in item.items() if k not in ("message", "part")}
+
+    def _user_parts(self, body: dict[str, Any], items: list[dict[str, Any]] | None) -> list[tuple[Turn, int, dict]]:
+        """(user turn, content index, item) per item: the k-th user message of the body is the k-th user turn."""
         messages = body.get("messages") or []
         users = [t for t in self.turns if t.role == "user"]
-        for item in transcription or []:
+        out = []
+        for item in items or []:
             i = item.get("message")
             if not isinstance(i, int) or not 0 <= i < len(messages):
                 continue
             k = sum(1 for m in messages[:i] if m.get("role") == "user")
             if k < len(users):
-                users[k].transcripts[int(item.get("part", 0))] = str(item.get("text", ""))
-                users[k].shown = None
+                users[k].shown = None  # re-rendered with the news
+                out.append((users[k], int(item.get("part", 0)), item))
+        return out
 
 
 def _thinking_message(c: ChoiceView) -> dict[str, Any]:
@@ -161,13 +176,19 @@ def reply_messages(turn: Turn) -> list[dict[str, Any]]:
 
 
 def user_messages(t: Turn) -> list[dict[str, Any]]:
-    """A user turn: one line per attachment, its text, then what the server transcribed from its audio."""
+    """A user turn: one line per attachment, its text, then what the server transcribed from its audio and what
+    the model itself took of its media (tokens, frames)."""
     out = [{"role": "user", "content": "📎 " + line} for line in t.attachments]
     if t.content or not out:
         out.append({"role": "user", "content": t.content})
     for j, text in sorted(t.transcripts.items()):
         meta = {"title": "🎙 Transcribed by the server", "log": f"content[{j}]"}  # no status: shown open
         out.append({"role": "user", "content": text or "(no speech)", "metadata": meta})
+    if t.media:
+        lines = [media_line(report) for _, report in sorted(t.media.items())]
+        tokens = sum(int(r.get("tokens") or 0) for r in t.media.values())
+        meta = {"title": "👁 Taken by the model", "log": f"{tokens:,} prompt tokens"}
+        out.append({"role": "user", "content": "  \n".join(lines), "metadata": meta})
     return out
 
 

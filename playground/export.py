@@ -28,13 +28,14 @@ class Snapshot:
 
 
 def dump(s: Snapshot, media_budget: int | None = None) -> dict[str, Any]:
-    """The document. Attachments travel as the content parts that were sent, with their summary lines and
-    transcripts under `media`; with `media_budget` (characters, for the browser's storage) the newest inline
+    """The document. Attachments travel as the content parts that were sent, with their summary lines,
+    transcripts and what the model took of them (`taken`: tokens, frames) under `media`; with `media_budget` (characters, for the browser's storage) the newest inline
     media that fit are kept and older ones become a text note, so the history stays a valid request."""
     messages = s.conv.messages(with_reasoning=True)
     users = [t for t in s.conv.turns if t.role == "user"]
     user_at = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    media = [{"message": i, "attachments": t.attachments, "transcripts": {str(j): v for j, v in t.transcripts.items()}}
+    media = [{"message": i, "attachments": t.attachments, "transcripts": {str(j): v for j, v in t.transcripts.items()},
+              **({"taken": {str(j): r for j, r in t.media.items()}} if t.media else {})}
              for i, t in zip(user_at, users) if t.parts]  # fmt: skip
     if media_budget is not None:
         messages = _within(messages, media_budget)
@@ -105,7 +106,7 @@ def _turn(i: int, m: Any) -> Turn:
 
 
 def _attach_notes(turns: list[Turn], media: Any) -> None:
-    """The summary lines and transcripts saved beside the messages, back on their user turns."""
+    """The summary lines, transcripts and media reports saved beside the messages, back on their user turns."""
     for item in media if isinstance(media, list) else []:
         i = item.get("message") if isinstance(item, dict) else None
         if not isinstance(i, int) or not 0 <= i < len(turns) or turns[i].role != "user":
@@ -116,6 +117,9 @@ def _attach_notes(turns: list[Turn], media: Any) -> None:
         for j, text in (item.get("transcripts") or {}).items():
             if str(j).isdigit():
                 turns[i].transcripts[int(j)] = str(text)
+        for j, report in (item.get("taken") or {}).items():
+            if str(j).isdigit() and isinstance(report, dict):
+                turns[i].media[int(j)] = report
 
 
 def write(doc: dict[str, Any], folder: Path) -> str:

@@ -98,12 +98,15 @@ class ReplyView:
     done: bool = False
     raw: deque[str] = field(default_factory=lambda: deque(maxlen=RAW_CHUNKS_KEPT))
     transcription: list[dict[str, Any]] | None = None  # the first chunk's: audio parts the server transcribed
+    media: list[dict[str, Any]] | None = None  # the first chunk's: media parts the model took (type, tokens, ...)
     backend: str = "embedded"  # "embedded", or "remote" (its timings are arrival times here, see stats.py)
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.raw.append(chunk.model_dump_json(exclude_none=True))
         if chunk.transcription:
             self.transcription = chunk.transcription
+        if chunk.media:
+            self.media = chunk.media
         if not chunk.choices:
             if chunk.usage is not None:
                 self.usage = chunk.usage

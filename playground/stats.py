@@ -12,6 +12,7 @@ from playground.render import ReplyView
 class ReplyStats:
     completion_tokens: int
     prompt_tokens: int | None = None  # known once the usage chunk arrived
+    media_tokens: int | None = None  # of the prompt, what the model's own image / video / audio parts took
     cached_tokens: int | None = None
     reasoning_tokens: int = 0
     ttft_ms: float | None = None  # request accepted -> first token ready
@@ -50,6 +51,8 @@ def compute(view: ReplyView, index: int = 0) -> ReplyStats:
             s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
     s.finish_reason = c.finish_reason or ("stopped" if view.stopped else "error" if view.error else None)
     s.backend = view.backend
+    if view.media:
+        s.media_tokens = sum(int(m.get("tokens") or 0) for m in view.media)
     if view.backend != "embedded" and t:
         s.not_provided = ["engine timeline"] + [name for name, attr in ENGINE_ONLY.items() if not getattr(c, attr)]
         if usage is not None and "prompt_tokens_details" not in usage.model_fields_set:  # vLLM sends null
@@ -77,8 +80,11 @@ def rows(s: ReplyStats) -> list[tuple[str, str, str]]:
 
 
 def _rows(s: ReplyStats) -> list[tuple[str, str, str]]:
+    media = [] if s.media_tokens is None else [("media tokens", _n(s.media_tokens), "of the prompt: the image, "
+                                                 "video and audio parts the model took itself")]  # fmt: skip
     return [
         ("prompt tokens", _n(s.prompt_tokens), "tokens of the templated conversation"),
+        *media,
         ("cached tokens", _n(s.cached_tokens), "prompt tokens reused from the prefix cache"),
         ("completion tokens", _n(s.completion_tokens), "tokens generated, reasoning included"),
         ("reasoning tokens", _n(s.reasoning_tokens), "of those, inside the thinking block"),

@@ -13,10 +13,9 @@ from typing import Any
 
 import gradio as gr
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
 from playground import attach_panel, backend_panel, controls, export, tools_panel
 from playground.attach_panel import AttachHandlers
+from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import OUTPUTS, ChatHandlers
 from playground.compare import CompareHandlers
 from playground.controls import Knob
@@ -45,50 +44,6 @@ def knob_component(k: Knob) -> gr.Component:
         return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
     return gr.Textbox(value=k.default, label=label, info=k.help, lines=2 if k.kind == "lines" else 1,
                       max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
-
-
-def capabilities(service: Any) -> dict[str, bool]:
-    """What the loaded model can show: a reasoning split, a tool-call format."""
-    reasoning = getattr(getattr(service, "reasoning", None), "tags", None) is not None
-    try:
-        probe = {"model": service.served_name, "messages": [{"role": "user", "content": "x"}],
-                 "tools": [tools_panel.GET_WEATHER]}  # fmt: skip
-        service.tool_parser_for(parse_chat_request(probe))
-        tools = True
-    except (RequestValidationError, AttributeError):
-        tools = False
-    return {"reasoning": reasoning, "tools": tools}
-
-
-def header_html(service: Any, backend: str = "backend: embedded engine") -> str:
-    if service is None and backend.startswith("backend: embedded"):
-        return '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>'
-    engine = getattr(service, "engine", None)
-    device = str(getattr(engine, "device", "?"))
-    dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
-    caps = capabilities(service)
-    if not backend.startswith("backend: embedded"):  # a remote server: name it, claim nothing about its engine
-        return f'<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge remote">{backend}</span></div>'
-    badges = [f"<b>{service.served_name}</b>", f"device {device}", f"dtype {dtype}", backend,
-              f"context {getattr(service.model, 'context_length', '?'):,}"]  # fmt: skip
-    html = "".join(f'<span class="pg-badge">{b}</span>' for b in badges)
-    for name, on in caps.items():
-        html += (
-            f'<span class="pg-badge{"" if on else " off"}" title="{"" if on else "this model cannot"}">{name}</span>'
-        )
-    return f'<div class="pg-header"><h1>LLM Playground</h1>{html}</div>'
-
-
-def model_notes(service: Any) -> tuple[str, str]:
-    """What to tell the user in the Tools and thinking sections when this model cannot use them."""
-    if service is None:
-        return "", ""
-    caps = capabilities(service)
-    demo = ("Try the tiny test model: `python app.py --model $(python -c 'from tests.tiny_qwen import "
-            "build_tiny_qwen; print(build_tiny_qwen())')`.")  # fmt: skip
-    tools = "" if caps["tools"] else f"⚠️ {service.served_name} has no tool-call format, so tools are rejected. {demo}"
-    thinking = "" if caps["reasoning"] else f"ℹ️ {service.served_name} does not reason; thinking has no effect. {demo}"
-    return tools, thinking
 
 
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
@@ -126,7 +81,8 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                     clear = gr.Button(t("clear"), size="sm")
                     download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
                     upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
-                pending = attach_panel.build(AttachHandlers(get_service), pending_view)
+                attach = AttachHandlers(get_service, lambda key: h.selection(key).remote is not None)
+                pending, caps_note = attach_panel.build(attach, pending_view)
                 system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
             with gr.Column(scale=2, min_width=340), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
@@ -138,7 +94,7 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     knobs, preset, thinking_note = _knob_panel()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools_note = gr.Markdown("")
+                    tools_note = gr.Markdown("", elem_id="pg-tools-note")
                     example = gr.Dropdown(
                         list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example"
                     )
@@ -220,6 +176,11 @@ def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
             return header_html(service), tools_text, thinking_text, gr.update(maximum=cap)
 
         demo.load(on_load, None, [header, tools_note, thinking_note, knobs["max_tokens"]], api_name=False)
+
+        def media_note(request: gr.Request) -> str:  # the header changes with the model and the backend
+            return attach_note(get_service(), h.selection(request.session_hash or "").remote is not None)
+
+        header.change(media_note, None, caps_note, api_name=False, show_progress="hidden")
     return demo
 
 

