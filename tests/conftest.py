@@ -199,7 +199,10 @@ def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveSe
     from app import build_service
     from tests.tiny_mm import build
 
+    # No reasoning split: the tiny models reuse the Qwen3 tokenizer, whose <think> tokens a real Qwen2-VL or
+    # Qwen2-Audio tokenizer does not have, so `auto` would split their (random) replies into thinking.
     cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False,
+                           enable_reasoning="false",
                            media_allow_local=True, media_local_root=str(root), media_allow_remote=True,
                            media_remote_allowed_domains=["localhost"])  # fmt: skip
     svc = build_service(cfg)
