@@ -24,7 +24,7 @@ DEMO = ("Try the tiny test model: `python app.py --model $(python -c 'from tests
 
 def capabilities(service: Any) -> dict[str, bool]:
     """What the loaded model can show: a reasoning split, a tool-call format."""
-    reasoning = getattr(getattr(service, "reasoning", None), "tags", None) is not None
+    reasoning = bool(getattr(getattr(service, "reasoning", None), "available", False))
     try:
         probe = {"model": service.served_name, "messages": [{"role": "user", "content": "x"}],
                  "tools": [tools_panel.GET_WEATHER]}  # fmt: skip

@@ -95,6 +95,7 @@ def test_enable_reasoning_false_turns_the_split_off(qwen_live) -> None:
     off = ReasoningPolicy(svc.tokenizer, "qwen3", qwen_live.settings.replace(enable_reasoning="false"))
     plan = off.plan(req)
     assert not plan.split and plan.think_ids is None and plan.thinking is True  # the template still thinks
+    assert svc.reasoning.available and not off.available  # what the page's header badge shows
 
 
 def test_beam_search_splits_each_beam(qwen_live) -> None:

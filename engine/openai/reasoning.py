@@ -60,6 +60,11 @@ class ReasoningPolicy:
         if self.tags is not None and (not self.budget_stop_ids or self.budget_stop_ids[-1] != self.tags.end_id):
             self.budget_stop_ids += (self.tags.end_id,)  # the forced text must close the reasoning
 
+    @property
+    def available(self) -> bool:
+        """Whether any request can get a reasoning split: the tags exist and the server has not turned it off."""
+        return self.tags is not None and self.settings.enable_reasoning != "false"
+
     def plan(self, req: ChatCompletionRequest) -> ReasoningPlan:
         thinking = req.enable_thinking if req.enable_thinking is not None else self.default_thinking
         mode = self.settings.enable_reasoning
