@@ -54,7 +54,7 @@ async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) 
             "stream_options": {"include_usage": True}}  # fmt: skip
     res = Result()
     start = time.perf_counter()
-    last = None
+    last, chunks = None, 0
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         if resp.status_code != 200:
             await resp.aread()
@@ -70,11 +70,14 @@ async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) 
             if not delta.get("content"):
                 continue
             now = time.perf_counter()
+            chunks += 1
             if last is None:
                 res.ttft = now - start
             else:
                 res.itl.append(now - last)
             last = now
+    if not res.tokens:  # a server that ignores include_usage (llama.cpp): count content chunks, one token each
+        res.tokens = chunks
     return res
 
 
