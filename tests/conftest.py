@@ -110,6 +110,18 @@ def serving(settings: Any, service: Any) -> Iterator[LiveServer]:
         thread.join(timeout=10)
 
 
+def built_and_served(cfg: Any) -> Iterator[LiveServer]:
+    """A service built from cfg (its own model and engine), served until the generator closes, then shut down."""
+    from app import build_service
+
+    svc = build_service(cfg)
+    try:
+        with serving(cfg, svc) as server:
+            yield server
+    finally:
+        svc.engine.shutdown()
+
+
 @pytest.fixture(scope="session")
 def live(settings: Any, service: Any) -> Iterator[LiveServer]:
     with serving(settings, service) as server:
@@ -164,15 +176,9 @@ QWEN_MODEL = "tiny-qwen3"
 @pytest.fixture(scope="session")
 def qwen_live(settings: Any, tiny_qwen_dir: Path) -> Iterator[LiveServer]:
     """The real app serving the tiny reasoning / tool-calling Qwen3 on its own port (one per session)."""
-    from app import build_service
 
     cfg = settings.replace(port=free_port(), model=str(tiny_qwen_dir), served_model_name=QWEN_MODEL)
-    svc = build_service(cfg)
-    try:
-        with serving(cfg, svc) as server:
-            yield server
-    finally:
-        svc.engine.shutdown()
+    yield from built_and_served(cfg)
 
 
 @pytest.fixture(scope="session")
@@ -196,7 +202,6 @@ def mm_media_root(tmp_path_factory: Any) -> Path:
 def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveServer]:
     """Local media under `root`, remote media from "localhost" only, with the production address check: a
     loopback URL is still refused unless a test patches in the test-only allowance (`private_fetch`)."""
-    from app import build_service
     from tests.tiny_mm import build
 
     # No reasoning split: the tiny models reuse the Qwen3 tokenizer, whose <think> tokens a real Qwen2-VL or
@@ -205,12 +210,7 @@ def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveSe
                            enable_reasoning="false",
                            media_allow_local=True, media_local_root=str(root), media_allow_remote=True,
                            media_remote_allowed_domains=["localhost"])  # fmt: skip
-    svc = build_service(cfg)
-    try:
-        with serving(cfg, svc) as server:
-            yield server
-    finally:
-        svc.engine.shutdown()
+    yield from built_and_served(cfg)
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,15 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def precise(page: Any, max_tokens: int | None = None) -> None:
+    """Greedy decoding (the Precise preset) and a small max_tokens, then back to the Stats tab."""
+    page.get_by_role("tab", name="Sampling").click()
+    page.locator("#pg-preset label", has_text="Precise").click()
+    if max_tokens is not None:
+        set_number(page, "max_tokens", max_tokens)
+    page.get_by_role("tab", name="Stats").click()
+
+
 def set_number(page: Any, knob: str, value: Any) -> None:
     box = page.locator(f"#pg-{knob} input[type=number]").first
     box.fill(str(value))
@@ -80,10 +89,7 @@ def send(page: Any, text: str) -> None:
 
 def test_a_reply_streams_with_engine_stats_that_match_the_api(browser: Any, live: Any) -> None:
     page = open_page(browser, live.url)
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 24)
-    page.get_by_role("tab", name="Stats").click()
+    precise(page, 24)
     time.sleep(0.5)  # let the controls' change events land before sending
     send(page, "Count from one to twenty in words.")
     page.wait_for_function(FINISHED_JS, timeout=120_000)
@@ -156,9 +162,7 @@ def test_an_invalid_combination_is_explained_and_nothing_is_sent(browser: Any, l
 
 def test_tiny_qwen_thinks_beside_the_answer_and_calls_a_tool(browser: Any, qwen_live: Any) -> None:
     page = open_page(browser, qwen_live.url)
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()  # the tiny model's replies are its greedy ones
-    page.get_by_role("tab", name="Stats").click()
+    precise(page)  # the tiny model's replies are its greedy ones
     time.sleep(0.5)
     send(page, "What is 2+2?")
     page.wait_for_function(FINISHED_JS)
@@ -205,10 +209,7 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     from tests.media_samples import image_bytes
 
     page = open_page(browser, live.url)
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 24)
-    page.get_by_role("tab", name="Stats").click()
+    precise(page, 24)
     header = page.locator(".pg-header")
     sync_api.expect(header.locator(".pg-badge.off", has_text="image")).to_have_attribute(
         "title", re.compile("no image")
@@ -274,10 +275,7 @@ def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser
     sync_api.expect(page.locator(".pg-header")).to_contain_text(f"backend: remote {live.url}")
     page.get_by_text("Attach image · audio · video · URL").click()
     sync_api.expect(page.locator("#pg-attach-caps")).to_contain_text("A remote backend: the server decides")
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 16)
-    page.get_by_role("tab", name="Stats").click()
+    precise(page, 16)
     time.sleep(0.5)
     send(page, "Name three colours.")
     page.wait_for_function(FINISHED_JS, timeout=120_000)
@@ -302,10 +300,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     header = page.locator(".pg-header")
     sync_api.expect(header.locator(".pg-badge:not(.off)", has_text="image")).to_have_count(1)
     sync_api.expect(header.locator(".pg-badge.off", has_text="audio")).to_have_count(1)  # no transcription here
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 8)
-    page.get_by_role("tab", name="Stats").click()
+    precise(page, 8)
     page.get_by_text("Attach image · audio · video · URL").click()
     caps = page.locator("#pg-attach-caps")
     sync_api.expect(caps).to_contain_text("image ✓ the model sees it")
@@ -368,10 +363,7 @@ def test_a_conversation_is_exported_and_imported_back(browser: Any, live: Any, t
     import json
 
     page = open_page(browser, live.url)
-    page.get_by_role("tab", name="Sampling").click()
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 8)
-    page.get_by_role("tab", name="Stats").click()
+    precise(page, 8)
     time.sleep(0.5)
     send(page, "Name a colour.")
     page.wait_for_function(FINISHED_JS, timeout=120_000)
