@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import logging
 import os
 import sys
@@ -55,19 +54,10 @@ def settings_from(argv: list[str] | None = None, environ: dict[str, str] | None 
     return settings
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_exposure(settings: cfg.Settings) -> None:
     """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
     creds = settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes
-    if is_loopback(settings.bind_host) or creds:
+    if not settings.reachable_from_outside or creds:
         return
     if os.environ.get("SPACE_ID"):
         log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")

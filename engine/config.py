@@ -8,6 +8,7 @@ from this table and the two can never drift apart.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,15 @@ def _knob(default: Any, help: str, *, spec: bool = False, choices: tuple[str, ..
     return field(default=default, metadata=meta)
 
 
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Settings:
     # Where and what to serve.
@@ -36,6 +46,9 @@ class Settings:
     threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
     ui: bool = _knob(True, "Mount the Gradio playground at /.")
     insecure_public: bool = _knob(False, "Allow binding a non-loopback address with no credentials configured.")
+    remote_backend_urls: list[str] = _knob(
+        [], "Base URLs the page's Backend tab may connect to (empty: any URL on a loopback bind, none otherwise)."
+    )
     # Engine capacity.
     max_num_seqs: int = _knob(32, "Most sequences decoded together in one step.")
     max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
@@ -88,6 +101,11 @@ class Settings:
         "", "Moderation plugin as module:callable, or wordlist:FILE.json (glossary name -> words).", spec=True
     )
     pangu_v1_usage_event: bool = _knob(False, "Emit the event: usage line on Pangu V1 streams.", spec=True)
+
+    @property
+    def reachable_from_outside(self) -> bool:
+        """Whether the server listens beyond this machine (a non-loopback bind)."""
+        return not is_loopback(self.bind_host)
 
     @property
     def bind_host(self) -> str:

@@ -22,7 +22,8 @@ def connector(h: ChatHandlers, header: Callable[[Any, str], str]) -> Callable[..
     async def connect(kind: str, url: str, api_key: str, model: str, request: gr.Request) -> tuple[str, str]:
         """Switch this browser session's backend; the header names the one in use."""
         try:
-            chosen = await backend_select.connect(kind, url, api_key, model)
+            service = h.get_service()
+            chosen = await backend_select.connect(kind, url, api_key, model, getattr(service, "settings", None))
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             return gr.skip(), f"⚠️ **Not connected:** {message}"

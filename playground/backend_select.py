@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from engine.openai.request import ChatCompletionRequest
 from engine.openai.response import ChatCompletionChunk
 from playground.backend import RemoteBackend
@@ -83,13 +85,40 @@ class Selection:
         return await RemoteGeneration(self.remote.stream(req)).prime()
 
 
-async def connect(kind: str, url: str, api_key: str, model: str) -> Selection:
+def refusal(url: str, settings: Any) -> str | None:
+    """Why this server's page may not connect to `url`, or None. The Backend tab makes the server itself open the
+    connection, so a page reachable from outside would otherwise let anyone probe the server's own network
+    (loopback, metadata, private addresses): there only the `--remote-backend-urls` bases are allowed (same
+    scheme, host and port, path under theirs). A loopback bind reaches nobody but this machine's users."""
+    allowed = list(getattr(settings, "remote_backend_urls", None) or [])
+    if not allowed:
+        if settings is not None and not settings.reachable_from_outside:
+            return None
+        return ("this server is reachable beyond this machine, so its page connects only to the base URLs given "
+                "with --remote-backend-urls (none are)")  # fmt: skip
+    try:
+        target = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "not a valid URL"
+    for base in allowed:
+        b = httpx.URL(base)
+        same = (target.scheme, target.host, target.port) == (b.scheme, b.host, b.port)
+        under = target.path.rstrip("/") + "/" if target.path else "/"
+        if same and under.startswith(b.path.rstrip("/") + "/"):
+            return None
+    return "not one of the URLs this server's --remote-backend-urls allows"
+
+
+async def connect(kind: str, url: str, api_key: str, model: str, settings: Any = None) -> Selection:
     """A Selection for the form's values; a remote one asks the server's /v1/models when no model is named (and
-    raises RemoteError or httpx.HTTPError when it cannot be reached)."""
+    raises RemoteError or httpx.HTTPError when it cannot be reached, ValueError when it may not be used)."""
     if kind != REMOTE:
         return Selection()
     if not (url or "").strip():
         raise ValueError("enter the remote server's URL, e.g. http://host:8000/v1")
+    reason = refusal(url.strip(), settings)
+    if reason is not None:
+        raise ValueError(reason)
     backend = await asyncio.to_thread(RemoteBackend, url.strip(), (model or "").strip() or None,
                                       (api_key or "").strip() or None)  # fmt: skip
     return Selection(backend)

@@ -244,3 +244,30 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     frames = asyncio.run(run())
     mid = next(f for f in frames if "Hel" in f and "Hello" not in f)
     assert "🖼 image · 252 tokens" in mid
+
+
+def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> None:
+    """The Backend tab makes the server open the connection: on a public bind it must not become a way to probe
+    the server's own network."""
+    from engine.config import Settings
+    from playground.backend_select import refusal
+
+    local = Settings(host="127.0.0.1")
+    assert refusal("http://127.0.0.1:8000/v1", local) is None  # a loopback bind: this machine's own users
+    assert refusal("http://169.254.169.254/latest", local) is None
+    public = Settings(host="0.0.0.0")
+    assert "--remote-backend-urls" in refusal("http://127.0.0.1:8000/v1", public)
+    assert "--remote-backend-urls" in refusal("http://10.0.0.5:8000/v1", None)  # still loading: refused too
+    allowed = Settings(host="0.0.0.0", remote_backend_urls=["http://mindie.internal:1025/v1"])
+    assert refusal("http://mindie.internal:1025/v1", allowed) is None
+    assert refusal("http://mindie.internal:1025/v1/", allowed) is None
+    for url in (
+        "http://mindie.internal:1026/v1",
+        "https://mindie.internal:1025/v1",
+        "http://mindie.internal.evil:1025/v1",
+        "http://evil/http://mindie.internal:1025/v1",
+        "http://mindie.internal:1025/v10",
+        "http://169.254.169.254/",
+    ):
+        assert refusal(url, allowed) is not None, url
+    assert refusal("http://127.0.0.1:8000/v1", Settings(host="127.0.0.1", remote_backend_urls=["http://a:1/v1"]))
