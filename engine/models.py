@@ -89,6 +89,20 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
         return _convert(gguf, out_dir)
 
 
+def save_atomically(out: Path, *parts: Any) -> None:
+    """Each part's `save_pretrained` into a fresh directory beside `out`, then one rename: a reader never sees a
+    half-written model directory, and a failure leaves nothing behind."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp-"))
+    try:
+        for part in parts:
+            part.save_pretrained(tmp)
+        tmp.replace(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _convert(gguf: Path, out_dir: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -100,15 +114,7 @@ def _convert(gguf: Path, out_dir: Path) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tmp.replace(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    save_atomically(out_dir, model, tokenizer)
     return out_dir
 
 

@@ -62,6 +62,16 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def attach_png(page: Any, tmp_path: Path, size: tuple[int, int]) -> tuple[Path, Any]:
+    """Upload a red PNG of `size` through the attach panel; the file and the pending-attachments list."""
+    from tests.media_samples import image_bytes
+
+    png = tmp_path / "red.png"
+    png.write_bytes(image_bytes("PNG", size))
+    page.set_input_files("#pg-attach-image input[type=file]", str(png))
+    return png, page.locator("#pg-attach-list")
+
+
 def precise(page: Any, max_tokens: int | None = None) -> None:
     """Greedy decoding (the Precise preset) and a small max_tokens, then back to the Stats tab."""
     page.get_by_role("tab", name="Sampling").click()
@@ -206,7 +216,6 @@ SPEECH = Path(__file__).parent / "data" / "speech.flac"
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # gradio's gr.Image leaks the upload
 def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: Any, tmp_path: Path) -> None:
-    from tests.media_samples import image_bytes
 
     page = open_page(browser, live.url)
     precise(page, 24)
@@ -220,10 +229,7 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     caps = page.locator("#pg-attach-caps")  # what this model does with each kind, before anything is sent
     sync_api.expect(caps).to_contain_text("image ✗ refused (no image input)")
     sync_api.expect(caps).to_contain_text("audio → transcribed by Whisper, the model reads the text")
-    png = tmp_path / "red.png"
-    png.write_bytes(image_bytes("PNG", (32, 24)))
-    page.set_input_files("#pg-attach-image input[type=file]", str(png))
-    pending = page.locator("#pg-attach-list")
+    png, pending = attach_png(page, tmp_path, (32, 24))
     sync_api.expect(pending).to_contain_text(f"image/png · {png.stat().st_size} B · 32×24 · sent as data URL")
     sync_api.expect(pending).to_contain_text("has no image input: the API will refuse this message")
     shot(page, "7-image-attached")
@@ -294,7 +300,6 @@ def test_a_remote_backend_answers_and_the_stats_say_what_it_did_not_send(browser
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # gradio's gr.Image leaks the upload
 def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any, vl_live: Any, tmp_path: Path) -> None:
-    from tests.media_samples import image_bytes
 
     page = open_page(browser, vl_live.url)
     header = page.locator(".pg-header")
@@ -306,10 +311,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     sync_api.expect(caps).to_contain_text("image ✓ the model sees it")
     sync_api.expect(caps).to_contain_text("video ✓ the model sees it")
     sync_api.expect(caps).to_contain_text("audio ✗ refused (no audio input)")
-    png = tmp_path / "red.png"
-    png.write_bytes(image_bytes("PNG", (100, 70)))
-    page.set_input_files("#pg-attach-image input[type=file]", str(png))
-    pending = page.locator("#pg-attach-list")
+    png, pending = attach_png(page, tmp_path, (100, 70))
     sync_api.expect(pending).to_contain_text("100×70 · sent as data URL")
     assert "refuse" not in pending.inner_text()
     send(page, "What is in the picture?")

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from engine.models import save_atomically
 from tests.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS, build_tokenizer
 
 HERE = Path(__file__).parent
@@ -139,16 +138,7 @@ def _build(kind: str, out: Path) -> None:
             processor = audio_processor(tok)
         model.generation_config.eos_token_id = [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
         model.generation_config.pad_token_id = SPECIAL_IDS[PAD]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp-"))
-        try:
-            model.save_pretrained(tmp)
-            processor.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            tmp.replace(out)  # atomic: a half-written directory is never seen as the model
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        save_atomically(out, model, processor, tok)
 
 
 if __name__ == "__main__":  # python -m tests.tiny_mm [vl|audio]: build (or find) the model and print where it is

@@ -16,12 +16,11 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.models import save_atomically
 from tests.tiny_qwen_tokenizer import ADDED_TOKENS, EOS, PAD, SPECIAL_IDS, VOCAB_SIZE, build_tokenizer
 
 __all__ = ["ADDED_TOKENS", "EOS", "PAD", "SPECIAL_IDS", "VOCAB_SIZE"]  # re-exported for tests
@@ -300,14 +299,7 @@ def _build(out: Path) -> None:
             model = train(samples)
             model.generation_config.eos_token_id = [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
             model.generation_config.pad_token_id = SPECIAL_IDS[PAD]
-            tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp-"))
-            try:
-                model.save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
-                tmp.replace(out)  # atomic: a half-written directory is never seen as the model
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            save_atomically(out, model, tokenizer)
     finally:
         torch.set_num_threads(threads)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.models import file_lock
+from engine.models import file_lock, save_atomically
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +105,7 @@ def _convert(files: dict[str, bytes], out: Path) -> None:
         suppress_tokens=ct2_config.get("suppress_ids", []), begin_suppress_tokens=ct2_config.get("suppress_ids_begin", []),
     )  # fmt: skip
     processor = WhisperProcessor(WhisperFeatureExtractor(feature_size=config.num_mel_bins), tokenizer)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp-"))
-    try:
-        model.to(torch.float16).save_pretrained(tmp_out)  # the source precision: lossless, half the size
-        processor.save_pretrained(tmp_out)
-        tmp_out.replace(out)
-    except BaseException:
-        shutil.rmtree(tmp_out, ignore_errors=True)
-        raise
+    save_atomically(out, model.to(torch.float16), processor)  # fp16: the source precision, lossless, half the size
 
 
 class Transcriber:
