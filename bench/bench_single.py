@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import statistics
@@ -97,6 +98,8 @@ def main() -> None:
         speeds = [asyncio.run(decode_speed(service, args.tokens)) for _ in range(args.runs)]
         result[f"engine_{dtype}_decode_tok_s"] = round(statistics.median(speeds), 2)
         model = service.engine.runner.model
+        if dtype == "fp32" and str(getattr(service.engine.runner, "weights_dtype", "")) == "torch.bfloat16":
+            model = copy.deepcopy(model).float()  # the runner keeps the matrices in bf16; generate needs float32
         refs = [hf_generate_speed(model, service.tokenizer, args.tokens) for _ in range(args.runs)]
         result[f"hf_generate_{dtype}_tok_s"] = round(statistics.median(refs), 2)
         result[f"ratio_engine_over_hf_{dtype}"] = round(

@@ -8,6 +8,10 @@ makes everything ~4x slower.
 import os as _os
 
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ...but a worker that sleeps the moment a parallel region ends takes ~120 us to wake for the next one, and a
+# decode step runs hundreds of them: spinning briefly first (about 20 us) makes that ~5 us, and an idle server
+# still sleeps (bench/README.md, "OpenMP wake-up").
+_os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 _os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 _os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download weights from a hub at run time
 _os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

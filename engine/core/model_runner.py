@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.core import cpu_kernels
 from engine.core.projection import Projection
 
 LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
@@ -68,12 +69,12 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
     return HFRunner(model, device)
 
 
-def _fuse_layer(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """One matmul for q/k/v and one for gate/up instead of five. The HF modules' weights are rebound as views
-    of the fused tensors, so memory is not doubled and the HF forward still works on the same storage."""
+def _fuse_layer(layer: Any, store: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """One matmul for q/k/v and one for gate/up instead of five, with weights kept in `store`. The HF modules'
+    weights are rebound as views of the fused tensors, so memory is not doubled."""
     attn, mlp = layer.self_attn, layer.mlp
     projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-    w_qkv = torch.cat([p.weight.data for p in projections])
+    w_qkv = torch.cat([p.weight.data for p in projections]).to(store)
     b_qkv = torch.cat([p.bias.data for p in projections]) if attn.q_proj.bias is not None else None
     offset = 0
     for p in projections:
@@ -82,10 +83,23 @@ def _fuse_layer(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Te
         if b_qkv is not None:
             p.bias.data = b_qkv[offset : offset + rows]
         offset += rows
-    w_gate_up = torch.cat([mlp.gate_proj.weight.data, mlp.up_proj.weight.data])
+    w_gate_up = torch.cat([mlp.gate_proj.weight.data, mlp.up_proj.weight.data]).to(store)
+    for p in (attn.o_proj, mlp.down_proj):
+        p.weight.data = p.weight.data.to(store)
     half = mlp.gate_proj.weight.shape[0]
     mlp.gate_proj.weight.data, mlp.up_proj.weight.data = w_gate_up[:half], w_gate_up[half:]
     return w_qkv, b_qkv, w_gate_up
+
+
+def _bf16_exact(model: Any) -> bool:
+    """True when every matrix of the model's linear layers and embeddings is exactly representable in bf16 (a
+    checkpoint stored in bf16 and loaded in float32), so keeping them in bf16 loses nothing."""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            w = m.weight.data
+            if w.dtype != torch.bfloat16 and not torch.equal(w.to(torch.bfloat16).to(w.dtype), w):
+                return False
+    return True
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -111,20 +125,29 @@ class DecoderRunner:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = next(model.parameters()).dtype  # of activations and the KV cache
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
+        # float32 on a CPU with the AVX2 kernels: matrices stored in bf16 when that is exact (halves the bytes a
+        # decode step streams), math in float32. The HF model's matrices then are bf16: run its own forward on
+        # a `.float()` copy.
+        kern = cpu_kernels.kernels() if str(device) == "cpu" and self.dtype == torch.float32 else None
+        store = torch.bfloat16 if kern is not None and _bf16_exact(model) else self.dtype
+        self.weights_dtype = store
+        self.kern = kern  # also reads decode rows' KV pages in place (float32)
         self.proj = []  # per layer: qkv, o, gate_up, down
         for layer in self.layers:
-            w_qkv, b_qkv, w_gate_up = _fuse_layer(layer)
+            w_qkv, b_qkv, w_gate_up = _fuse_layer(layer, store)
             attn, mlp = layer.self_attn, layer.mlp
             self.proj.append((
-                Projection(w_qkv, b_qkv),
-                Projection(attn.o_proj.weight, attn.o_proj.bias),
-                Projection(w_gate_up, None),
-                Projection(mlp.down_proj.weight, mlp.down_proj.bias),
+                Projection(w_qkv, b_qkv, kern),
+                Projection(attn.o_proj.weight.data, attn.o_proj.bias, kern),
+                Projection(w_gate_up, None, kern),
+                Projection(mlp.down_proj.weight.data, mlp.down_proj.bias, kern),
             ))  # fmt: skip
-        head = model.lm_head
-        self.lm_head = Projection(head.weight, head.bias)
+        head, embed = model.lm_head, model.get_input_embeddings()
+        head.weight.data = head.weight.data.to(store)  # tied: the embedding's too
+        embed.weight.data = embed.weight.data.to(store)
+        self.lm_head = Projection(head.weight.data, head.bias, kern)
         pages = 1 + -(-kv_tokens // PAGE)  # page 0 stays zero: padding for ragged decode batches
         shape = (len(self.layers), pages, PAGE, self.n_kv, self.head_dim)
         self.k = torch.empty(shape, dtype=self.dtype, device=device)
@@ -198,12 +221,13 @@ class DecoderRunner:
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
-        h = self.inner.embed_tokens(input_ids)  # [N, D]: every token of every segment on one axis
+        h = self.inner.embed_tokens(input_ids).to(self.dtype)  # [N, D]: every token of every segment on one axis
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
         n_tok = len(ids)
         q_size, kv_size = self.n_heads * self.head_dim, self.n_kv * self.head_dim
         # Single-token (decode) segments attend in one padded call; prompt chunks attend one by one.
-        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 else []
+        # With the CPU kernel every decode row reads its own pages in place, a lone one included.
+        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 or self.kern else []
         single = [i for i in range(len(segments)) if i not in set(decode)]
         if decode:
             cols = torch.tensor([bounds[i][0] for i in decode], device=dev)
@@ -217,7 +241,12 @@ class DecoderRunner:
                 device=dev,
             )
             flat_table, table_shape = table.flatten(), (*table.shape, PAGE, self.n_kv, self.head_dim)
-            mask = (torch.arange(width * PAGE, device=dev) < torch.tensor(ends, device=dev).unsqueeze(1))[:, None, None]
+            lens = torch.tensor(ends, device=dev)
+            mask = (
+                (torch.arange(width * PAGE, device=dev) < lens.unsqueeze(1))[:, None, None] if not self.kern else None
+            )
+            if self.kern:
+                table, lens = table.to(torch.int32), lens.to(torch.int32)
         chunk_pages = {i: self._page_index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
         for li, (layer, (p_qkv, p_o, p_gate_up, p_down)) in enumerate(zip(self.layers, self.proj)):
@@ -241,7 +270,11 @@ class DecoderRunner:
                 kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
                 vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
                 out[:, a:b] = self._attend(q[:, a:b], kc, vc, start)
-            if decode:
+            if decode and self.kern:
+                out[:, cols] = self.kern.decode_attention(
+                    q[:, cols].transpose(0, 1), pool_k, pool_v, table, lens
+                ).transpose(0, 1)
+            elif decode:
                 out[:, cols] = self._attend_decode(
                     q[:, cols],
                     pool_k.index_select(0, flat_table).view(table_shape),

@@ -1,22 +1,36 @@
 """One linear projection of the lean runner: x @ w.T with the model's own weight, done the fast way per shape.
 
-For a handful of rows (a decode batch) the CPU BLAS packs the weight on every call when asked for x @ w.T, while
-w @ x.T streams it once: 1.5-2.5x faster at 2..32 rows and 2.5x on the vocabulary projection at 4 rows (measured
-on 2 AVX2 cores; see bench/README.md). Quantised forms were measured and not adopted (bench/quant_probe.py).
+Weights kept in bf16 for float32 activations (a CPU with the AVX2 kernels, engine/core/cpu_kernels.py): up to
+64 rows go through the kernel, which widens the weight in registers and so streams half the bytes; a longer
+prompt chunk widens the whole matrix once and takes the BLAS, which is faster at that size.
+
+Weights in the activations' dtype: for a handful of rows (a decode batch) the CPU BLAS packs the weight on every
+call when asked for x @ w.T, while w @ x.T streams it once: 1.5-2.5x faster at 2..32 rows and 2.5x on the
+vocabulary projection at 4 rows (measured on 2 AVX2 cores; see bench/README.md). Quantised forms were measured
+and not adopted (bench/quant_probe.py).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
+KERNEL_ROWS = 64
+
 
 class Projection:
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernels: Any = None) -> None:
         self.weight, self.bias = weight, bias
+        self.kernels = kernels if weight.dtype == torch.bfloat16 else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
+        if self.kernels is not None and x.dtype == torch.float32:
+            if rows <= KERNEL_ROWS:
+                return self.kernels.linear_bf16(x, self.weight, self.bias)
+            return F.linear(x, self.weight.float(), self.bias)
         if rows == 1 or rows > 64:
             return F.linear(x, self.weight, self.bias)
         out = torch.mm(self.weight, x.t()).t().contiguous()

@@ -1,0 +1,298 @@
+// CPU kernels for the lean runner on x86 with AVX2 and FMA, compiled on first use by cpu_kernels.py.
+//
+// decode_attention: one new query token per sequence against that sequence's keys and values, read in place
+// from the paged pool (no gather into a padded batch first), float32 throughout.
+//
+// linear_bf16: y[b, n] = sum_k x[b, k] * w[n, k] (+ bias[n]), x and y float32, w bfloat16 as stored in the
+// checkpoint, accumulation in float32. A decode step reads every weight once, so storing them in bf16 halves the
+// bytes it streams; widening bf16 to float32 is exact (a 16-bit shift), so the result is the float32 forward of
+// the same weights, up to summation order. Each tile keeps R weight rows in registers against C input rows.
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+inline __m256 load_bf16(const uint16_t* p) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// e^x for 8 floats: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-5 polynomial (Cephes' expf
+// coefficients, about 1 ulp), 2^n built in the exponent bits. Inputs here are <= 0 (scores minus their max).
+inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// The sums of 8 vectors' lanes, as one vector: lane i holds the sum of a[i].
+inline __m256 hsum8(const __m256* a) {
+    const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+
+inline float bf16_to_float(uint16_t h) {
+    uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+// R weight rows starting at row n against C input rows starting at row b.
+template <int R, int C>
+void tile(const float* x, const uint16_t* w, const float* bias, float* y, int K, int N, int n, int b) {
+    __m256 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const uint16_t* wr = w + static_cast<int64_t>(n) * K;
+    const float* xb = x + static_cast<int64_t>(b) * K;
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) wv[r] = load_bf16(wr + static_cast<int64_t>(r) * K + k);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            __m256 xv = _mm256_loadu_ps(xb + static_cast<int64_t>(c) * K + k);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) {
+            float s = hsum(acc[r][c]);
+            for (int kk = k; kk < K; ++kk)
+                s += bf16_to_float(wr[static_cast<int64_t>(r) * K + kk]) * xb[static_cast<int64_t>(c) * K + kk];
+            if (bias) s += bias[n + r];
+            y[static_cast<int64_t>(b + c) * N + n + r] = s;
+        }
+    }
+}
+
+// The same tile with the weight rows already widened to float32 (a per-thread copy that stays in L1): a batch
+// of many input rows widens each weight row once instead of once per TC input rows.
+template <int R, int C>
+void tile_f32(const float* x, const float* wf, const float* bias, float* y, int K, int N, int n, int b) {
+    __m256 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const float* xb = x + static_cast<int64_t>(b) * K;
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 wv[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(wf + static_cast<int64_t>(r) * K + k);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            __m256 xv = _mm256_loadu_ps(xb + static_cast<int64_t>(c) * K + k);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) {
+            float s = hsum(acc[r][c]);
+            for (int kk = k; kk < K; ++kk) s += wf[static_cast<int64_t>(r) * K + kk] * xb[static_cast<int64_t>(c) * K + kk];
+            if (bias) s += bias[n + r];
+            y[static_cast<int64_t>(b + c) * N + n + r] = s;
+        }
+    }
+}
+
+constexpr int TR = 3;  // weight rows per tile in a batch
+constexpr int TC = 4;  // input rows per tile
+constexpr int GR = 8;  // weight rows per tile for a single input row (a lone stream's decode)
+
+using TileFn = void (*)(const float*, const uint16_t*, const float*, float*, int, int, int, int);
+
+template <int R>
+TileFn pick(int c) {
+    switch (c) {
+        case 1: return tile<R, 1>;
+        case 2: return tile<R, 2>;
+        case 3: return tile<R, 3>;
+        default: return tile<R, 4>;
+    }
+}
+
+using TileF32Fn = void (*)(const float*, const float*, const float*, float*, int, int, int, int);
+
+template <int R>
+TileF32Fn pick_f32(int c) {
+    switch (c) {
+        case 1: return tile_f32<R, 1>;
+        case 2: return tile_f32<R, 2>;
+        case 3: return tile_f32<R, 3>;
+        default: return tile_f32<R, 4>;
+    }
+}
+
+// One sequence, one KV head, its G query heads (consecutive in q and out).
+template <int DC>
+void attend_heads(const float* q, const float* k_pool, const float* v_pool, const int64_t* off, int len,
+                  float* out, int G, int D_, float scale, float* s) {
+    const int D = DC ? DC : D_;
+    for (int g = 0; g < G; ++g) {  // scores, 8 positions at a time: their dot products summed in one go
+        const float* qh = q + static_cast<int64_t>(g) * D;
+        float* sg = s + static_cast<size_t>(g) * len;
+        int t = 0;
+        if (D % 8 == 0) {
+            for (; t + 8 <= len; t += 8) {
+                __m256 acc[8];
+                for (int j = 0; j < 8; ++j) {
+                    const float* kt = k_pool + off[t + j];
+                    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kt));
+                    for (int d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kt + d), a);
+                    acc[j] = a;
+                }
+                _mm256_storeu_ps(sg + t, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+            }
+        }
+        for (; t < len; ++t) {
+            const float* kt = k_pool + off[t];
+            float dot = 0.f;
+            for (int d = 0; d < D; ++d) dot += qh[d] * kt[d];
+            sg[t] = dot * scale;
+        }
+    }
+    for (int g = 0; g < G; ++g) {  // softmax, then the weighted sum of values
+        float* sg = s + static_cast<size_t>(g) * len;
+        float m = sg[0];
+        for (int t = 1; t < len; ++t) m = sg[t] > m ? sg[t] : m;
+        const __m256 mv = _mm256_set1_ps(m);
+        __m256 sv = _mm256_setzero_ps();
+        int t = 0;
+        for (; t + 8 <= len; t += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+            _mm256_storeu_ps(sg + t, e);
+            sv = _mm256_add_ps(sv, e);
+        }
+        float sum = hsum(sv);
+        for (; t < len; ++t) {
+            sg[t] = std::exp(sg[t] - m);
+            sum += sg[t];
+        }
+        const float inv = 1.f / sum;
+        float* o = out + static_cast<int64_t>(g) * D;
+        if (DC) {  // the output row lives in registers
+            __m256 acc[DC ? DC / 8 : 1];
+            for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
+            for (int t2 = 0; t2 < len; ++t2) {
+                const float* vt = v_pool + off[t2];
+                const __m256 wt = _mm256_set1_ps(sg[t2]);
+                for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * i), acc[i]);
+            }
+            const __m256 iv = _mm256_set1_ps(inv);
+            for (int i = 0; i < D / 8; ++i) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], iv));
+        } else {
+            for (int d = 0; d < D; ++d) o[d] = 0.f;
+            for (int t2 = 0; t2 < len; ++t2) {
+                const float* vt = v_pool + off[t2];
+                for (int d = 0; d < D; ++d) o[d] += sg[t2] * vt[d];
+            }
+            for (int d = 0; d < D; ++d) o[d] *= inv;
+        }
+    }
+}
+
+void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int len, float* out,
+                int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
+                std::vector<int64_t>& off) {
+    s.resize(static_cast<size_t>(G) * len);
+    off.resize(len);
+    for (int t = 0, p = 0, slot = 0; t < len; ++t) {  // where each position's row sits in the pool
+        off[t] = ((static_cast<int64_t>(pages[p]) * page + slot) * KV + kvh) * D;
+        if (++slot == page) slot = 0, ++p;
+    }
+    if (dc == 64) attend_heads<64>(q, k_pool, v_pool, off.data(), len, out, G, D, scale, s.data());
+    else if (dc == 128) attend_heads<128>(q, k_pool, v_pool, off.data(), len, out, G, D, scale, s.data());
+    else attend_heads<0>(q, k_pool, v_pool, off.data(), len, out, G, D, scale, s.data());
+}
+
+}  // namespace
+
+extern "C" {
+
+// x [B, K] float32, w [N, K] bf16 bits, bias [N] float32 or null, y [B, N] float32; all contiguous.
+void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int B, int K, int N, int threads) {
+    if (B <= TC) {  // one pass over the input rows: widen the weights in registers as they stream
+        const int R = B == 1 ? GR : TR;
+        const int tiles = N / R;
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int t = 0; t < tiles + (N % R); ++t) {
+            if (t < tiles)
+                (R == GR ? pick<GR>(B) : pick<TR>(B))(x, w, bias, y, K, N, t * R, 0);
+            else
+                pick<1>(B)(x, w, bias, y, K, N, tiles * R + (t - tiles), 0);  // rows after the last whole tile
+        }
+        return;
+    }
+    const int tiles = (N + TR - 1) / TR;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> wf(static_cast<size_t>(TR) * K);
+#pragma omp for schedule(static)
+        for (int t = 0; t < tiles; ++t) {
+            const int n = t * TR, R = N - n < TR ? N - n : TR;
+            const uint16_t* src = w + static_cast<int64_t>(n) * K;
+            int i = 0;
+            for (; i + 8 <= R * K; i += 8) _mm256_storeu_ps(wf.data() + i, load_bf16(src + i));
+            for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
+            for (int b = 0; b < B; b += TC) {
+                const int c = B - b < TC ? B - b : TC;
+                (R == TR ? pick_f32<TR>(c) : R == 2 ? pick_f32<2>(c) : pick_f32<1>(c))(x, wf.data(), bias, y, K, N, n, b);
+            }
+        }
+    }
+}
+
+// q [B, H, D]; k_pool, v_pool [pages, page, KV, D]; table [B, W] page ids; lens [B] tokens to attend to
+// (the new one included); out [B, H, D]. Query heads h*G .. h*G+G-1 share key/value head h (G = H / KV), so
+// each task reads one sequence's keys and values for one KV head, for all the queries that use it.
+void decode_attention(const float* q, const float* k_pool, const float* v_pool, const int32_t* table, int W,
+                      const int32_t* lens, float* out, int B, int H, int KV, int D, int page, float scale,
+                      int threads) {
+    const int G = H / KV;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> s;
+        std::vector<int64_t> off;
+#pragma omp for schedule(dynamic)
+        for (int task = 0; task < B * KV; ++task) {
+            const int b = task / KV, kvh = task % KV, len = lens[b];
+            const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
+            attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
+                       table + static_cast<int64_t>(b) * W, len, out + (static_cast<int64_t>(b) * H +
+                       static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
+        }
+    }
+}
+
+}  // extern "C"
