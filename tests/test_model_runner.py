@@ -31,6 +31,12 @@ def check_runner(runner, model) -> None:
         out = runner.forward([Segment(ca, [42]), Segment(cb, [43])])
         torch.testing.assert_close(out[0], hf_last_logits(model, a + [42]), atol=ATOL, rtol=0)
         torch.testing.assert_close(out[1], hf_last_logits(model, b + [43]), atol=ATOL, rtol=0)
+        # A prompt arriving beside a decode row: one step mixes both.
+        cc = KVCache()
+        out = runner.forward([Segment(cb, [44]), Segment(cc, a)])
+        torch.testing.assert_close(out[0], hf_last_logits(model, b + [43, 44]), atol=ATOL, rtol=0)
+        torch.testing.assert_close(out[1], hf_last_logits(model, a), atol=ATOL, rtol=0)
+        runner.release(cc)
         # A fork continues independently of its parent.
         twin = runner.fork(ca)
         out = runner.forward([Segment(twin, [7]), Segment(ca, [8])])

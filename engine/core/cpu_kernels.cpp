@@ -1,5 +1,9 @@
 // CPU kernels for the lean runner on x86 with AVX2 and FMA, compiled on first use by cpu_kernels.py.
 //
+// add_rmsnorm, rope_store, silu_mul: the elementwise steps between a layer's matmuls, one call each instead of
+// the handful of torch ops (and as many dispatches) that each takes, which at this model size cost as much as the
+// arithmetic.
+//
 // decode_attention: one new query token per sequence against that sequence's keys and values, read in place
 // from the paged pool (no gather into a padded batch first), float32 throughout.
 //
@@ -31,7 +35,7 @@ inline float hsum(__m256 v) {
 // e^x for 8 floats: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-5 polynomial (Cephes' expf
 // coefficients, about 1 ulp), 2^n built in the exponent bits. Inputs here are <= 0 (scores minus their max).
 inline __m256 exp256(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -292,6 +296,62 @@ void decode_attention(const float* q, const float* k_pool, const float* v_pool, 
                        table + static_cast<int64_t>(b) * W, len, out + (static_cast<int64_t>(b) * H +
                        static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
         }
+    }
+}
+
+// x [N, D] += delta (when given), then y = x / sqrt(mean(x^2) + eps) * w: a residual add and the next RMSNorm.
+void add_rmsnorm(float* x, const float* delta, const float* w, float* y, int N, int D, float eps) {
+    for (int n = 0; n < N; ++n) {
+        float* xr = x + static_cast<int64_t>(n) * D;
+        float* yr = y + static_cast<int64_t>(n) * D;
+        if (delta) {
+            const float* dr = delta + static_cast<int64_t>(n) * D;
+            for (int d = 0; d < D; ++d) xr[d] += dr[d];
+        }
+        float ss = 0.f;
+        for (int d = 0; d < D; ++d) ss += xr[d] * xr[d];
+        const float r = 1.f / std::sqrt(ss / D + eps);
+        for (int d = 0; d < D; ++d) yr[d] = w[d] * (xr[d] * r);
+    }
+}
+
+// qkv [N, (H + 2 KV) D] -> rotary embedding (cos, sin [N, D]; the rotate-half form) on q and k; q to q_out
+// [N, H, D]; k and v written to row slots[n] of the pools, [rows, KV, D].
+void rope_store(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out,
+                float* k_pool, float* v_pool, int N, int H, int KV, int D) {
+    const int half = D / 2, width = (H + 2 * KV) * D;
+    for (int n = 0; n < N; ++n) {
+        const float* row = qkv + static_cast<int64_t>(n) * width;
+        const float* c = cos + static_cast<int64_t>(n) * D;
+        const float* s = sin + static_cast<int64_t>(n) * D;
+        auto rope = [&](const float* x, float* o) {
+            for (int i = 0; i < half; ++i) {
+                o[i] = x[i] * c[i] - x[i + half] * s[i];
+                o[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
+            }
+        };
+        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D);
+        float* kd = k_pool + slots[n] * KV * D;
+        float* vd = v_pool + slots[n] * KV * D;
+        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D);
+        for (int i = 0; i < KV * D; ++i) vd[i] = row[(H + KV) * D + i];
+    }
+}
+
+// gate_up [N, 2 I] (gate then up) -> out [N, I] = silu(gate) * up.
+void silu_mul(const float* gate_up, float* out, int N, int I) {
+    for (int n = 0; n < N; ++n) {
+        const float* g = gate_up + static_cast<int64_t>(n) * 2 * I;
+        const float* u = g + I;
+        float* o = out + static_cast<int64_t>(n) * I;
+        int i = 0;
+        for (; i + 8 <= I; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
     }
 }
 

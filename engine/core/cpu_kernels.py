@@ -76,6 +76,41 @@ class CpuKernels:
         i, f = ctypes.c_int, ctypes.c_float
         self._attention.argtypes = [p, p, p, p, i, p, p, i, i, i, i, i, f, i]
         self._attention.restype = None
+        self._add_rmsnorm = lib.add_rmsnorm
+        self._add_rmsnorm.argtypes = [p, p, p, p, i, i, f]
+        self._rope_store = lib.rope_store
+        self._rope_store.argtypes = [p, p, p, p, p, p, p, i, i, i, i]
+        self._silu_mul = lib.silu_mul
+        self._silu_mul.argtypes = [p, p, i, i]
+        for fn in (self._add_rmsnorm, self._rope_store, self._silu_mul):
+            fn.restype = None
+
+    def add_rmsnorm(self, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """x += delta in place (when given; x contiguous float32 [N, D]), then RMSNorm(x) * w as a new tensor."""
+        delta = delta.contiguous() if delta is not None else None
+        y = torch.empty_like(x)
+        self._add_rmsnorm(x.data_ptr(), delta.data_ptr() if delta is not None else None, w.data_ptr(), y.data_ptr(),
+                          x.shape[0], x.shape[1], eps)  # fmt: skip
+        return y
+
+    def rope_store(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
+        k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """Rotary embedding on q and k of qkv [N, (H + 2 KV) D]; k and v stored at row slots[n] of k_rows and v_rows
+        ([rows, KV, D], contiguous); returns q as [N, H, D]."""
+        n = qkv.shape[0]
+        _, kv, d = k_rows.shape
+        q = torch.empty(n, heads, d)
+        self._rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), q.data_ptr(),
+                         k_rows.data_ptr(), v_rows.data_ptr(), n, heads, kv, d)  # fmt: skip
+        return q
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        n, width = gate_up.shape
+        out = torch.empty(n, width // 2)
+        self._silu_mul(gate_up.data_ptr(), out.data_ptr(), n, width // 2)
+        return out
 
     def decode_attention(
         self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor
