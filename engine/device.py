@@ -90,7 +90,9 @@ def resolve_dtype(requested: str, device: str) -> str:
 
     CPU without native bf16 (AVX2 here): bf16 weights halve the bytes a single stream reads (17.0 vs 13.9
     tokens/s, bench/bench_single.py) but batched matmuls and attention convert and run 1.6-3x slower, so a
-    server shared by many users is better off in fp32; `--dtype bf16` favours a single demo stream.
+    server shared by many users is better off in fp32; `--dtype bf16` favours a single demo stream. With the
+    AVX2 kernels (engine/core/cpu_kernels.py) fp32 gets both: a bf16 checkpoint's matrices stay in bf16 and the
+    math is float32.
     """
     if requested != "auto":
         return requested
