@@ -132,7 +132,10 @@ void tile_f32(const float* x, const float* wf, const float* bias, float* y, int 
 
 constexpr int TR = 3;  // weight rows per tile in a batch
 constexpr int TC = 4;  // input rows per tile
-constexpr int GR = 8;  // weight rows per tile for a single input row (a lone stream's decode)
+constexpr int GR = 8;
+#ifndef PF
+#define PF 4
+#endif  // weight rows per tile for a single input row (a lone stream's decode)
 
 using TileFn = void (*)(const float*, const uint16_t*, const float*, float*, int, int, int, int);
 
@@ -251,6 +254,11 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
         const int tiles = N / R;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int t = 0; t < tiles + (N % R); ++t) {
+            if (t + PF < tiles) {  // rows a few tiles ahead, so more of them are on their way from memory
+                const char* ahead = reinterpret_cast<const char*>(w + static_cast<int64_t>(t + PF) * R * K);
+                for (int64_t off = 0; off < static_cast<int64_t>(R) * K * 2; off += 64)
+                    _mm_prefetch(ahead + off, _MM_HINT_T0);
+            }
             if (t < tiles)
                 (R == GR ? pick<GR>(B) : pick<TR>(B))(x, w, bias, y, K, N, t * R, 0);
             else
@@ -266,6 +274,11 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
         for (int t = 0; t < tiles; ++t) {
             const int n = t * TR, R = N - n < TR ? N - n : TR;
             const uint16_t* src = w + static_cast<int64_t>(n) * K;
+            if (t + 1 < tiles) {  // the next tile's rows, fetched while this one computes
+                const char* next = reinterpret_cast<const char*>(src + static_cast<int64_t>(TR) * K);
+                const int64_t bytes = static_cast<int64_t>(N - n - TR < TR ? N - n - TR : TR) * K * 2;
+                for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+            }
             int i = 0;
             for (; i + 8 <= R * K; i += 8) _mm256_storeu_ps(wf.data() + i, load_bf16(src + i));
             for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
