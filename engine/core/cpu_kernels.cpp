@@ -161,17 +161,19 @@ TileF32Fn pick_f32(int c) {
     }
 }
 
-// One sequence, one KV head, its G query heads (consecutive in q and out).
+// One sequence, one KV head, its G query heads (consecutive in q and out). Positions go in blocks that stay in
+// L1 while every head uses them: 8 keys for the scores, TB values for the weighted sum.
+constexpr int TB = 32;
+
 template <int DC>
 void attend_heads(const float* q, const float* k_pool, const float* v_pool, const int64_t* off, int len,
                   float* out, int G, int D_, float scale, float* s) {
     const int D = DC ? DC : D_;
-    for (int g = 0; g < G; ++g) {  // scores, 8 positions at a time: their dot products summed in one go
-        const float* qh = q + static_cast<int64_t>(g) * D;
-        float* sg = s + static_cast<size_t>(g) * len;
-        int t = 0;
-        if (D % 8 == 0) {
-            for (; t + 8 <= len; t += 8) {
+    int t = 0;
+    if (D % 8 == 0) {
+        for (; t + 8 <= len; t += 8) {  // 8 positions' dot products, summed across lanes in one go, per head
+            for (int g = 0; g < G; ++g) {
+                const float* qh = q + static_cast<int64_t>(g) * D;
                 __m256 acc[8];
                 for (int j = 0; j < 8; ++j) {
                     const float* kt = k_pool + off[t + j];
@@ -179,54 +181,64 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
                     for (int d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kt + d), a);
                     acc[j] = a;
                 }
-                _mm256_storeu_ps(sg + t, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+                _mm256_storeu_ps(s + static_cast<size_t>(g) * len + t, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
             }
         }
-        for (; t < len; ++t) {
-            const float* kt = k_pool + off[t];
+    }
+    for (; t < len; ++t) {
+        const float* kt = k_pool + off[t];
+        for (int g = 0; g < G; ++g) {
+            const float* qh = q + static_cast<int64_t>(g) * D;
             float dot = 0.f;
             for (int d = 0; d < D; ++d) dot += qh[d] * kt[d];
-            sg[t] = dot * scale;
+            s[static_cast<size_t>(g) * len + t] = dot * scale;
         }
     }
-    for (int g = 0; g < G; ++g) {  // softmax, then the weighted sum of values
+    std::vector<float> inv(G);
+    for (int g = 0; g < G; ++g) {  // softmax numerators in place; 1 / their sum kept for the end
         float* sg = s + static_cast<size_t>(g) * len;
         float m = sg[0];
-        for (int t = 1; t < len; ++t) m = sg[t] > m ? sg[t] : m;
+        for (int i = 1; i < len; ++i) m = sg[i] > m ? sg[i] : m;
         const __m256 mv = _mm256_set1_ps(m);
         __m256 sv = _mm256_setzero_ps();
-        int t = 0;
-        for (; t + 8 <= len; t += 8) {
-            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
-            _mm256_storeu_ps(sg + t, e);
+        int i = 0;
+        for (; i + 8 <= len; i += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + i), mv));
+            _mm256_storeu_ps(sg + i, e);
             sv = _mm256_add_ps(sv, e);
         }
         float sum = hsum(sv);
-        for (; t < len; ++t) {
-            sg[t] = std::exp(sg[t] - m);
-            sum += sg[t];
+        for (; i < len; ++i) {
+            sg[i] = std::exp(sg[i] - m);
+            sum += sg[i];
         }
-        const float inv = 1.f / sum;
-        float* o = out + static_cast<int64_t>(g) * D;
-        if (DC) {  // the output row lives in registers
-            __m256 acc[DC ? DC / 8 : 1];
-            for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
-            for (int t2 = 0; t2 < len; ++t2) {
-                const float* vt = v_pool + off[t2];
-                const __m256 wt = _mm256_set1_ps(sg[t2]);
-                for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * i), acc[i]);
+        inv[g] = 1.f / sum;
+        for (int d = 0; d < D; ++d) out[static_cast<int64_t>(g) * D + d] = 0.f;
+    }
+    for (int t0 = 0; t0 < len; t0 += TB) {  // the weighted sum of values
+        const int t1 = t0 + TB < len ? t0 + TB : len;
+        for (int g = 0; g < G; ++g) {
+            const float* sg = s + static_cast<size_t>(g) * len;
+            float* o = out + static_cast<int64_t>(g) * D;
+            if (DC) {  // the output row lives in registers for the block
+                __m256 acc[DC ? DC / 8 : 1];
+                for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);
+                for (int t2 = t0; t2 < t1; ++t2) {
+                    const float* vt = v_pool + off[t2];
+                    const __m256 wt = _mm256_set1_ps(sg[t2]);
+                    for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * i), acc[i]);
+                }
+                for (int i = 0; i < D / 8; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
+            } else {
+                for (int t2 = t0; t2 < t1; ++t2) {
+                    const float* vt = v_pool + off[t2];
+                    for (int d = 0; d < D; ++d) o[d] += sg[t2] * vt[d];
+                }
             }
-            const __m256 iv = _mm256_set1_ps(inv);
-            for (int i = 0; i < D / 8; ++i) _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[i], iv));
-        } else {
-            for (int d = 0; d < D; ++d) o[d] = 0.f;
-            for (int t2 = 0; t2 < len; ++t2) {
-                const float* vt = v_pool + off[t2];
-                for (int d = 0; d < D; ++d) o[d] += sg[t2] * vt[d];
-            }
-            for (int d = 0; d < D; ++d) o[d] *= inv;
         }
     }
+    for (int g = 0; g < G; ++g)
+        for (int d = 0; d < D; ++d) out[static_cast<int64_t>(g) * D + d] *= inv[g];
 }
 
 void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int len, float* out,

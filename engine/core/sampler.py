@@ -70,13 +70,30 @@ def token_logprob(raw_logprobs: torch.Tensor, token: int, top_n: int) -> TokenLo
     return TokenLogprob(token, float(raw_logprobs[token]), top)
 
 
+def _plain_greedy(row: Row) -> bool:
+    p = row.params
+    return (
+        p.greedy and row.forced is None and row.mask is None
+        and p.repetition_penalty == 1.0 and not p.presence_penalty and not p.frequency_penalty
+    )  # fmt: skip
+
+
 def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float, TokenLogprob | None]]:
-    """For each row: (token, its raw logprob, the logprob entry if the row asked for one)."""
+    """For each row: (token, its raw logprob, the logprob entry if the row asked for one).
+
+    Plain greedy rows share one argmax over the batch, and a row's raw logprob is its logit minus the row's
+    log-sum-exp: a full log-softmax is built only for rows that asked for logprobs."""
     logits = logits.float()
-    raw = torch.log_softmax(logits, dim=-1)
+    lse = torch.logsumexp(logits, dim=-1).tolist()
+    best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(r) for r in rows) else []
     out = []
     for i, row in enumerate(rows):
-        token = row.forced if row.forced is not None else choose(apply_mask(logits[i].clone(), row.mask), row)
-        entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
-        out.append((token, float(raw[i, token]), entry))
+        if row.forced is not None:
+            token = row.forced
+        elif _plain_greedy(row):
+            token = best[i]
+        else:
+            token = choose(apply_mask(logits[i].clone(), row.mask), row)
+        entry = token_logprob(logits[i] - lse[i], token, row.params.top_logprobs) if row.params.logprobs else None
+        out.append((token, float(logits[i, token]) - lse[i], entry))
     return out
