@@ -81,10 +81,9 @@ def _plain_greedy(row: Row) -> bool:
 def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float, TokenLogprob | None]]:
     """For each row: (token, its raw logprob, the logprob entry if the row asked for one).
 
-    Plain greedy rows share one argmax over the batch, and a row's raw logprob is its logit minus the row's
-    log-sum-exp: a full log-softmax is built only for rows that asked for logprobs."""
+    Plain greedy rows share one argmax over the batch."""
     logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1).tolist()
+    raw = torch.log_softmax(logits, dim=-1)  # one fused pass; torch.logsumexp takes several over the batch
     best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(r) for r in rows) else []
     out = []
     for i, row in enumerate(rows):
@@ -94,6 +93,6 @@ def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float,
             token = best[i]
         else:
             token = choose(apply_mask(logits[i].clone(), row.mask), row)
-        entry = token_logprob(logits[i] - lse[i], token, row.params.top_logprobs) if row.params.logprobs else None
-        out.append((token, float(logits[i, token]) - lse[i], entry))
+        entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
+        out.append((token, float(raw[i, token]), entry))
     return out
