@@ -152,6 +152,9 @@ def main() -> None:
     ap.add_argument("--api-key")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="append the report to this JSON-lines file")
+    ap.add_argument("--weight-mb", type=float, default=0.0,
+                    help="bytes of weights one decode step reads, in MB (SmolLM2-135M: 270 in bf16, 540 in float32, "
+                         "~95 as Q4_1): reports single-stream decode as a fraction of the bandwidth limit")  # fmt: skip
     args = ap.parse_args()
     args.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     port = httpx.URL(args.url).port or 80
@@ -163,10 +166,17 @@ def main() -> None:
         row["server_rss_mib"] = server_rss_mib(args.server_pid, port)
         report["levels"].append(row)
         print(json.dumps(row), flush=True)
+    summary = {"memory_bandwidth_gbs": report["memory_bandwidth_gbs"]}
+    first = report["levels"][0] if report["levels"] else None
+    if args.weight_mb and first and first["concurrency"] == 1:
+        limit = report["memory_bandwidth_gbs"] * 1e3 / args.weight_mb  # tokens/s if each step only streamed weights
+        summary |= {"bandwidth_limit_tok_s": round(limit, 1),
+                    "single_stream_fraction_of_limit": round(first["single_stream_tok_s"] / limit, 3)}  # fmt: skip
+    report |= summary
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(report) + "\n")
-    print(json.dumps({"memory_bandwidth_gbs": report["memory_bandwidth_gbs"]}))
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
