@@ -7,7 +7,8 @@
    each measured in a fresh process because libgomp reads the setting once.
 2. Projections: SmolLM2-135M's 30 layers (qkv, o, gate/up, down; distinct weights, so they stream from memory
    as in a real step) plus the vocabulary projection, per batch size: float32 weights through the BLAS (the
-   runner's torch path) against bf16 weights through `linear_bf16`, in ms and GB/s of weights read.
+   runner's torch path) against bf16 weights through `linear_bf16`, in ms and GB/s of weights read, and bf16
+   weights widened per call then the BLAS (what the runner does past KERNEL_ROWS rows: try --batch 64,128,288).
 3. Decode attention at `--context` tokens per sequence: gather the pages then SDPA (the torch path) against
    `decode_attention` reading them in place, per batch size, for one layer.
 """
@@ -100,10 +101,17 @@ def main() -> None:
                     k.linear_bf16(xs[w.shape[1]], w)
             k.linear_bf16(xs[576], head)
 
-        t_blas, t_kernel = timed(blas, 5), timed(kernel, 5)
+        def widen(xs=xs):  # the runner beyond KERNEL_ROWS: widen each layer's matrix, then the BLAS (the
+            for layer in layers:  # vocabulary projection only ever sees one row per sequence: the kernel)
+                for w in layer:
+                    F.linear(xs[w.shape[1]], w.float())
+            k.linear_bf16(xs[576], head)
+
+        t_blas, t_kernel, t_widen = timed(blas, 3), timed(kernel, 3), timed(widen, 3)
         proj[b] = {
             "fp32_blas_ms": round(t_blas * 1e3, 1),
             "bf16_kernel_ms": round(t_kernel * 1e3, 1),
+            "bf16_widened_blas_ms": round(t_widen * 1e3, 1),
             "speedup": round(t_blas / t_kernel, 2),
             "fp32_blas_gbs": round(2 * bf16_bytes / t_blas / 1e9, 1),
             "bf16_kernel_gbs": round(bf16_bytes / t_kernel / 1e9, 1),

@@ -14,7 +14,7 @@ K = kernels()
 pytestmark = pytest.mark.skipif(K is None, reason="needs x86-64 with AVX2/FMA and g++")
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 17, 33, 64])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 17, 33, 64, 129])
 @pytest.mark.parametrize(("n", "k"), [(1, 8), (7, 64), (50, 576), (9, 13)])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_linear_bf16_matches_float32_linear(rows: int, n: int, k: int, with_bias: bool) -> None:

@@ -139,6 +139,7 @@ constexpr int GR = 8;  // weight rows per tile for a single input row (a lone st
 // once from 5 rows up; PF 2 and 4 alike, 2 slightly ahead at 1 row.
 constexpr int DIRECT_ROWS = 16;
 constexpr int PF = 2;
+constexpr int BB = 64;  // input rows per block on the widened path (a prompt chunk beside decodes can be ~300)
 
 using TileFn = void (*)(const float*, const uint16_t*, const float*, float*, int, int, int, int);
 
@@ -288,21 +289,25 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
 #pragma omp parallel num_threads(threads)
     {
         std::vector<float> wf(static_cast<size_t>(TR) * K);
+        for (int b0 = 0; b0 < B; b0 += BB) {  // input rows in blocks that stay in L2 while the weights pass
+            const int b1 = B - b0 < BB ? B : b0 + BB;
 #pragma omp for schedule(static)
-        for (int t = 0; t < tiles; ++t) {
-            const int n = t * TR, R = N - n < TR ? N - n : TR;
-            const uint16_t* src = w + static_cast<int64_t>(n) * K;
-            if (t + 1 < tiles) {  // the next tile's rows, fetched while this one computes
-                const char* next = reinterpret_cast<const char*>(src + static_cast<int64_t>(TR) * K);
-                const int64_t bytes = static_cast<int64_t>(N - n - TR < TR ? N - n - TR : TR) * K * 2;
-                for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-            }
-            int i = 0;
-            for (; i + 8 <= R * K; i += 8) _mm256_storeu_ps(wf.data() + i, load_bf16(src + i));
-            for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
-            for (int b = 0; b < B; b += TC) {
-                const int c = B - b < TC ? B - b : TC;
-                (R == TR ? pick_f32<TR>(c) : R == 2 ? pick_f32<2>(c) : pick_f32<1>(c))(x, wf.data(), bias, y, K, N, n, b);
+            for (int t = 0; t < tiles; ++t) {
+                const int n = t * TR, R = N - n < TR ? N - n : TR;
+                const uint16_t* src = w + static_cast<int64_t>(n) * K;
+                if (t + 1 < tiles) {  // the next tile's rows, fetched while this one computes
+                    const char* next = reinterpret_cast<const char*>(src + static_cast<int64_t>(TR) * K);
+                    const int64_t bytes = static_cast<int64_t>(N - n - TR < TR ? N - n - TR : TR) * K * 2;
+                    for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+                }
+                int i = 0;
+                for (; i + 8 <= R * K; i += 8) _mm256_storeu_ps(wf.data() + i, load_bf16(src + i));
+                for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
+                for (int b = b0; b < b1; b += TC) {
+                    const int c = b1 - b < TC ? b1 - b : TC;
+                    (R == TR ? pick_f32<TR>(c) : R == 2 ? pick_f32<2>(c) : pick_f32<1>(c))(x, wf.data(), bias, y, K,
+                                                                                          N, n, b);
+                }
             }
         }
     }
