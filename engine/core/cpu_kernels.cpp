@@ -65,21 +65,27 @@ inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-// R weight rows starting at row n against C input rows starting at row b.
-template <int R, int C>
-void tile(const float* x, const uint16_t* w, const float* bias, float* y, int K, int N, int n, int b) {
+inline __m256 load8(const uint16_t* p) { return load_bf16(p); }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline float widen(uint16_t h) { return bf16_to_float(h); }
+inline float widen(float f) { return f; }
+
+// R weight rows (wr: the first, which is output row n) against C input rows starting at row b. W is uint16_t for
+// bf16 rows widened in registers as they load, or float for rows already widened into a per-thread copy that
+// stays in L1 (a batch of many input rows then widens each weight row once instead of once per TC input rows).
+template <int R, int C, typename W>
+void tile(const float* x, const W* wr, const float* bias, float* y, int K, int N, int n, int b) {
     __m256 acc[R][C];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    const uint16_t* wr = w + static_cast<int64_t>(n) * K;
     const float* xb = x + static_cast<int64_t>(b) * K;
     int k = 0;
     for (; k + 8 <= K; k += 8) {
         __m256 wv[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) wv[r] = load_bf16(wr + static_cast<int64_t>(r) * K + k);
+        for (int r = 0; r < R; ++r) wv[r] = load8(wr + static_cast<int64_t>(r) * K + k);
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             __m256 xv = _mm256_loadu_ps(xb + static_cast<int64_t>(c) * K + k);
@@ -91,39 +97,7 @@ void tile(const float* x, const uint16_t* w, const float* bias, float* y, int K,
         for (int c = 0; c < C; ++c) {
             float s = hsum(acc[r][c]);
             for (int kk = k; kk < K; ++kk)
-                s += bf16_to_float(wr[static_cast<int64_t>(r) * K + kk]) * xb[static_cast<int64_t>(c) * K + kk];
-            if (bias) s += bias[n + r];
-            y[static_cast<int64_t>(b + c) * N + n + r] = s;
-        }
-    }
-}
-
-// The same tile with the weight rows already widened to float32 (a per-thread copy that stays in L1): a batch
-// of many input rows widens each weight row once instead of once per TC input rows.
-template <int R, int C>
-void tile_f32(const float* x, const float* wf, const float* bias, float* y, int K, int N, int n, int b) {
-    __m256 acc[R][C];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    const float* xb = x + static_cast<int64_t>(b) * K;
-    int k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 wv[R];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(wf + static_cast<int64_t>(r) * K + k);
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) {
-            __m256 xv = _mm256_loadu_ps(xb + static_cast<int64_t>(c) * K + k);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) {
-            float s = hsum(acc[r][c]);
-            for (int kk = k; kk < K; ++kk) s += wf[static_cast<int64_t>(r) * K + kk] * xb[static_cast<int64_t>(c) * K + kk];
+                s += widen(wr[static_cast<int64_t>(r) * K + kk]) * xb[static_cast<int64_t>(c) * K + kk];
             if (bias) s += bias[n + r];
             y[static_cast<int64_t>(b + c) * N + n + r] = s;
         }
@@ -141,27 +115,16 @@ constexpr int DIRECT_ROWS = 16;
 constexpr int PF = 2;
 constexpr int BB = 64;  // input rows per block on the widened path (a prompt chunk beside decodes can be ~300)
 
-using TileFn = void (*)(const float*, const uint16_t*, const float*, float*, int, int, int, int);
+template <typename W>
+using TileFn = void (*)(const float*, const W*, const float*, float*, int, int, int, int);
 
-template <int R>
-TileFn pick(int c) {
+template <int R, typename W>
+TileFn<W> pick(int c) {
     switch (c) {
-        case 1: return tile<R, 1>;
-        case 2: return tile<R, 2>;
-        case 3: return tile<R, 3>;
-        default: return tile<R, 4>;
-    }
-}
-
-using TileF32Fn = void (*)(const float*, const float*, const float*, float*, int, int, int, int);
-
-template <int R>
-TileF32Fn pick_f32(int c) {
-    switch (c) {
-        case 1: return tile_f32<R, 1>;
-        case 2: return tile_f32<R, 2>;
-        case 3: return tile_f32<R, 3>;
-        default: return tile_f32<R, 4>;
+        case 1: return tile<R, 1, W>;
+        case 2: return tile<R, 2, W>;
+        case 3: return tile<R, 3, W>;
+        default: return tile<R, 4, W>;
     }
 }
 
@@ -275,12 +238,13 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
                 for (int64_t off = 0; off < static_cast<int64_t>(R) * K * 2; off += 64)
                     _mm_prefetch(ahead + off, _MM_HINT_T0);
             }
+            const int n = t < tiles ? t * R : tiles * R + (t - tiles);  // then the rows after the last whole tile
             for (int b = 0; b < B; b += TC) {  // the tile's rows stay in L1 for the next TC input rows
                 const int c = B - b < TC ? B - b : TC;
-                if (t < tiles)
-                    (R == GR ? pick<GR>(c) : pick<TR>(c))(x, w, bias, y, K, N, t * R, b);
-                else
-                    pick<1>(c)(x, w, bias, y, K, N, tiles * R + (t - tiles), b);  // rows after the last whole tile
+                const TileFn<uint16_t> fn = t >= tiles ? pick<1, uint16_t>(c)
+                                            : R == GR  ? pick<GR, uint16_t>(c)
+                                                       : pick<TR, uint16_t>(c);
+                fn(x, w + static_cast<int64_t>(n) * K, bias, y, K, N, n, b);
             }
         }
         return;
@@ -305,8 +269,8 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
                 for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
                 for (int b = b0; b < b1; b += TC) {
                     const int c = b1 - b < TC ? b1 - b : TC;
-                    (R == TR ? pick_f32<TR>(c) : R == 2 ? pick_f32<2>(c) : pick_f32<1>(c))(x, wf.data(), bias, y, K,
-                                                                                          N, n, b);
+                    const TileFn<float> fn = R == TR ? pick<TR, float>(c) : R == 2 ? pick<2, float>(c) : pick<1, float>(c);
+                    fn(x, wf.data(), bias, y, K, N, n, b);
                 }
             }
         }
