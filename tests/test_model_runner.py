@@ -73,3 +73,14 @@ def test_hf_runner_matches_hf_forward() -> None:
 
     model = tiny(LlamaConfig, LlamaForCausalLM)
     check_runner(HFRunner(model, "cpu"), model)
+
+
+def test_lean_runner_matches_hf_on_a_float32_checkpoint() -> None:
+    """Weights that bf16 cannot hold exactly stay float32 (the BLAS path) beside the fused kernels' steps."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = tiny(LlamaConfig, LlamaForCausalLM)
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, DecoderRunner)
+    assert runner.weights_dtype == torch.float32
+    check_runner(runner, model)
