@@ -84,3 +84,13 @@ def test_lean_runner_matches_hf_on_a_float32_checkpoint() -> None:
     assert isinstance(runner, DecoderRunner)
     assert runner.weights_dtype == torch.float32
     check_runner(runner, model)
+
+
+def test_lean_runner_torch_path_matches_hf() -> None:
+    """Without the CPU kernels (no g++, another CPU, PLAYGROUND_CPU_KERNELS=0) the runner's torch ops do it all."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = tiny(LlamaConfig, LlamaForCausalLM)
+    runner = DecoderRunner(model, "cpu", use_kernels=False)
+    assert runner.kern is None and not runner.fused
+    check_runner(runner, model)

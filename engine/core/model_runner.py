@@ -57,6 +57,17 @@ class Segment:
     mm: dict[str, Any] | None = None
 
 
+@dataclass
+class DecodeRows:
+    """The single-token segments of a step: their rows on the token axis, their page tables ([rows, width],
+    zero-padded), how many positions each attends to, and (torch path) the padding mask."""
+
+    cols: torch.Tensor
+    table: torch.Tensor
+    lens: torch.Tensor
+    mask: torch.Tensor | None = None
+
+
 def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunner | HFRunner:
     cfg = model.config
     if (
@@ -116,7 +127,7 @@ class DecoderRunner:
 
     paged = True
 
-    def __init__(self, model: Any, device: str, kv_tokens: int = 65536) -> None:
+    def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True) -> None:
         self.model = model
         self.device = device
         self.inner = model.model
@@ -130,7 +141,8 @@ class DecoderRunner:
         # float32 on a CPU with the AVX2 kernels: matrices stored in bf16 when that is exact (halves the bytes a
         # decode step streams), math in float32. The HF model's matrices then are bf16: run its own forward on
         # a `.float()` copy.
-        kern = cpu_kernels.kernels() if str(device) == "cpu" and self.dtype == torch.float32 else None
+        cpu32 = use_kernels and str(device) == "cpu" and self.dtype == torch.float32
+        kern = cpu_kernels.kernels() if cpu32 else None
         store = torch.bfloat16 if kern is not None and _bf16_exact(model) else self.dtype
         self.weights_dtype = store
         self.kern = kern  # also reads decode rows' KV pages in place (float32)
@@ -241,30 +253,12 @@ class DecoderRunner:
         # With the CPU kernel every decode row reads its own pages in place, a lone one included.
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 or self.kern else []
         single = [i for i in range(len(segments)) if i not in set(decode)]
-        if decode:
-            cols = torch.tensor([bounds[i][0] for i in decode], device=dev)
-            ends = [bounds[i][2] + 1 for i in decode]
-            width = -(-max(ends) // PAGE)
-            table = torch.tensor(
-                [
-                    segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE))
-                    for i, e in zip(decode, ends)
-                ],
-                device=dev,
-            )
-            flat_table, table_shape = table.flatten(), (*table.shape, PAGE, self.n_kv, self.head_dim)
-            lens = torch.tensor(ends, device=dev)
-            mask = (
-                (torch.arange(width * PAGE, device=dev) < lens.unsqueeze(1))[:, None, None] if not self.kern else None
-            )
-            if self.kern:
-                table, lens = table.to(torch.int32), lens.to(torch.int32)
+        rows = self._decode_rows(segments, bounds, decode) if decode else None
         chunk_pages = {i: self._page_index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
         if self.fused:
             last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
-            decode_rows = (cols, table, lens) if decode else None
-            hidden = self._fused_layers(h, cos, sin, slot, bounds, single, chunk_pages, decode_rows, last)
+            hidden = self._fused_layers(h, cos, sin, slot, bounds, single, chunk_pages, rows, last)
             for seg, (a, b, start) in zip(segments, bounds):
                 seg.cache.length = start + (b - a)
             return self.lm_head(hidden) if last else torch.empty(0)
@@ -279,30 +273,12 @@ class DecoderRunner:
             q, k = q.transpose(0, 1), k.transpose(0, 1)  # [heads, N, hd]
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
-            flat_k, flat_v = pool_k.view(-1, self.n_kv, self.head_dim), pool_v.view(-1, self.n_kv, self.head_dim)
+            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
+            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
             flat_k.index_copy_(0, slot, k.transpose(0, 1))  # every new token of every segment: one copy each
             flat_v.index_copy_(0, slot, v)
-            out = q.new_empty(q.shape)
-            for i in single:
-                (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
-                kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
-                vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
-                out[:, a:b] = self._attend(q[:, a:b], kc, vc, start)
-            if decode and self.kern and not single:  # every row decodes: no row selection either way
-                out = self.kern.decode_attention(q.transpose(0, 1), pool_k, pool_v, table, lens).transpose(0, 1)
-            elif decode and self.kern:
-                out[:, cols] = self.kern.decode_attention(
-                    q[:, cols].transpose(0, 1), pool_k, pool_v, table, lens
-                ).transpose(0, 1)
-            elif decode:
-                out[:, cols] = self._attend_decode(
-                    q[:, cols],
-                    pool_k.index_select(0, flat_table).view(table_shape),
-                    pool_v.index_select(0, flat_table).view(table_shape),
-                    mask,
-                )
-            h = h + p_o(out.transpose(0, 1).reshape(n_tok, -1))
+            out = self._attention(li, q.transpose(0, 1), bounds, single, chunk_pages, rows)
+            h = h + p_o(out.reshape(n_tok, -1))
             gate, up = p_gate_up(layer.post_attention_layernorm(h)).chunk(2, dim=-1)
             h = h + p_down(layer.mlp.act_fn(gate) * up)
         for seg, (a, b, start) in zip(segments, bounds):
@@ -313,7 +289,7 @@ class DecoderRunner:
         hidden = self.inner.norm(h[last])
         return self.lm_head(hidden).float()
 
-    def _fused_layers(self, h, cos, sin, slot, bounds, single, chunk_pages, decode_rows, last) -> torch.Tensor:
+    def _fused_layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last) -> torch.Tensor:
         """The layers with the CPU kernels doing the elementwise steps too (norms with the residual adds, rotary
         embedding with the KV write, SiLU gating): ~9 calls a layer instead of ~45 torch ops. Returns the final
         norm's output at the rows in `last`."""
@@ -323,27 +299,58 @@ class DecoderRunner:
         n_tok = h.shape[0]
         normed = kern.add_rmsnorm(h, None, self.norm_w[0], eps)
         for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(self.proj):
-            pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
-            rows_k = pool_k.view(-1, self.n_kv, self.head_dim)
-            rows_v = pool_v.view(-1, self.n_kv, self.head_dim)
-            q = kern.rope_store(p_qkv(normed), cos, sin, slot, rows_k, rows_v, self.n_heads)  # [N, H, hd]
-            if decode_rows is not None and not single:
-                out = kern.decode_attention(q, pool_k, pool_v, decode_rows[1], decode_rows[2])
-            else:
-                out = torch.empty_like(q)
-                qh = q.transpose(0, 1)  # [H, N, hd]
-                for i in single:
-                    (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
-                    kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
-                    vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
-                    out[a:b] = self._attend(qh[:, a:b], kc, vc, start).transpose(0, 1)
-                if decode_rows is not None:
-                    cols, table, lens = decode_rows
-                    out[cols] = kern.decode_attention(q[cols], pool_k, pool_v, table, lens)
+            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
+            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
+            q = kern.rope_store(p_qkv(normed), cos, sin, slot, flat_k, flat_v, self.n_heads)  # [N, H, hd]
+            out = self._attention(li, q, bounds, single, chunk_pages, rows)
             normed = kern.add_rmsnorm(h, p_o(out.view(n_tok, -1)), self.norm_w[2 * li + 1], eps)
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
             normed = kern.add_rmsnorm(h, p_down(kern.silu_mul(p_gate_up(normed))), nxt, eps)
         return normed[last]
+
+    def _decode_rows(
+        self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int]
+    ) -> DecodeRows:
+        ends = [bounds[i][2] + 1 for i in decode]
+        width = -(-max(ends) // PAGE)
+        table = torch.tensor(
+            [segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE)) for i, e in zip(decode, ends)],
+            device=self.device,
+        )
+        lens = torch.tensor(ends, device=self.device)
+        cols = torch.tensor([bounds[i][0] for i in decode], device=self.device)
+        if self.kern:
+            return DecodeRows(cols, table.to(torch.int32), lens.to(torch.int32))
+        mask = (torch.arange(width * PAGE, device=self.device) < lens.unsqueeze(1))[:, None, None]
+        return DecodeRows(cols, table, lens, mask)
+
+    def _attention(
+        self, li: int, q: torch.Tensor, bounds, single, chunk_pages, rows: DecodeRows | None
+    ) -> torch.Tensor:
+        """Layer li's attention for q [N, H, hd] (its keys and values already in the pool) -> [N, H, hd]: prompt
+        chunks one by one through SDPA, decode rows in one call (the kernel, or a gather and SDPA)."""
+        pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
+        if rows is not None and not single and self.kern:  # every row decodes: no row selection either way
+            return self.kern.decode_attention(q, pool_k, pool_v, rows.table, rows.lens)
+        out = torch.empty_like(q)
+        qh = q.transpose(0, 1)  # [H, N, hd]
+        for i in single:
+            (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
+            kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
+            vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
+            out[a:b] = self._attend(qh[:, a:b], kc, vc, start).transpose(0, 1)
+        if rows is not None and self.kern:
+            out[rows.cols] = self.kern.decode_attention(q[rows.cols], pool_k, pool_v, rows.table, rows.lens)
+        elif rows is not None:
+            shape = (*rows.table.shape, PAGE, self.n_kv, self.head_dim)
+            flat = rows.table.flatten()
+            out[rows.cols] = self._attend_decode(
+                qh[:, rows.cols],
+                pool_k.index_select(0, flat).view(shape),
+                pool_v.index_select(0, flat).view(shape),
+                rows.mask,
+            ).transpose(0, 1)
+        return out
 
     def _attend_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One new token per sequence against its gathered pages ([B, pages, PAGE, kv, hd]); padding is masked."""
