@@ -17,11 +17,9 @@ import threading
 import time
 from typing import Any
 
-import engine  # noqa: F401  (process settings that must precede `import torch`)
+import engine  # noqa: F401  (the process settings that must precede `import torch`: engine/__init__.py)
 from engine import config as cfg
 from engine import device as devices
-
-devices.prepare_torch_import()
 
 log = logging.getLogger("playground")
 
@@ -72,7 +70,11 @@ def check_exposure(settings: cfg.Settings) -> None:
 
 
 def build_service(settings: cfg.Settings) -> Any:
-    """Load the model and start the engine; returns the ChatService every front end shares."""
+    """Load the model and start the engine; returns the ChatService every front end shares.
+
+    Changes nothing process-wide (a notebook's kernel or a test calls it too): `main()` sizes the thread pools."""
+    import torch
+
     from engine import models
     from engine.core.engine import Engine, EngineLimits
     from engine.core.model_runner import make_runner
@@ -80,8 +82,7 @@ def build_service(settings: cfg.Settings) -> Any:
     from engine.openai.service import ChatService, ModelInfo
 
     place = devices.placement(settings.device, settings.dtype)
-    threads = devices.configure_threads(settings.threads)
-    log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, threads)
+    log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, torch.get_num_threads())
     started = time.perf_counter()
     loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
     log.info("model %s loaded in %.1f s", loaded.name, time.perf_counter() - started)
@@ -208,9 +209,22 @@ def serve(app: Any, settings: cfg.Settings) -> None:
     DrainingServer(config).run()
 
 
-def main(argv: list[str] | None = None) -> None:
+def configure_process(settings: cfg.Settings) -> None:
+    """The process-wide switches of a server process, set here on purpose (library code never sets them).
+
+    Before anything imports huggingface_hub or tokenizers, which read their variables once: the engine loads only
+    local files (`local_files_only`), and offline mode makes sure no other hub call happens at run time either;
+    the tokenizers' own thread pool would compete with torch's on a small machine (the engine tokenises on request
+    threads). Gradio's telemetry is off in the page itself (`analytics_enabled=False`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    devices.configure_threads(settings.threads)
+
+
+def main(argv: list[str] | None = None) -> None:
     settings = settings_from(argv)
+    configure_process(settings)
     check_exposure(settings)
     state = AppState()
 

@@ -108,8 +108,10 @@ def _convert(gguf: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to a bf16 safetensors cache (once; about 30 s on 2 cores)", gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
+    )
     # The GGUF quantizer stays attached after dequantizing; without clearing it save_pretrained refuses.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -149,7 +151,9 @@ class LoadedModel:
 
 
 def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
-    import torch
+    """The model in eval mode with its parameters frozen (`requires_grad_(False)`: a property of this model, not
+    of the process), on `device`. Nothing process-wide changes: grad mode, default dtype, thread counts and the
+    global random state are the caller's; the engine runs its steps under its own `torch.inference_mode()`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.multimodal import detect_modalities, load_multimodal
@@ -159,10 +163,10 @@ def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
     if detect_modalities(path):  # Qwen2-VL, Qwen2.5-VL, Qwen2-Audio: model class, tokenizer and media processors
         hf, tokenizer, processors = load_multimodal(path, dtype)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    hf.to(device).eval()
-    torch.set_grad_enabled(False)
+        # local_files_only: a directory on disk, never a hub lookup (nothing may download weights at run time)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    hf.to(device).eval().requires_grad_(False)
     cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))
     gen = hf.generation_config.to_diff_dict() if hf.generation_config is not None else {}

@@ -49,7 +49,7 @@ def knob_component(k: Knob) -> gr.Component:
 def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
     h = ChatHandlers(get_service)
     cmp = CompareHandlers(h)
-    with gr.Blocks(title="LLM Playground", fill_width=True) as demo:
+    with gr.Blocks(title="LLM Playground", fill_width=True, analytics_enabled=False) as demo:
         with gr.Row():
             header = gr.HTML(header_html(None))
             dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")

@@ -288,8 +288,10 @@ def _build(out: Path) -> None:
     # are otherwise deterministic (torch.use_deterministic_algorithms would add nothing here but a 6 s import).
     torch.set_num_threads(1)
     # fork_rng: seeding must not change the random state of the tests around.
+    # enable_grad: training needs gradients whatever mode the caller is in (a notebook cell, an inference_mode
+    # block); the mode is set for this block only, never for the process.
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad():
             tokenizer = build_tokenizer(CHAT_TEMPLATE, CONTEXT)
             samples = []
             for example in EXAMPLES:

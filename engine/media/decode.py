@@ -7,7 +7,6 @@ message; library exception text never reaches the client.
 from __future__ import annotations
 
 import io
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +40,15 @@ def decode_image(data: bytes, options: DecodeOptions) -> Any:
     """JPEG/PNG bytes -> an RGB PIL image, EXIF orientation applied."""
     from PIL import Image, ImageOps
 
+    # No warnings.catch_warnings() here: it swaps the process-wide filter list, which races with every other
+    # thread. Image.open reads only the header; our own max_pixels check refuses a large image before load().
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=("JPEG", "PNG"))
-            if image.width * image.height > options.max_pixels:
-                raise MediaError(f"image must have at most {options.max_pixels} pixels")
-            image.load()
-            image = ImageOps.exif_transpose(image)
-            return image.convert("RGB")
+        image = Image.open(io.BytesIO(data), formats=("JPEG", "PNG"))
+        if image.width * image.height > options.max_pixels:
+            raise MediaError(f"image must have at most {options.max_pixels} pixels")
+        image.load()
+        image = ImageOps.exif_transpose(image)
+        return image.convert("RGB")
     except MediaError:
         raise
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombWarning, Image.DecompressionBombError):

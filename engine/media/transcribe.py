@@ -115,8 +115,9 @@ class Transcriber:
         import torch
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
-        self.processor = WhisperProcessor.from_pretrained(model_dir)
-        self.model = WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
+        self.processor = WhisperProcessor.from_pretrained(model_dir, local_files_only=True)
+        model = WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+        self.model = model.to(device).eval().requires_grad_(False)
         self.device = device
         self._lock = threading.Lock()
 
