@@ -40,8 +40,12 @@ def main() -> None:
     from engine.core.constraints import ConstraintFactory, apply_mask
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", default=str(Path.home() / ".cache/llm-playground/models/SmolLM2-135M-Instruct-bf16"))
+    ap.add_argument("--model-dir", default="", help="an HF model directory (default: the bundled model's cache)")
     args = ap.parse_args()
+    if not args.model_dir:
+        from engine.models import cache_root, resolve_model_dir
+
+        args.model_dir = str(resolve_model_dir("", cache_root())[0])
     tok = AutoTokenizer.from_pretrained(args.model_dir)
     vocab = json.loads((Path(args.model_dir) / "config.json").read_text())["vocab_size"]
     t0 = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -14,17 +15,14 @@ import torch
 from engine.core import constraints
 from engine.core.constraints import ConstraintFactory, apply_mask
 
-CACHE = Path.home() / ".cache" / "llm-playground"
-
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    path = CACHE / "models" / "SmolLM2-135M-Instruct-bf16"
-    if (path / "tokenizer.json").is_file():
-        return path
-    from engine.models import resolve_model_dir
+    """The bundled model's converted directory, in the same cache the app uses (XDG_CACHE_HOME or
+    PLAYGROUND_CACHE_DIR honoured; fetched and converted here if this module runs first)."""
+    from engine.models import cache_root, resolve_model_dir
 
-    return resolve_model_dir("", CACHE)[0]
+    return resolve_model_dir("", cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")))[0]
 
 
 @pytest.fixture(scope="module")
