@@ -8,8 +8,8 @@ first; set later, these would do nothing). Each is a default: a value already in
   machine running a server and a client makes everything ~4x slower; but a worker that sleeps the moment a
   parallel region ends takes ~120 us to wake for the next one, and a decode step runs hundreds of them. Spinning
   briefly first (about 20 us) makes that ~5 us, and an idle server still sleeps (bench/README.md, "OpenMP wake-up").
-- torch_npu: installed on a host without Ascend drivers it makes `import torch` fail, so its autoload is switched
-  off there (engine/device.py, `prepare_torch_import`).
+- Ascend's torch extension: installed on a host without Ascend drivers it makes `import torch` fail, so its
+  autoload is switched off there (engine/device.py, `prepare_torch_import`).
 
 Nothing else in the engine sets a process-wide switch (grad mode, default dtype, thread counts, environment
 variables, logging): the composition root, app.py's `main()`, sets those on purpose, and tests/test_process_state.py
