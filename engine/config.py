@@ -44,6 +44,9 @@ class Settings:
     dtype: str = _knob("auto", "Compute dtype.", choices=("auto", "bf16", "fp16", "fp32"))
     cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
     threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
+    adaptive_threads: bool = _knob(
+        True, "CPU: the engine runs its steps on fewer threads while another process keeps cores busy."
+    )
     ui: bool = _knob(True, "Mount the Gradio playground at /.")
     insecure_public: bool = _knob(False, "Allow binding a non-loopback address with no credentials configured.")
     remote_backend_urls: list[str] = _knob(

@@ -32,6 +32,7 @@ from engine.core.model_runner import KVCache, Segment
 from engine.core.prefix_cache import PrefixCache
 from engine.core.sampler import Row, sample_rows
 from engine.core.sequence import Sequence
+from engine.core.threads import ThreadTuner
 from engine.core.types import FINISH_RESOURCES, FINISH_STOP, ChoiceDelta, EngineError, EngineRequest, RequestStats
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class EngineLimits:
     max_queue: int = 64
     max_model_len: int = 2048
     max_batched_tokens: int = 256  # prompt tokens prefilled per step, beside the decodes
+    adaptive_threads: bool = True  # CPU: fewer threads when another process slows the steps (core/threads.py)
 
 
 @dataclass
@@ -116,6 +118,8 @@ class Engine:
         self._seed_source = random.SystemRandom()
         self.steps = 0
         self.preemptions = 0
+        self.tuner: ThreadTuner | None = None  # made on the engine thread, whose team size it sets
+        self._step_shape: Any = None  # what the last step ran, for the tuner: decode rows, or None with prompts
 
     # ---- caller side (any thread) ----
 
@@ -140,6 +144,7 @@ class Engine:
                 "running_seqs": sum(len(r.seqs) for r in running),
                 "kv_tokens_used": self._kv_used,
                 "preemptions": self.preemptions,
+                "threads": self.tuner.threads if self.tuner is not None else 0,
             }
 
     def submit(self, req: EngineRequest, sink: Sink) -> RequestStats:
@@ -169,7 +174,9 @@ class Engine:
     # ---- engine thread ----
 
     def _loop(self) -> None:
-        # Grad mode is per thread: the engine thread needs its own inference mode.
+        # Grad mode is per thread: the engine thread needs its own inference mode. So is OpenMP's team size, which
+        # the tuner adapts to what the cores have free.
+        self.tuner = ThreadTuner(enabled=self.limits.adaptive_threads and self.device == "cpu")
         with torch.inference_mode():
             self._run()
 
@@ -185,7 +192,11 @@ class Engine:
                 aborts, self._aborts = self._aborts, set()
             self._apply_aborts(aborts)
             try:
+                self.tuner.before_step()
+                began = time.perf_counter()
+                self._step_shape = None
                 self.step()
+                self.tuner.after_step(self._step_shape, time.perf_counter() - began)
             except Exception as exc:  # a bug in post-processing: fail what was running, keep serving
                 log.exception("engine step failed")
                 for r in list(self._running):
@@ -281,6 +292,7 @@ class Engine:
         budget = self.limits.max_batched_tokens
         prefilled: list[_Request] = []  # requests whose prompt completes in this step
         in_step: list[_Request] = []  # requests whose caches this step writes
+        prompting = False  # whether any prompt tokens run in this step
         for r in self._running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
@@ -293,6 +305,7 @@ class Engine:
                 chunk = r.context[r.prefilled : r.prefilled + size]
                 budget -= len(chunk)
                 r.prefilled += len(chunk)
+                prompting = True
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
                 segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
                                         mm=r.req.mm))  # fmt: skip
@@ -301,6 +314,8 @@ class Engine:
                         plan.append((r, r.seqs[:1]))
                     prefilled.append(r)
                 in_step.append(r)
+        # Steps of decode rows only cost about the same from one to the next at a given batch: the tuner's yardstick.
+        self._step_shape = None if prompting else len(segments)
         t0 = time.perf_counter()
         try:
             logits = self.runner.forward(segments)
