@@ -1,23 +1,46 @@
 """The C++ kernels of the lean runner (engine/core/cpu_kernels.cpp) against torch's own ops, on awkward shapes:
-batch sizes either side of each tiling boundary, widths that are not a multiple of 8, ragged sequence lengths and
-pages scattered through the pool."""
+batch sizes either side of each tiling boundary, widths that are not a multiple of the vector width, ragged
+sequence lengths and pages scattered through the pool. Every instruction-set build this CPU can run is tested (the
+AVX2 one on an AVX-512 machine too); one it cannot run is skipped with the flags it lacks."""
 
 from __future__ import annotations
+
+import os
+import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.core.cpu_kernels import kernels
-
-K = kernels()
-pytestmark = pytest.mark.skipif(K is None, reason="needs x86-64 with AVX2/FMA and g++")
+from engine.core import cpu_kernels
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 16, 17, 33, 64, 129])
-@pytest.mark.parametrize(("n", "k"), [(1, 8), (7, 64), (50, 576), (9, 13)])
+@pytest.fixture(scope="module", params=list(cpu_kernels.ISAS))
+def K(request: pytest.FixtureRequest) -> cpu_kernels.CpuKernels:
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("no g++ on the path: the runner uses its torch path")
+    try:
+        return cpu_kernels.load(request.param)
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+
+
+def test_kernels_pick_the_best_build_this_cpu_runs() -> None:
+    isas = cpu_kernels.supported_isas()
+    if not isas:
+        pytest.skip("this CPU has no AVX2 and FMA: no kernels")
+    best = cpu_kernels.kernels()
+    assert best is not None and best.isa == (os.environ.get("PLAYGROUND_CPU_ISA") or isas[0])
+    assert isas == [name for name in cpu_kernels.ISAS if name in isas]  # best first
+
+
+# Rows either side of every tile boundary of both builds (AVX2 tiles of 3 weight rows x 4 input rows, AVX-512 4 x 6;
+# one pass up to 16 rows, widened blocks of 64 beyond); widths not a multiple of 8 or 16, and 4 x 16 + 8 (a
+# full AVX-512 step plus a half one).
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 12, 13, 16, 17, 24, 25, 33, 64, 65, 129])
+@pytest.mark.parametrize(("n", "k"), [(1, 8), (7, 64), (50, 576), (9, 13), (13, 72), (4, 16)])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_linear_bf16_matches_float32_linear(rows: int, n: int, k: int, with_bias: bool) -> None:
+def test_linear_bf16_matches_float32_linear(K, rows: int, n: int, k: int, with_bias: bool) -> None:
     g = torch.Generator().manual_seed(rows * 1000 + n * 10 + k)
     w = torch.randn(n, k, generator=g).to(torch.bfloat16)
     x = torch.randn(rows, k, generator=g)
@@ -26,14 +49,14 @@ def test_linear_bf16_matches_float32_linear(rows: int, n: int, k: int, with_bias
     torch.testing.assert_close(got, F.linear(x, w.float(), bias), atol=1e-4, rtol=1e-5)
 
 
-def test_linear_bf16_reads_a_strided_input_as_its_values() -> None:
+def test_linear_bf16_reads_a_strided_input_as_its_values(K) -> None:
     w = torch.randn(12, 16).to(torch.bfloat16)
     x = torch.randn(16, 5).t()  # not contiguous
     torch.testing.assert_close(K.linear_bf16(x, w), F.linear(x, w.float()), atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("head_dim", [16, 20, 64, 128])
-def test_decode_attention_matches_sdpa_on_scattered_pages(head_dim: int) -> None:
+def test_decode_attention_matches_sdpa_on_scattered_pages(K, head_dim: int) -> None:
     g = torch.Generator().manual_seed(head_dim)
     page, kv, heads = 16, 2, 6
     lens = torch.tensor([1, 7, 8, 9, 33, 200])
@@ -50,7 +73,7 @@ def test_decode_attention_matches_sdpa_on_scattered_pages(head_dim: int) -> None
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
 
 
-def test_decode_attention_is_stable_for_large_scores() -> None:
+def test_decode_attention_is_stable_for_large_scores(K) -> None:
     """Scores far apart (one key dominating) must give that key's value, not NaN or inf."""
     pool_k = torch.zeros(2, 16, 1, 8)
     pool_v = torch.arange(2 * 16 * 8, dtype=torch.float32).view(2, 16, 1, 8)

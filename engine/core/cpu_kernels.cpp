@@ -1,4 +1,5 @@
-// CPU kernels for the lean runner on x86 with AVX2 and FMA, compiled on first use by cpu_kernels.py.
+// CPU kernels for the lean runner on x86, compiled on first use by cpu_kernels.py once per instruction set the
+// CPU has: the AVX2 + FMA baseline, and AVX-512 (F, BW, VL) where present, picked at run time.
 //
 // add_rmsnorm, rope_store, silu_mul: the elementwise steps between a layer's matmuls, one call each instead of
 // the handful of torch ops (and as many dispatches) that each takes, which at this model size cost as much as the
@@ -10,20 +11,54 @@
 // linear_bf16: y[b, n] = sum_k x[b, k] * w[n, k] (+ bias[n]), x and y float32, w bfloat16 as stored in the
 // checkpoint, accumulation in float32. A decode step reads every weight once, so storing them in bf16 halves the
 // bytes it streams; widening bf16 to float32 is exact (a 16-bit shift), so the result is the float32 forward of
-// the same weights, up to summation order. Each tile keeps R weight rows in registers against C input rows.
+// the same weights, up to summation order. Each tile keeps R weight rows in registers against C input rows. It is
+// written once over `vf`, the widest float vector of the build: 8 lanes and 16 registers with AVX2, 16 lanes and 32
+// registers with AVX-512, which take larger tiles (more multiply-adds per load) and widen 16 weights per shift.
+// The other kernels use 256-bit vectors in both builds.
 
 #include <immintrin.h>
 #include <stdint.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace {
 
-inline __m256 load_bf16(const uint16_t* p) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+using vf = __m512;
+constexpr int L = 16;
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline vf vload(const uint16_t* p) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void vstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+constexpr int TR = 4;  // weight rows per tile in a batch: 4 x 6 accumulators + 4 weights + 1 input of 32 registers
+constexpr int TC = 6;  // input rows per tile
+#else
+using vf = __m256;
+constexpr int L = 8;
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
+inline vf vload(const uint16_t* p) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+inline void vstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(vf v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+constexpr int TR = 3;  // weight rows per tile in a batch: 3 x 4 accumulators + 3 weights + 1 input of 16 registers
+constexpr int TC = 4;  // input rows per tile
+#endif
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -65,8 +100,6 @@ inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-inline __m256 load8(const uint16_t* p) { return load_bf16(p); }
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline float widen(uint16_t h) { return bf16_to_float(h); }
 inline float widen(float f) { return f; }
 
@@ -75,27 +108,27 @@ inline float widen(float f) { return f; }
 // stays in L1 (a batch of many input rows then widens each weight row once instead of once per TC input rows).
 template <int R, int C, typename W>
 void tile(const float* x, const W* wr, const float* bias, float* y, int K, int N, int n, int b) {
-    __m256 acc[R][C];
+    vf acc[R][C];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; ++c) acc[r][c] = vzero();
     const float* xb = x + static_cast<int64_t>(b) * K;
     int k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 wv[R];
+    for (; k + L <= K; k += L) {
+        vf wv[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) wv[r] = load8(wr + static_cast<int64_t>(r) * K + k);
+        for (int r = 0; r < R; ++r) wv[r] = vload(wr + static_cast<int64_t>(r) * K + k);
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
-            __m256 xv = _mm256_loadu_ps(xb + static_cast<int64_t>(c) * K + k);
+            vf xv = vload(xb + static_cast<int64_t>(c) * K + k);
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+            for (int r = 0; r < R; ++r) acc[r][c] = vfma(wv[r], xv, acc[r][c]);
         }
     }
     for (int r = 0; r < R; ++r) {
         for (int c = 0; c < C; ++c) {
-            float s = hsum(acc[r][c]);
+            float s = vsum(acc[r][c]);
             for (int kk = k; kk < K; ++kk)
                 s += widen(wr[static_cast<int64_t>(r) * K + kk]) * xb[static_cast<int64_t>(c) * K + kk];
             if (bias) s += bias[n + r];
@@ -104,8 +137,6 @@ void tile(const float* x, const W* wr, const float* bias, float* y, int K, int N
     }
 }
 
-constexpr int TR = 3;  // weight rows per tile in a batch
-constexpr int TC = 4;  // input rows per tile
 constexpr int GR = 8;  // weight rows per tile for a single input row (a lone stream's decode)
 // Up to DIRECT_ROWS input rows, each weight tile is widened in registers once per TC rows while it sits in L1,
 // and PF tiles ahead are prefetched; more rows widen each tile once into a float32 copy. Measured with
@@ -118,14 +149,23 @@ constexpr int BB = 64;  // input rows per block on the widened path (a prompt ch
 template <typename W>
 using TileFn = void (*)(const float*, const W*, const float*, float*, int, int, int, int);
 
+template <int R, typename W, int... Cs>
+TileFn<W> pick_cols(int c, std::integer_sequence<int, Cs...>) {
+    static constexpr TileFn<W> fns[] = {tile<R, Cs + 1, W>...};
+    return fns[c - 1];
+}
+
+// The tile for R weight rows against c input rows (1 <= c <= TC).
 template <int R, typename W>
 TileFn<W> pick(int c) {
-    switch (c) {
-        case 1: return tile<R, 1, W>;
-        case 2: return tile<R, 2, W>;
-        case 3: return tile<R, 3, W>;
-        default: return tile<R, 4, W>;
-    }
+    return pick_cols<R, W>(c, std::make_integer_sequence<int, TC>{});
+}
+
+// ...and for the last tile of a matrix, which may have fewer rows than TR.
+template <typename W, int... Rs>
+TileFn<W> pick_rows(int rows, int c, std::integer_sequence<int, Rs...>) {
+    static constexpr TileFn<W> (*fns[])(int) = {pick<Rs + 1, W>...};
+    return fns[rows - 1](c);
 }
 
 // One sequence, one KV head, its G query heads (consecutive in q and out). Positions go in blocks that stay in
@@ -265,11 +305,11 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
                     for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
                 }
                 int i = 0;
-                for (; i + 8 <= R * K; i += 8) _mm256_storeu_ps(wf.data() + i, load_bf16(src + i));
+                for (; i + L <= R * K; i += L) vstore(wf.data() + i, vload(src + i));
                 for (; i < R * K; ++i) wf[i] = bf16_to_float(src[i]);
                 for (int b = b0; b < b1; b += TC) {
                     const int c = b1 - b < TC ? b1 - b : TC;
-                    const TileFn<float> fn = R == TR ? pick<TR, float>(c) : R == 2 ? pick<2, float>(c) : pick<1, float>(c);
+                    const TileFn<float> fn = pick_rows<float>(R, c, std::make_integer_sequence<int, TR>{});
                     fn(x, wf.data(), bias, y, K, N, n, b);
                 }
             }

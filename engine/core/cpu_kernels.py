@@ -1,8 +1,12 @@
-"""The C++ kernels of cpu_kernels.cpp, compiled once per source version with the system's g++ and loaded with
-ctypes (no torch or Python headers, so it builds in about a second).
+"""The C++ kernels of cpu_kernels.cpp, compiled once per source version and instruction set with the system's g++
+and loaded with ctypes (no torch or Python headers, so it builds in a few seconds).
 
-Used only where they can run: x86-64 with AVX2 and FMA, a g++ on the path, and `PLAYGROUND_CPU_KERNELS` not set
-to 0. Anywhere else `kernels()` is None and the runner keeps its torch path, so nothing depends on them.
+The instruction set is read off the CPU at run time: `avx512` (AVX-512 F, BW and VL: 16-lane vectors and 32
+registers for the projections) where the CPU has it, else `avx2` (AVX2 + FMA, the baseline). The variable
+`PLAYGROUND_CPU_ISA=avx2` (or `avx512`) forces one, so the AVX2 path is tested and measured on an AVX-512 machine
+too. Used only where they can run: x86-64 with at least AVX2 and FMA, a g++ on the path, and
+`PLAYGROUND_CPU_KERNELS` not set to 0. Anywhere else `kernels()` is None and the runner keeps its torch path, so
+nothing depends on them.
 """
 
 from __future__ import annotations
@@ -23,42 +27,55 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+# Best first: what each build needs of the CPU (/proc/cpuinfo names) and tells the compiler.
+ISAS: dict[str, tuple[frozenset[str], list[str]]] = {
+    "avx512": (frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}),
+               ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl"]),
+    "avx2": (frozenset({"avx2", "fma"}), ["-mavx2", "-mfma"]),
+}  # fmt: skip
 
 _lock = threading.Lock()
 _loaded: tuple[bool, CpuKernels | None] = (False, None)
+_by_isa: dict[str, CpuKernels] = {}
 
 
-def _cpu_has_avx2_fma() -> bool:
+def cpu_flags() -> frozenset[str]:
+    """The x86 feature flags of this CPU (empty elsewhere)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return frozenset()
     try:
-        flags = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ""
-        ).split()
+        line = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags")), "")
     except OSError:
-        return False
-    return "avx2" in flags and "fma" in flags
+        return frozenset()
+    return frozenset(line.partition(":")[2].split())
+
+
+def supported_isas() -> list[str]:
+    """The kernel builds this CPU can run, best first."""
+    flags = cpu_flags()
+    return [name for name, (needs, _) in ISAS.items() if needs <= flags]
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llm-playground" / "kernels"
 
 
-def _build() -> Path:
+def _build(isa: str) -> Path:
     src = SOURCE.read_bytes()
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no g++ on the path")
-    digest = hashlib.sha256(src + " ".join(FLAGS).encode()).hexdigest()[:16]
-    out = _cache_dir() / f"cpu_kernels-{digest}.so"
+    flags = FLAGS + ISAS[isa][1]
+    digest = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
+    out = _cache_dir() / f"cpu_kernels-{isa}-{digest}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so")
     os.close(fd)
     try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *flags, str(SOURCE), "-o", tmp], check=True, capture_output=True, timeout=180)
         os.replace(tmp, out)  # another process building the same version wins or loses the race harmlessly
     finally:
         if os.path.exists(tmp):
@@ -67,7 +84,8 @@ def _build() -> Path:
 
 
 class CpuKernels:
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, isa: str) -> None:
+        self.isa = isa  # the instruction set this build uses ("avx512", "avx2")
         self._linear = lib.linear_bf16
         p = ctypes.c_void_p
         self._linear.argtypes = [p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
@@ -141,22 +159,38 @@ class CpuKernels:
         return y
 
 
-def kernels() -> CpuKernels | None:
-    """The compiled kernels, or None where they cannot run (the reason is logged once)."""
-    global _loaded
+def load(isa: str) -> CpuKernels:
+    """The kernels built for `isa` (compiled on first use); raises where this CPU or machine cannot run them."""
+    if isa not in supported_isas():
+        raise RuntimeError(f"this CPU lacks {isa} ({', '.join(sorted(ISAS[isa][0] - cpu_flags()))})")
     with _lock:
-        if _loaded[0]:
-            return _loaded[1]
-        found = None
-        if os.environ.get("PLAYGROUND_CPU_KERNELS", "1") == "0":
-            log.info("CPU kernels off (PLAYGROUND_CPU_KERNELS=0)")
-        elif not _cpu_has_avx2_fma():
-            log.info("CPU kernels off: this CPU has no AVX2 and FMA")
-        else:
-            try:
-                found = CpuKernels(ctypes.CDLL(str(_build())))
-            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                detail = getattr(exc, "stderr", b"") or b""
-                log.warning("CPU kernels off: %s %s", exc, detail.decode(errors="replace")[-500:])
-        _loaded = (True, found)
-        return found
+        if isa not in _by_isa:
+            _by_isa[isa] = CpuKernels(ctypes.CDLL(str(_build(isa))), isa)
+        return _by_isa[isa]
+
+
+def kernels() -> CpuKernels | None:
+    """The best kernels this CPU runs (or the PLAYGROUND_CPU_ISA build), or None where none can run (the reason is
+    logged once)."""
+    global _loaded
+    if _loaded[0]:
+        return _loaded[1]
+    found = None
+    isas = supported_isas()
+    forced = os.environ.get("PLAYGROUND_CPU_ISA", "")
+    if os.environ.get("PLAYGROUND_CPU_KERNELS", "1") == "0":
+        log.info("CPU kernels off (PLAYGROUND_CPU_KERNELS=0)")
+    elif not isas:
+        log.info("CPU kernels off: this CPU has no AVX2 and FMA")
+    elif forced and forced not in isas:
+        log.warning("CPU kernels off: PLAYGROUND_CPU_ISA=%s, which this CPU cannot run (it has %s)", forced,
+                    ", ".join(isas))  # fmt: skip
+    else:
+        try:
+            found = load(forced or isas[0])
+            log.info("CPU kernels: %s", found.isa)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            log.warning("CPU kernels off: %s %s", exc, detail.decode(errors="replace")[-500:])
+    _loaded = (True, found)
+    return found
