@@ -6,6 +6,13 @@ the weights as it reads them and so streams half the bytes; a longer step widens
 the BLAS. `bench/cpu_kernels.py --batch 64,128,288,512`: the kernel ahead up to 288 rows (124 vs 167 ms for the
 30 layers at 64, 550 vs 702 at 288 in one run), the BLAS ahead by 512 (1,333 vs 1,209).
 
+`--dtype bf16` on a CPU with the kernels (`mixed`): the same, except that from `bf16_from` rows the input is
+rounded to bf16 for torch's bf16 matmul (oneDNN's bf16 dot products, twice the float32 multiply-adds per
+instruction where the CPU has AVX512_BF16 or AMX), the bias added in float32. Where the two cross depends on the
+matrix and the CPU (`bench/cpu_kernels.py` on a 2-core AVX-512 EPYC: SmolLM2's layers, the kernel ahead at 8 rows,
+27.7 vs 31.9 ms, oneDNN from 16, 32.7 vs 44.9, and 2.1x at 288; Qwen2.5-0.5B's, oneDNN ahead from 8 rows, 69 vs
+87), so `calibrate_bf16` times both on the model's own matrices at load and sets it per matrix shape.
+
 Weights in the activations' dtype: for a handful of rows (a decode batch) the CPU BLAS packs the weight on every
 call when asked for x @ w.T, while w @ x.T streams it once: 1.5-2.5x faster at 2..32 rows and 2.5x on the
 vocabulary projection at 4 rows (measured on 2 AVX2 cores; see bench/README.md). Quantised forms were measured
@@ -20,15 +27,23 @@ import torch
 import torch.nn.functional as F
 
 KERNEL_ROWS = 320
+BF16_MATMUL_ROWS = 12  # where bf16 inputs start before calibration
+CALIBRATION_ROWS = (2, 4, 6, 8, 12, 16, 24)
 
 
 class Projection:
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernels: Any = None) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernels: Any = None, mixed: bool = False
+    ) -> None:
         self.weight, self.bias = weight, bias
         self.kernels = kernels if weight.dtype == torch.bfloat16 else None
+        self.mixed = mixed and self.kernels is not None
+        self.bf16_from = BF16_MATMUL_ROWS  # rows from which a mixed projection takes bf16 inputs
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
+        if self.mixed and rows >= self.bf16_from:
+            return self.bf16_matmul(x)
         if self.kernels is not None and x.dtype == torch.float32:
             if rows <= KERNEL_ROWS:
                 return self.kernels.linear_bf16(x, self.weight, self.bias)
@@ -37,3 +52,45 @@ class Projection:
             return F.linear(x, self.weight, self.bias)
         out = torch.mm(self.weight, x.t()).t().contiguous()
         return out + self.bias if self.bias is not None else out
+
+    def bf16_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x.to(torch.bfloat16), self.weight).float()
+        return out + self.bias if self.bias is not None else out
+
+
+def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple[int, int], int]:
+    """For mixed projections: per matrix shape, the fewest rows from which torch's bf16 matmul beats the kernel at
+    every larger row count tried (CALIBRATION_ROWS; beyond the last, bf16 anyway), timed on up to four of the
+    model's own matrices of that shape in turn, so they stream from memory as in a step. Sets each projection's
+    `bf16_from`; returns {(out, in): rows}. Takes well under a second."""
+    import time
+
+    groups: dict[tuple[int, int], list[Projection]] = {}
+    for p in projections:
+        if p.mixed:
+            groups.setdefault(tuple(p.weight.shape), []).append(p)
+    chosen: dict[tuple[int, int], int] = {}
+    for shape, group in groups.items():
+        sample = group[:: max(1, len(group) // 4)][:4]
+
+        def best(fn: Any, x: torch.Tensor, sample: list[Projection] = sample) -> float:
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for p in sample:
+                    fn(p, x)
+                times.append(time.perf_counter() - start)
+            return min(times)
+
+        start_at = CALIBRATION_ROWS[-1] + 1
+        for rows in reversed(CALIBRATION_ROWS):
+            x = torch.randn(rows, shape[1])
+            kernel = best(lambda p, x: p.kernels.linear_bf16(x, p.weight, p.bias), x)
+            onednn = best(lambda p, x: p.bf16_matmul(x), x)
+            if onednn >= kernel:
+                break
+            start_at = rows
+        for p in group:
+            p.bf16_from = start_at
+        chosen[shape] = start_at
+    return chosen
