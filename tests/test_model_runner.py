@@ -115,6 +115,8 @@ def test_lean_runner_in_bf16_keeps_float32_activations_and_rounds_only_long_inpu
     assert runner.weights_dtype == torch.bfloat16
     projections = [p for layer in runner.proj for p in layer] + [runner.lm_head]
     assert runner.bf16_rows and all(2 <= p.bf16_from <= 25 for p in projections)  # calibrated at load
+    if torch.backends.mkldnn.is_available():  # packed once for oneDNN, not repacked per call
+        assert all(p.packed is not None for p in projections)
     for p in projections:  # where this CPU's calibration put the crossing is its own business: fix it here
         p.bf16_from = BF16_MATMUL_ROWS
     check_runner(runner, reference)  # every step below the threshold: float32 math on the bf16 weights

@@ -7,8 +7,10 @@ the BLAS. `bench/cpu_kernels.py --batch 64,128,288,512`: the kernel ahead up to 
 30 layers at 64, 550 vs 702 at 288 in one run), the BLAS ahead by 512 (1,333 vs 1,209).
 
 `--dtype bf16` on a CPU with the kernels (`mixed`): the same, except that from `bf16_from` rows the input is
-rounded to bf16 for torch's bf16 matmul (oneDNN's bf16 dot products, twice the float32 multiply-adds per
-instruction where the CPU has AVX512_BF16 or AMX), the bias added in float32. Where the two cross depends on the
+rounded to bf16 for oneDNN's bf16 matmul (bf16 dot products, twice the float32 multiply-adds per instruction
+where the CPU has AVX512_BF16 or AMX), the bias added in float32. oneDNN gets the weight packed once, at load, in
+its own blocked layout (torch's mkldnn linear ops, the ones torch.compile uses on CPU): `F.linear` on the plain
+bf16 weight repacks it on every call, which made it 2-4x slower at 4-32 rows. Where the two cross depends on the
 matrix and the CPU (`bench/cpu_kernels.py` on a 2-core AVX-512 EPYC: SmolLM2's layers, the kernel ahead at 8 rows,
 27.7 vs 31.9 ms, oneDNN from 16, 32.7 vs 44.9, and 2.1x at 288; Qwen2.5-0.5B's, oneDNN ahead from 8 rows, 69 vs
 87), so `calibrate_bf16` times both on the model's own matrices at load and sets it per matrix shape.
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 KERNEL_ROWS = 320
 BF16_MATMUL_ROWS = 12  # where bf16 inputs start before calibration
 CALIBRATION_ROWS = (2, 4, 6, 8, 12, 16, 24)
+PACK_ROWS = 16  # the batch oneDNN lays the packed weight out for (1 and 16 measured alike at 1-32 rows)
 
 
 class Projection:
@@ -39,6 +42,7 @@ class Projection:
         self.kernels = kernels if weight.dtype == torch.bfloat16 else None
         self.mixed = mixed and self.kernels is not None
         self.bf16_from = BF16_MATMUL_ROWS  # rows from which a mixed projection takes bf16 inputs
+        self.packed = _pack(weight) if self.mixed else None  # the weight in oneDNN's layout (a second copy)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
@@ -54,8 +58,24 @@ class Projection:
         return out + self.bias if self.bias is not None else out
 
     def bf16_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x.to(torch.bfloat16), self.weight).float()
+        x16 = x.to(torch.bfloat16)
+        if self.packed is not None:
+            out = torch.ops.mkldnn._linear_pointwise(x16, self.packed, None, "none", [], "").float()
+        else:
+            out = F.linear(x16, self.weight).float()
         return out + self.bias if self.bias is not None else out
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` [out, in] bf16 reordered for oneDNN's matmul, or None where this torch has no such op (then
+    `F.linear` serves, repacking per call)."""
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, weight.shape[1], dtype=weight.dtype), packed, None,
+                                           "none", [], "")  # fmt: skip
+        return packed
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
 
 
 def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple[int, int], int]:
