@@ -112,6 +112,13 @@ async def level(args: argparse.Namespace, concurrency: int) -> dict:
     }
 
 
+def run_level(args: argparse.Namespace, concurrency: int) -> dict:
+    """One level with --requests-per-level requests (default: 2x the concurrency, at least 4)."""
+    level_args = argparse.Namespace(**vars(args))
+    level_args.requests_per_level = args.requests_per_level or max(4, 2 * concurrency)
+    return asyncio.run(level(level_args, concurrency))
+
+
 def server_rss_mib(pid: int | None, port: int) -> float | None:
     try:
         import psutil
@@ -160,9 +167,7 @@ def main() -> None:
     port = httpx.URL(args.url).port or 80
     report = {"label": args.label, "url": args.url, "memory_bandwidth_gbs": memory_bandwidth_gbs(), "levels": []}
     for c in [int(x) for x in args.concurrency.split(",")]:
-        level_args = argparse.Namespace(**vars(args))
-        level_args.requests_per_level = args.requests_per_level or max(4, 2 * c)
-        row = asyncio.run(level(level_args, c))
+        row = run_level(args, c)
         row["server_rss_mib"] = server_rss_mib(args.server_pid, port)
         report["levels"].append(row)
         print(json.dumps(row), flush=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import level  # bench/ is not a package: its folder is on the path above
+from loadgen import level, run_level  # bench/ is not a package: its folder is on the path above
 
 BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -44,12 +44,7 @@ def busy_core(core: int, seconds: float) -> Iterator[None]:
 
 
 def run_levels(args: argparse.Namespace, levels: list[int]) -> list[dict]:
-    rows = []
-    for c in levels:
-        level_args = argparse.Namespace(**vars(args))
-        level_args.requests_per_level = args.requests_per_level or max(4, 2 * c)
-        rows.append(asyncio.run(level(level_args, c)))
-    return rows
+    return [run_level(args, c) for c in levels]
 
 
 def main() -> None:
