@@ -63,6 +63,7 @@ def test_metrics_after_requests(settings: Any, service: Any) -> None:
                   "playground_in_flight_requests", "playground_draining", "playground_kv_cache_used_tokens"):  # fmt: skip
         assert m[(gauge, ())] == 0, gauge
     assert m[("playground_model_loaded", ())] == 1
+    assert 1 <= m[("playground_engine_threads", ())] <= service.engine.tuner.sizes[0]
     assert m[("playground_kv_cache_capacity_tokens", ())] == service.engine.limits.kv_cache_tokens
     assert m[("playground_prefix_cache_capacity_tokens", ())] == settings.prefix_cache_tokens
     assert 0 < m[("playground_prefix_cache_used_tokens", ())] <= settings.prefix_cache_tokens

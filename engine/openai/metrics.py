@@ -88,6 +88,10 @@ class _EngineCollector:
                                 value=load["kv_tokens_used"])  # fmt: skip
         yield GaugeMetricFamily("playground_kv_cache_capacity_tokens", "KV-cache budget in tokens.",
                                 value=engine.limits.kv_cache_tokens)  # fmt: skip
+        if load.get("threads"):
+            yield GaugeMetricFamily("playground_engine_threads",
+                                    "Threads the engine's steps run on now (fewer while other processes keep cores "
+                                    "busy).", value=load["threads"])  # fmt: skip
         cache = engine.prefix_cache
         if cache is not None:
             yield GaugeMetricFamily("playground_prefix_cache_used_tokens", "Prompt-prefix tokens held for reuse.",
