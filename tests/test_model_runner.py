@@ -128,3 +128,38 @@ def test_lean_runner_in_bf16_keeps_float32_activations_and_rounds_only_long_inpu
     want = hf_last_logits(reference, prompt)
     err, scale = float((got - want).abs().max()), float(want.abs().max())
     assert 0 < err < 0.03 * scale, (err, scale)  # bf16 inputs: 8 significant bits, float32 sums
+
+
+GREEDY_PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
+                  "List three primary colours.", "Explain what a CPU cache is in one sentence."]  # fmt: skip
+
+
+def greedy(runner, prompts: list[list[int]], steps: int) -> list[list[int]]:
+    """Greedy continuations of every prompt, decoded together in one ragged batch."""
+    caches = [KVCache() for _ in prompts]
+    with torch.inference_mode():
+        logits = runner.forward([Segment(c, p) for c, p in zip(caches, prompts)])
+        out = [[int(row.argmax())] for row in logits]
+        for _ in range(steps - 1):
+            logits = runner.forward([Segment(c, [o[-1]]) for c, o in zip(caches, out)])
+            for o, row in zip(out, logits):
+                o.append(int(row.argmax()))
+    for c in caches:
+        runner.release(c)
+    return out
+
+
+def test_greedy_tokens_are_the_same_with_and_without_the_kernels(service) -> None:
+    """The kernels change speed, not answers: SmolLM2, greedy, a fixed prompt set, token for token, the kernels'
+    batch (bf16-stored weights, float32 math) against the torch path on float32 weights, one prompt at a time."""
+    runner = service.engine.runner
+    if runner.kern is None:
+        pytest.skip("no CPU kernels here: the service already runs the torch path")
+    tok = service.engine.tokenizer
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+             for p in GREEDY_PROMPTS]  # fmt: skip
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    plain = DecoderRunner(copy.deepcopy(runner.model).float(), "cpu", kv_tokens=4096, use_kernels=False)
+    together = greedy(runner, prompts, 24)
+    alone = [greedy(plain, [p], 24)[0] for p in prompts]
+    assert together == alone
