@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import engine  # noqa: E402,F401  (process settings before torch)
 
+# Run in a child process of its own (libgomp reads GOMP_SPINCOUNT once), which sizes its pool on purpose.
 WAKE_SNIPPET = """
 import sys, time
 sys.path.insert(0, {root!r})
@@ -86,6 +87,8 @@ def main() -> None:
     if k is None:
         sys.exit("the CPU kernels cannot run here (see the log line above)")
     builds = {isa: cpu_kernels.load(isa) for isa in cpu_kernels.supported_isas()}
+    # This script is its own composition root: it sizes torch's pool on purpose, to the 2 cores every figure in
+    # bench/README.md was measured on (the engine's steps use the same count on such a machine).
     torch.set_num_threads(2)
     result: dict = {"cpu_flags": sorted(f for f in cpu_kernels.cpu_flags() if f.startswith(("avx", "amx", "fma")))}
     if not args.skip_wake:

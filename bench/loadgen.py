@@ -148,15 +148,20 @@ def memory_bandwidth_gbs() -> float:
     return round(2 * src.nbytes / best / 1e9, 1)  # read + write
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_load_args(ap: argparse.ArgumentParser, concurrency: str, max_tokens: int) -> None:
+    """The flags of the server and the load that `level()` reads (loadgen.py and noisy_neighbour.py share them)."""
     ap.add_argument("--url", default="http://127.0.0.1:7860")
     ap.add_argument("--model", default="SmolLM2-135M-Instruct")
-    ap.add_argument("--concurrency", default="1,4,8,16,32")
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", default=concurrency)
+    ap.add_argument("--max-tokens", type=int, default=max_tokens)
     ap.add_argument("--requests-per-level", type=int, default=0, help="default: 2x the concurrency, at least 4")
-    ap.add_argument("--server-pid", type=int)
     ap.add_argument("--api-key")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_load_args(ap, "1,4,8,16,32", 128)
+    ap.add_argument("--server-pid", type=int)
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="append the report to this JSON-lines file")
     ap.add_argument("--weight-mb", type=float, default=0.0,

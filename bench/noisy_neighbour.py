@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import level, run_level  # bench/ is not a package: its folder is on the path above
+from loadgen import add_load_args, level, run_level  # bench/ is not a package: its folder is on the path above
 
 BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -49,15 +49,10 @@ def run_levels(args: argparse.Namespace, levels: list[int]) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", default="http://127.0.0.1:7860")
-    ap.add_argument("--model", default="SmolLM2-135M-Instruct")
-    ap.add_argument("--concurrency", default="1,16")
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--requests-per-level", type=int, default=0, help="default: 2x the concurrency, at least 4")
+    add_load_args(ap, "1,16", 64)
     ap.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)), help="the core the busy loop takes")
     ap.add_argument("--budget-s", type=float, default=900, help="the busy loop ends by itself after this long")
     ap.add_argument("--warmup", type=int, default=4, help="requests sent first, not measured")
-    ap.add_argument("--api-key")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="append the report to this JSON-lines file")
     args = ap.parse_args()
