@@ -10,6 +10,17 @@ vocabulary projection, at each batch size, for
 Accuracy: greedy continuations of three prompts are scored token by token (teacher-forced) by the runner with
 fp32 projections and with each quantised form simulated exactly (fake quantisation in fp32), reporting top-1
 agreement and KL(fp32 || quantised) of the next-token distribution. w8a8 is also run for real through fbgemm.
+
+    .venv/bin/python bench/quant_probe.py --shape qwen0.5b [--batch 1,16]
+
+What reading fewer bytes buys where single-stream decode is at the memory wall: the Qwen2.5-0.5B shape's
+projections (24 layers and the 151,936-row vocabulary, random weights, so speed only) per batch size in
+  - bf16 (what `--dtype bf16` streams): torch's bf16 linear (oneDNN);
+  - w8 (int8 weights, one scale per row): `_weight_int8pack_mm`;
+  - w4 (4-bit weights in groups of 32 with a scale and zero each, llama.cpp's Q4_1 layout in spirit):
+    `_weight_int4pack_mm_for_cpu`;
+beside a plain sum over each form's bytes (the bandwidth wall for that many bytes), with the tokens/s ceiling
+the weights alone allow.
 """
 
 from __future__ import annotations
@@ -74,6 +85,68 @@ def speed(model, batches: list[int]) -> dict:
                 ]
             ),
         }
+    return out
+
+
+# The (out, in) matrices of one Qwen2.5-0.5B layer (qkv, o, gate/up, down), its layers and vocabulary.
+QWEN_05B = ([(1152, 896), (896, 896), (9728, 896), (896, 4864)], 24, 151936)
+
+
+def int4_pack(w, group: int = 32):
+    """Asymmetric 4-bit groups along the input dimension, in the layout `_weight_int4pack_mm_for_cpu` reads."""
+    import torch
+
+    n, k = w.shape
+    g = w.float().reshape(n, k // group, group)
+    low, high = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp_min(1e-8)
+    q = ((g - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    zero = low + 8 * scale  # the op computes (q - 8) * scale + zero
+    sz = torch.cat([scale, zero], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), sz, group
+
+
+def byte_speed(batches: list[int]) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    layer, layers, vocab = QWEN_05B
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(o, i, generator=gen).div_(i**0.5).to(torch.bfloat16) for _ in range(layers)
+               for o, i in layer] + [torch.randn(vocab, 896, generator=gen).div_(30).to(torch.bfloat16)]  # fmt: skip
+    forms = {
+        "bf16": [w for w in weights],
+        "w8": [],
+        "w4": [],
+    }
+    for w in weights:
+        scale = w.float().abs().amax(dim=1).clamp_min(1e-12) / 127
+        forms["w8"].append(((w.float() / scale[:, None]).round().to(torch.int8), scale.to(torch.bfloat16)))
+        forms["w4"].append(int4_pack(w))
+    nbytes = {
+        "bf16": sum(w.numel() * 2 for w in weights),
+        "w8": sum(q.numel() + s.numel() * 2 for q, s in forms["w8"]),
+        "w4": sum(q.numel() + sz.numel() * 2 for q, sz, _ in forms["w4"]),
+    }
+    flat = {name: torch.ones(n // 4, dtype=torch.float32) for name, n in nbytes.items()}  # touched pages
+    calls = {
+        "bf16": lambda x: [F.linear(x[w.shape[1]], w) for w in forms["bf16"]],
+        "w8": lambda x: [torch._weight_int8pack_mm(x[q.shape[1]], q, s) for q, s in forms["w8"]],
+        "w4": lambda x: [torch.ops.aten._weight_int4pack_mm_for_cpu(x[q.shape[1] * 2], q, g, sz)
+                         for q, sz, g in forms["w4"]],  # fmt: skip
+    }
+    out = {"threads": torch.get_num_threads(), "weight_mb": {k: round(v / 1e6) for k, v in nbytes.items()}}
+    for name, buf in flat.items():
+        ms = timed(lambda buf=buf: buf.sum())
+        out.setdefault("sum_over_bytes", {})[name] = {"ms": ms, "gb_s": round(nbytes[name] / ms / 1e6, 1)}
+    for b in batches:
+        xs = {k: torch.randn(b, k, generator=gen).to(torch.bfloat16) for k in {w.shape[1] for w in weights}}
+        row = {}
+        for name, call in calls.items():
+            ms = timed(lambda call=call: call(xs))
+            row[name] = {"ms": ms, "gb_s": round(nbytes[name] / ms / 1e6, 1),
+                         "weights_only_tok_s": round(1000 * b / ms, 1)}  # fmt: skip
+        out[b] = row
     return out
 
 
@@ -151,8 +224,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", default="1,4,16,32")
     ap.add_argument("--tokens", type=int, default=40)
+    ap.add_argument("--shape", choices=("smollm2", "qwen0.5b"), default="smollm2")
     args = ap.parse_args()
     import torch
+
+    if args.shape == "qwen0.5b":
+        with torch.inference_mode():
+            print(json.dumps(byte_speed([int(b) for b in args.batch.split(",")]), indent=1))
+        return
 
     from engine import models
 
