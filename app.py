@@ -79,7 +79,7 @@ def build_service(settings: cfg.Settings) -> Any:
     from engine.core.engine import Engine, EngineLimits
     from engine.core.model_runner import make_runner
     from engine.core.prefix_cache import PrefixCache
-    from engine.openai.service import ChatService, ModelInfo
+    from engine.serving.service import ChatService, ModelInfo
 
     place = devices.placement(settings.device, settings.dtype)
     log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, torch.get_num_threads())
@@ -126,8 +126,8 @@ class AppState:
 
 
 def create_application(settings: cfg.Settings, state: AppState) -> Any:
-    from engine.openai.api import create_app
-    from engine.openai.auth import ui_auth
+    from engine.http.api import create_app
+    from engine.http.auth import ui_auth
 
     app = create_app(settings, state.get)
     if settings.ui:

@@ -48,7 +48,7 @@ def load_in_subprocess(cache: str) -> tuple[float, float]:
 
 
 async def decode_speed(service, tokens: int) -> float:
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
 
     body = {"model": service.served_name, "messages": [{"role": "user", "content": "Tell me a long story."}],
             "temperature": 0, "max_tokens": tokens, "ignore_eos": True, "stream": True}  # fmt: skip

@@ -22,7 +22,7 @@ SYSTEM = " ".join(f"Rule {i}: answer politely, briefly and truthfully." for i in
 
 
 async def ttft(service, question: str) -> tuple[float, int, int]:
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
 
     body = {"model": service.served_name, "max_tokens": 4, "temperature": 0, "stream": True,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]}  # fmt: skip

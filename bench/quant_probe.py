@@ -132,8 +132,9 @@ def byte_speed(batches: list[int]) -> dict:
     calls = {
         "bf16": lambda x: [F.linear(x[w.shape[1]], w) for w in forms["bf16"]],
         "w8": lambda x: [torch._weight_int8pack_mm(x[q.shape[1]], q, s) for q, s in forms["w8"]],
-        "w4": lambda x: [torch.ops.aten._weight_int4pack_mm_for_cpu(x[q.shape[1] * 2], q, g, sz)
-                         for q, sz, g in forms["w4"]],  # fmt: skip
+        "w4": lambda x: [
+            torch.ops.aten._weight_int4pack_mm_for_cpu(x[q.shape[1] * 2], q, g, sz) for q, sz, g in forms["w4"]
+        ],  # fmt: skip
     }
     out = {"threads": torch.get_num_threads(), "weight_mb": {k: round(v / 1e6) for k, v in nbytes.items()}}
     for name, buf in flat.items():
@@ -143,7 +144,7 @@ def byte_speed(batches: list[int]) -> dict:
         xs = {k: torch.randn(b, k, generator=gen).to(torch.bfloat16) for k in {w.shape[1] for w in weights}}
         row = {}
         for name, call in calls.items():
-            ms = timed(lambda call=call: call(xs))
+            ms = timed(lambda call=call, xs=xs: call(xs))
             row[name] = {"ms": ms, "gb_s": round(nbytes[name] / ms / 1e6, 1),
                          "weights_only_tok_s": round(1000 * b / ms, 1)}  # fmt: skip
         out[b] = row

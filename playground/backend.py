@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from engine.openai.errors import ApiError
-from engine.openai.request import ChatCompletionRequest, parse_chat_request
-from engine.openai.response import ChatCompletionChunk, TokenTimeline
+from engine.protocol.errors import ApiError
+from engine.protocol.request import ChatCompletionRequest, parse_chat_request
+from engine.protocol.response import ChatCompletionChunk, TokenTimeline
 
 if TYPE_CHECKING:
     from playground.notebooks.result import ChatResult

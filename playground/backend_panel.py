@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 import httpx
 
-from engine.openai.errors import ApiError
+from engine.protocol.errors import ApiError
 from playground import backend_select
 from playground.backend_select import EMBEDDED, REMOTE
 from playground.chat import ChatHandlers

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from engine.openai.request import ChatCompletionRequest
-from engine.openai.response import ChatCompletionChunk
+from engine.protocol.request import ChatCompletionRequest
+from engine.protocol.response import ChatCompletionChunk
 from playground.backend import RemoteBackend
 
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
 from playground import tools_panel
 
 KINDS = ("image", "video", "audio")

@@ -10,8 +10,8 @@ from typing import Any
 
 import gradio as gr
 
-from engine.openai.errors import ApiError, RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import ApiError, RequestValidationError
+from engine.protocol.request import parse_chat_request
 from playground import attachments, controls, heatmap, snippets, stats, timeline
 from playground.backend_select import Selection
 from playground.conversation import Conversation, Turn, display

@@ -11,8 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from engine.openai.errors import ApiError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import ApiError
+from engine.protocol.request import parse_chat_request
 from playground import controls, stats, timeline
 from playground.chat import LOADING, ChatHandlers, Run, check_text
 from playground.conversation import Conversation, Turn

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
 
 
 @dataclass(frozen=True)

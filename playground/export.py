@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.openai.response import FunctionCall, ToolCallItem
+from engine.protocol.response import FunctionCall, ToolCallItem
 from playground.attachments import how_sent, source_of
 from playground.controls import BY_NAME
 from playground.conversation import Conversation, Turn

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from engine.openai.response import LogprobEntry
+from engine.protocol.response import LogprobEntry
 from playground.render import ReplyView
 
 

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.fold import merge_tool_call
-from engine.openai.response import ChatCompletionChunk, ChunkChoice, LogprobEntry, TokenTimeline, ToolCallItem, Usage
+from engine.protocol.response import ChatCompletionChunk, ChunkChoice, LogprobEntry, TokenTimeline, ToolCallItem, Usage
+from engine.serving.fold import merge_tool_call
 
 RAW_CHUNKS_KEPT = 400  # the raw view shows the tail of a long stream
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
 
 GET_WEATHER: dict[str, Any] = {
     "type": "function",

@@ -36,7 +36,7 @@ def served(settings: Any, service: Any, **changes: Any) -> Iterator[tuple[httpx.
 def small_service(service: Any, settings: Any, **limits: Any) -> Iterator[Any]:
     """A second ChatService on the session's model with its own engine and tight limits (max_queue=2, ...)."""
     from engine.core.engine import Engine, EngineLimits
-    from engine.openai.service import ChatService
+    from engine.serving.service import ChatService
 
     core = service.engine
     engine = Engine(core.runner, core.tokenizer, set(core.eos_ids),

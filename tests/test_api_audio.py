@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.media_parts import MediaPreparer
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
+from engine.serving.media_parts import MediaPreparer
 from tests.conftest import MODEL, sse_events
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"  # "Please remember to buy milk and bread on Friday."

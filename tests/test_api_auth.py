@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.openai.auth import client_key, matches
+from engine.http.auth import client_key, matches
 from tests.api_helpers import assert_v1_error, ok
 from tests.conftest import MODEL, extra_server
 from tests.pangu_helpers import assert_pangu_error, post

@@ -114,7 +114,7 @@ def test_template_range_bomb_is_refused(http: httpx.Client) -> None:  # case 90
      "{{ raise_exception }}", "{{ namespace }}"],
 )  # fmt: skip
 def test_template_globals_leak_nothing(http: httpx.Client, service: Any, template: str) -> None:  # case 91
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
 
     r = send(http, {"chat_template": template + " hi", "max_tokens": 1})
     if r.status_code == 422:

@@ -28,7 +28,7 @@ REFERENCE = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "t
 @pytest.fixture(scope="module")
 def fuzzed(settings: Any, service: Any) -> Iterator[httpx.Client]:
     """The session's engine behind a service whose caps keep every example cheap (at most 4 tokens, n <= 4)."""
-    from engine.openai.service import ChatService
+    from engine.serving.service import ChatService
 
     capped = settings.replace(max_new_tokens=4, max_n=4)
     small = ChatService(service.engine, service.tokenizer, service.model, capped)

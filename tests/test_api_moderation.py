@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.openai.moderation import DEFAULT_REPLY, WordListHook, load_hook
-from engine.openai.request import ModerationConfig
+from engine.protocol.request import ModerationConfig
+from engine.serving.moderation import DEFAULT_REPLY, WordListHook, load_hook
 from tests import media_samples as ms
 from tests.api_helpers import ok, text_of
 from tests.conftest import VL, chat, extra_server, sse_events
@@ -204,7 +204,7 @@ def test_word_list_hook_unit() -> None:
 
 class Always:
     def check(self, text: str, *, stage: str, config: ModerationConfig) -> Any:
-        from engine.openai.moderation import Verdict
+        from engine.serving.moderation import Verdict
 
         return Verdict(True, "always", "nope")
 

@@ -353,7 +353,7 @@ def test_engine_outlives_a_closed_event_loop(service: Any, http: httpx.Client) -
     client hung up."""
     import asyncio
 
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
 
     req = parse_chat_request({"model": MODEL, "messages": HI, "max_tokens": 6, "ignore_eos": True})
     loop = asyncio.new_event_loop()

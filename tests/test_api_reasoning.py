@@ -86,8 +86,8 @@ def test_reasoning_in_history_is_accepted(qwen_live) -> None:
 
 
 def test_enable_reasoning_false_turns_the_split_off(qwen_live) -> None:
-    from engine.openai.reasoning import ReasoningPolicy
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
+    from engine.serving.reasoning import ReasoningPolicy
 
     req = parse_chat_request({"model": QWEN_MODEL, **MATH.request()}, "v1")
     svc = qwen_live.service

@@ -28,13 +28,44 @@ def sources(folder: str) -> list[Path]:
 @pytest.mark.parametrize("path", sources("engine/core"), ids=str)
 def test_core_knows_nothing_of_http_ui_or_protocol(path: Path) -> None:
     bad = {m for m in imports(path) if m.split(".")[0] in {"fastapi", "starlette", "gradio", "pydantic", "playground"}
-           or m.startswith(("engine.openai", "engine.parsers"))}  # fmt: skip
+           or m.startswith(("engine.protocol", "engine.serving", "engine.http", "engine.parsers"))}  # fmt: skip
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+# The serving stack's layers, top to bottom: http -> serving -> protocol; none imports a layer above it.
+LAYER_BANS = {
+    "engine/protocol": (
+        "engine.serving",
+        "engine.http",
+        "engine.core",
+        "engine.models",
+        "fastapi",
+        "starlette",
+        "gradio",
+        "torch",
+        "transformers",
+        "playground",
+    ),
+    "engine/serving": ("engine.http", "fastapi", "starlette", "gradio", "playground"),
+    "engine/http": ("gradio", "playground"),
+}
+
+
+@pytest.mark.parametrize("path", [p for folder in LAYER_BANS for p in sources(folder)], ids=str)
+def test_serving_layers_import_only_downwards(path: Path) -> None:
+    banned = LAYER_BANS[str(path.parent.relative_to(ROOT))]
+    bad = {m for m in imports(path) if any(m == b or m.startswith(b + ".") for b in banned)}
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_serving_layers_are_checked() -> None:
+    for folder in LAYER_BANS:  # a renamed folder must not turn the check above into no check
+        assert len(sources(folder)) >= 5, folder
 
 
 @pytest.mark.parametrize("path", sources("playground"), ids=str)
 def test_playground_uses_only_the_service_and_protocol(path: Path) -> None:
-    bad = {m for m in imports(path) if m.startswith("engine.") and not m.startswith(("engine.openai",))
+    bad = {m for m in imports(path) if m.startswith("engine.") and not m.startswith(("engine.protocol.", "engine.serving."))
            or m.split(".")[0] in {"torch", "transformers", "tests"}}  # fmt: skip
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
@@ -65,8 +96,8 @@ def test_parsers_package_is_checked() -> None:
 # The notebook layer renders only the service's chunks: it reaches the engine through the request parser, the chunk
 # models and their fold, the errors and (in-process) the ChatService, never the tokenizer, the chat template or the
 # model.
-NOTEBOOK_ENGINE_MODULES = {"engine.openai.request", "engine.openai.response", "engine.openai.fold",
-                           "engine.openai.errors", "engine.openai.service"}  # fmt: skip
+NOTEBOOK_ENGINE_MODULES = {"engine.protocol.request", "engine.protocol.response", "engine.serving.fold",
+                           "engine.protocol.errors", "engine.serving.service"}  # fmt: skip
 NOT_IN_NOTEBOOKS = ("tokenizer", "apply_chat_template", ".generate(", "render_prompt", "<think>")
 
 

@@ -1,4 +1,4 @@
-"""The attachment preview runs the request's own media checks and decode (engine/openai/media_preview.py)."""
+"""The attachment preview runs the request's own media checks and decode (engine/serving/media_preview.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 from pathlib import Path
 
 from engine.config import Settings
-from engine.openai.media_preview import preview_media
+from engine.serving.media_preview import preview_media
 from tests.media_samples import image_bytes, video_bytes
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"

@@ -10,7 +10,7 @@ import pytest
 from engine.config import Settings
 from engine.media import MAX_ITEMS, LoadedMedia, MediaError, MediaInput, load_all, load_media, media_input
 from engine.media import sources as src
-from engine.openai.messages import Message
+from engine.protocol.messages import Message
 from tests.media_samples import audio_bytes, b64, data_url, image_bytes, video_bytes
 
 SETTINGS = Settings()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
 from playground.notebooks import (
     ChatPanel,
     LocalBackend,
@@ -107,7 +107,7 @@ def test_logprobs_feed_the_heatmap(local: LocalBackend) -> None:
 
 
 def test_heatmap_escapes_and_shades_by_probability() -> None:
-    from engine.openai.response import LogprobEntry
+    from engine.protocol.response import LogprobEntry
 
     html = heatmap_html(
         [LogprobEntry(token="<b>", logprob=0.0, bytes=[]), LogprobEntry(token="\n", logprob=-50, bytes=[])]

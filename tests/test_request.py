@@ -1,4 +1,4 @@
-"""Unit tests for engine.openai.request (spec §2.1-§2.4, §6.2; conformance cases of §9.2-9.4, 9.8, 9.12)."""
+"""Unit tests for engine.protocol.request (spec §2.1-§2.4, §6.2; conformance cases of §9.2-9.4, 9.8, 9.12)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import ChatCompletionRequest, json_depth, parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import ChatCompletionRequest, json_depth, parse_chat_request
 
 HI = [{"role": "user", "content": "hi"}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}

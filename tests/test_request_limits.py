@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import parse_chat_request
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import parse_chat_request
 from tests.api_helpers import assert_422, send
 
 PNG = "data:image/png;base64,iVBORw0KGgo="

@@ -143,8 +143,8 @@ def test_consecutive_tool_results_share_one_user_turn_and_history_thinking_is_dr
 @pytest.mark.parametrize("example", tq.EXAMPLES, ids=lambda e: e.name)
 def test_the_service_renders_the_prompts_the_model_was_trained_on(tokenizer: Any, example: tq.Example) -> None:
     from engine.config import Settings
-    from engine.openai.prompt import render_prompt
-    from engine.openai.request import parse_chat_request
+    from engine.protocol.request import parse_chat_request
+    from engine.serving.prompt import render_prompt
 
     request = parse_chat_request(example.request(model="tiny"))
     assert render_prompt(request, tokenizer, Settings()) == tq.render_prompt(tokenizer, example)

@@ -6,8 +6,8 @@ import base64
 import json
 from pathlib import Path
 
-from engine.openai.request import parse_chat_request
-from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
+from engine.protocol.request import parse_chat_request
+from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
 from playground import attachments, export, stats
 from playground.conversation import Conversation, Turn, display
 from playground.render import ChoiceView, ReplyView
@@ -206,7 +206,7 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta
+    from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
     from playground.chat import OUTPUTS, ChatHandlers
 
     part = attachments.url_part("data:image/png;base64,AAAA", "image")

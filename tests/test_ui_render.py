@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.openai.response import (
+from engine.protocol.response import (
     ChatCompletionChunk,
     ChoiceLogprobs,
     ChunkChoice,

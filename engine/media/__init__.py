@@ -1,6 +1,6 @@
 """Load and validate image, video and audio parts from data URLs, an allowed local root and allowed URLs.
 
-Imports nothing of engine/openai: parts come in as pydantic models or plain dicts (duck-typed), and every
+Imports nothing of engine/protocol, engine/serving or engine/http: parts come in as pydantic models or plain dicts (duck-typed), and every
 refusal is a `MediaError` whose message is safe to show (the API maps it to a validation error).
 """
 

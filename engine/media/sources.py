@@ -56,7 +56,7 @@ class MediaInput:
 
 
 def media_input(part: Any) -> MediaInput:
-    """A content part (the pydantic model of engine.openai.messages, or its JSON dict) as a `MediaInput`."""
+    """A content part (the pydantic model of engine.protocol.messages, or its JSON dict) as a `MediaInput`."""
     if isinstance(part, MediaInput):
         return part
     get = part.get if isinstance(part, dict) else lambda key: getattr(part, key, None)

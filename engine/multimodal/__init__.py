@@ -1,6 +1,6 @@
 """Multimodal models: detect and load them (`loading`), and turn decoded media into their inputs (`inputs`).
 
-Imports nothing of engine/openai or engine/core: the service calls `build_inputs`, and the engine core only
+Imports nothing of engine/protocol, engine/serving, engine/http or engine/core: the service calls `build_inputs`, and the engine core only
 carries the resulting tensors to the runner.
 """
 

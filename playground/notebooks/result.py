@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.fold import merge_tool_call
-from engine.openai.response import ChatCompletionChunk, LogprobEntry, ToolCallItem
+from engine.protocol.response import ChatCompletionChunk, LogprobEntry, ToolCallItem
+from engine.serving.fold import merge_tool_call
 from playground import stats as reply_stats
 from playground.render import ReplyView, Throttle
 

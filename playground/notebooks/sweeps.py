@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.openai.errors import ApiError
+from engine.protocol.errors import ApiError
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
 from playground.notebooks.result import ChatResult
 

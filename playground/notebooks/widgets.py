@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from engine.openai.errors import ApiError
+from engine.protocol.errors import ApiError
 from playground.notebooks.backend import ChatBackend, Messages, as_messages
 from playground.notebooks.result import ChatResult, heatmap_html, text_html
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.messages import TextPart, show
-from engine.openai.request import ChatCompletionRequest
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.messages import TextPart, show
+from engine.protocol.request import ChatCompletionRequest
 
 MAX_MESSAGES = 20
 

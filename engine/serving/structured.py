@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import ChatCompletionRequest
-from engine.openai.tools import NamedToolChoice
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import ChatCompletionRequest
+from engine.protocol.tools import NamedToolChoice
 
 
 class ConstraintBuilder:

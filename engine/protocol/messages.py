@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from engine.openai.errors import RequestValidationError
+from engine.protocol.errors import RequestValidationError
 
 PART_TYPES = ("text", "image_url", "video_url", "audio_url", "input_audio")
 MEDIA_MODALITY = {"image_url": "image", "video_url": "video", "audio_url": "audio", "input_audio": "audio"}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable
 
-from engine.openai.logprobs import merge
-from engine.openai.response import (
+from engine.protocol.response import (
     ChatCompletionChunk,
     ChatCompletionResponse,
     FunctionCall,
@@ -13,6 +12,7 @@ from engine.openai.response import (
     ResponseMessage,
     ToolCallItem,
 )
+from engine.serving.logprobs import merge
 
 
 def merge_tool_call(calls: list[ToolCallItem], part: ToolCallItem) -> None:

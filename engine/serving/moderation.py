@@ -27,9 +27,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
-from engine.openai.messages import Message
-from engine.openai.request import ChatCompletionRequest, ModerationConfig
-from engine.openai.response import ChatCompletionChunk, ChunkChoice, Delta, PromptTokensDetails, Usage
+from engine.protocol.messages import Message
+from engine.protocol.request import ChatCompletionRequest, ModerationConfig
+from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta, PromptTokensDetails, Usage
 
 Stage = Literal["question", "answer"]
 DEFAULT_REPLY = "Sorry, I can't help with that."

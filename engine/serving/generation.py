@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, RequestStats, SamplingParams
-from engine.openai.errors import ApiError, IncompleteGenerationError, ServiceUnavailableError
-from engine.openai.response import (
+from engine.parsers import ToolCallParser, make_parser
+from engine.protocol.errors import ApiError, IncompleteGenerationError, ServiceUnavailableError
+from engine.protocol.response import (
     ChatCompletionChunk,
     ChoiceLogprobs,
     ChunkChoice,
@@ -25,10 +26,9 @@ from engine.openai.response import (
     ToolCallItem,
     Usage,
 )
-from engine.parsers import ToolCallParser, make_parser
 
 if TYPE_CHECKING:
-    from engine.openai.service import ChatService
+    from engine.serving.service import ChatService
 
 
 @dataclass

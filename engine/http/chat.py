@@ -20,26 +20,26 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.config import Settings
-from engine.openai import pangu
-from engine.openai.admission import Admission, Flight
-from engine.openai.auth import client_key
-from engine.openai.errors import (
+from engine.http.auth import client_key
+from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
+from engine.http.sse import EventWriter, V1Events
+from engine.http.wire import V1StreamWriter, response_json
+from engine.protocol import pangu
+from engine.protocol.errors import (
     ApiError,
     IncompleteGenerationError,
     PayloadTooLargeError,
     RequestValidationError,
     ServiceUnavailableError,
 )
-from engine.openai.fold import fold
-from engine.openai.generation import Generation
-from engine.openai.metrics import Metrics
-from engine.openai.moderation import CONTENT_FILTER, Moderator, QuestionBlocked
-from engine.openai.pangu_wire import PanguStreamWriter, pangu_response_json
-from engine.openai.request import ChatCompletionRequest, ModerationConfig, Route, parse_chat_request
-from engine.openai.response import ChatCompletionChunk, PromptTokensDetails, Usage
-from engine.openai.service import ChatService
-from engine.openai.sse import EventWriter, V1Events
-from engine.openai.wire import V1StreamWriter, response_json
+from engine.protocol.request import ChatCompletionRequest, ModerationConfig, Route, parse_chat_request
+from engine.protocol.response import ChatCompletionChunk, PromptTokensDetails, Usage
+from engine.serving.admission import Admission, Flight
+from engine.serving.fold import fold
+from engine.serving.generation import Generation
+from engine.serving.metrics import Metrics
+from engine.serving.moderation import CONTENT_FILTER, Moderator, QuestionBlocked
+from engine.serving.service import ChatService
 
 log = logging.getLogger(__name__)
 PANGU_V1_PATH = "/v1/{project_id}/deployments/{deployment_id}/chat/completions"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import Settings
-from engine.openai.request import ChatCompletionRequest
+from engine.protocol.request import ChatCompletionRequest
 
 # Model families whose thinking mode is off unless asked for (spec §7.1 step 3); the rest default to on.
 THINKING_OFF_BY_DEFAULT = {"deepseek_v3"}

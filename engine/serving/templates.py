@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.openai.errors import RequestValidationError
+from engine.protocol.errors import RequestValidationError
 
 MAX_RANGE = 100_000
 RENDER_SECONDS = 5.0

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Tag, field_validator
 
-from engine.openai.messages import FunctionName, StrictModel, fail, show
+from engine.protocol.messages import FunctionName, StrictModel, fail, show
 
 MAX_TOOLS = 128
 MAX_TOOLS_DEPTH = 10

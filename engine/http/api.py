@@ -15,21 +15,21 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.config import PATH_SEGMENT, Settings
-from engine.openai import openapi
-from engine.openai.admission import Admission
-from engine.openai.auth import check_bearer, check_pangu_v1
-from engine.openai.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
-from engine.openai.error_bodies import ERROR_TYPES, error_response, family_of
-from engine.openai.errors import (
+from engine.http import openapi
+from engine.http.auth import check_bearer, check_pangu_v1
+from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
+from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
+from engine.http.middleware import ApiRouting, RequestContext
+from engine.protocol.errors import (
     ApiError,
     MethodNotAllowedError,
     NotFoundError,
     ServiceUnavailableError,
 )
-from engine.openai.metrics import Metrics
-from engine.openai.middleware import ApiRouting, RequestContext
-from engine.openai.moderation import load_hook
-from engine.openai.service import ChatService
+from engine.serving.admission import Admission
+from engine.serving.metrics import Metrics
+from engine.serving.moderation import load_hook
+from engine.serving.service import ChatService
 
 __all__ = ["ERROR_TYPES", "check_bearer", "create_app", "read_body"]
 

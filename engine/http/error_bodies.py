@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from engine.openai.errors import (
+from engine.protocol.errors import (
     ApiError,
     AuthError,
     GenerationError,
@@ -24,7 +24,7 @@ from engine.openai.errors import (
     ServiceUnavailableError,
     TooManyRequestsError,
 )
-from engine.openai.request import Route
+from engine.protocol.request import Route
 
 ERROR_TYPES = {
     400: "Bad Request",

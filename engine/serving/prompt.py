@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from engine.config import Settings
-from engine.openai import templates
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import ChatCompletionRequest
-from engine.openai.tools import NamedToolChoice
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import ChatCompletionRequest
+from engine.protocol.tools import NamedToolChoice
+from engine.serving import templates
 
 
 def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:

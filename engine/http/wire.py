@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.response import ChatCompletionChunk, ChatCompletionResponse, Usage
+from engine.protocol.response import ChatCompletionChunk, ChatCompletionResponse, Usage
 
 
 def usage_json(usage: Usage, perf_stats: bool) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from starlette.datastructures import MutableHeaders
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.openai.error_bodies import error_response, family_of
-from engine.openai.errors import IncompleteGenerationError, MethodNotAllowedError, NotFoundError
-from engine.openai.metrics import Metrics
+from engine.http.error_bodies import error_response, family_of
+from engine.protocol.errors import IncompleteGenerationError, MethodNotAllowedError, NotFoundError
+from engine.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("playground.access")

@@ -24,8 +24,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from engine.media import sources as media_limits
-from engine.openai.errors import RequestValidationError
-from engine.openai.messages import (
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.messages import (
     MEDIA_MODALITY,
     AudioURLPart,
     ContentPart,
@@ -43,7 +43,7 @@ from engine.openai.messages import (
     show,
     to_request_error,
 )
-from engine.openai.tools import (
+from engine.protocol.tools import (
     MAX_TOOLS,
     MAX_TOOLS_DEPTH,
     FunctionDefinition,

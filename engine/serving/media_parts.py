@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config import Settings
-from engine.openai import prompt as prompts
-from engine.openai.errors import RequestValidationError
-from engine.openai.messages import MEDIA_MODALITY, TextPart
-from engine.openai.request import ChatCompletionRequest
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.messages import MEDIA_MODALITY, TextPart
+from engine.protocol.request import ChatCompletionRequest
+from engine.serving import prompt as prompts
 
 
 @dataclass

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from engine.openai.errors import ServiceUnavailableError, TooManyRequestsError
+from engine.protocol.errors import ServiceUnavailableError, TooManyRequestsError
 
 
 class Flight:

@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from engine.core.types import TokenLogprob
-from engine.openai.response import ChoiceLogprobs, LogprobEntry, TopLogprob
+from engine.protocol.response import ChoiceLogprobs, LogprobEntry, TopLogprob
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from engine.config import Settings
 from engine.core.types import SamplingParams
-from engine.openai.errors import RequestValidationError
-from engine.openai.request import ChatCompletionRequest
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import ChatCompletionRequest
 
 BEAM_MAX_TOKENS = 128
 

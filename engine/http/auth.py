@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Callable, Iterable, Mapping
 
 from engine.config import Settings
-from engine.openai.errors import AuthError
+from engine.protocol.errors import AuthError
 
 
 def _digest(value: str) -> bytes:

@@ -17,19 +17,19 @@ from typing import Any
 from engine.config import Settings
 from engine.core.engine import Engine
 from engine.core.types import EngineError, EngineRequest, SamplingParams
-from engine.openai import prompt as prompts
-from engine.openai.errors import RequestValidationError
-from engine.openai.fold import fold
-from engine.openai.generation import Generation, map_engine_error
-from engine.openai.logprobs import TokenFormatter
-from engine.openai.media_parts import MediaPreparer, PreparedMedia
-from engine.openai.media_preview import preview_media
-from engine.openai.params import sampling_params
-from engine.openai.reasoning import ReasoningPlan, ReasoningPolicy
-from engine.openai.request import ChatCompletionRequest, Route
-from engine.openai.response import ChatCompletionResponse
-from engine.openai.structured import ConstraintBuilder
 from engine.parsers import select_parser
+from engine.protocol.errors import RequestValidationError
+from engine.protocol.request import ChatCompletionRequest, Route
+from engine.protocol.response import ChatCompletionResponse
+from engine.serving import prompt as prompts
+from engine.serving.fold import fold
+from engine.serving.generation import Generation, map_engine_error
+from engine.serving.logprobs import TokenFormatter
+from engine.serving.media_parts import MediaPreparer, PreparedMedia
+from engine.serving.media_preview import preview_media
+from engine.serving.params import sampling_params
+from engine.serving.reasoning import ReasoningPlan, ReasoningPolicy
+from engine.serving.structured import ConstraintBuilder
 
 # (model name, the request as its prompt reads, prompt tokens) -> None, or an exception that stops the request.
 Screen = Callable[[str, ChatCompletionRequest, int], Awaitable[None]]
@@ -176,7 +176,7 @@ class ChatService:
 
     async def preview_media(self, part: Any) -> dict[str, Any]:
         """What this server makes of one media part before it is sent: {kind, mime, bytes, frames, duration_s,
-        width, height, error}, from the same checks and decode a request gets (engine/openai/media_preview.py)."""
+        width, height, error}, from the same checks and decode a request gets (engine/serving/media_preview.py)."""
         return (await preview_media(part, self.settings)).as_json()
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.openai.error_bodies import error_body
-from engine.openai.errors import ApiError
-from engine.openai.request import Route
-from engine.openai.response import ChatCompletionChunk, ChatCompletionResponse
-from engine.openai.sse import compact, sse
-from engine.openai.wire import response_json
+from engine.http.error_bodies import error_body
+from engine.http.sse import compact, sse
+from engine.http.wire import response_json
+from engine.protocol.errors import ApiError
+from engine.protocol.request import Route
+from engine.protocol.response import ChatCompletionChunk, ChatCompletionResponse
 
 
 def pangu_response_json(resp: ChatCompletionResponse) -> dict[str, Any]:

@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.openai.error_bodies import error_body
-from engine.openai.errors import ApiError
-from engine.openai.response import ChatCompletionChunk
-from engine.openai.wire import V1StreamWriter
+from engine.http.error_bodies import error_body
+from engine.http.wire import V1StreamWriter
+from engine.protocol.errors import ApiError
+from engine.protocol.response import ChatCompletionChunk
 
 
 def compact(data: Any) -> str:

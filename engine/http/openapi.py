@@ -12,8 +12,8 @@ import copy
 from typing import Any
 
 from engine.config import Settings
-from engine.openai.pangu import MAX_MESSAGES
-from engine.openai.request import ChatCompletionRequest, Route
+from engine.protocol.pangu import MAX_MESSAGES
+from engine.protocol.request import ChatCompletionRequest, Route
 
 REF = "#/components/schemas/{model}"
 SCHEMA_NAMES: dict[Route, str] = {
