@@ -71,6 +71,9 @@ class Settings:
     api_keys: list[str] = _knob([], "Bearer keys accepted on /v1 and Pangu V2 (empty = auth off).", spec=True)
     pangu_auth_tokens: list[str] = _knob([], "Tokens accepted in X-Auth-Token on Pangu V1.", spec=True)
     pangu_app_codes: list[str] = _knob([], "Codes accepted in X-Apig-AppCode on Pangu V1.", spec=True)
+    pangu_aksk: list[str] = _knob(
+        [], "AK:SK pairs whose SDK-HMAC-SHA256 signatures (Huawei Cloud SDKs) Pangu V1 accepts; @FILE reads them."
+    )
     pangu_project_id: str = _knob("", "When set, the Pangu V1 project_id must equal it.", spec=True)
     pangu_deployment_id: str = _knob("", "When set, the Pangu V1 deployment_id must equal it.", spec=True)
     pangu_strict_limits: bool = _knob(True, "Apply the narrower Pangu ranges on Pangu routes.", spec=True)

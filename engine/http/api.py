@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.config import PATH_SEGMENT, Settings
 from engine.http import openapi
-from engine.http.auth import check_bearer, check_pangu_v1
+from engine.http.auth import PanguV1Auth, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
 from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
 from engine.http.middleware import ApiRouting, RequestContext
@@ -104,6 +104,7 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
         return card
 
     chat = ChatRoutes(settings, service, admission, metrics, hook, body_limit)
+    pangu_v1_auth = PanguV1Auth(settings)
 
     @app.post(CHAT_PATHS["v1"], openapi_extra=openapi.route_extra("v1", "Chat completion (MindIE flavour)"))
     async def chat_completions(request: Request) -> Response:
@@ -129,7 +130,7 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
             value = request.path_params[name]
             if not PATH_SEGMENT.fullmatch(value) or (configured and value != configured):
                 raise NotFoundError("The inference service does not exist.")
-        credential = check_pangu_v1(request.headers, settings.pangu_auth_tokens, settings.pangu_app_codes)
+        credential = await pangu_v1_auth.check(request, body_limit)
         return await chat.handle(request, "pangu_v1", credential)
 
     openapi.install(app, settings)

@@ -1,4 +1,5 @@
-"""Credentials per route (spec §1.2): Bearer keys on /v1 and Pangu V2, X-Auth-Token / X-Apig-AppCode on Pangu V1.
+"""Credentials per route (spec §1.2): Bearer keys on /v1 and Pangu V2, X-Auth-Token / X-Apig-AppCode on Pangu V1,
+and there also the AK/SK signatures of Huawei Cloud's SDKs (`--pangu-aksk`, aksk.py).
 
 Secrets are compared in constant time over *every* configured value (no early exit, equal-length digests), never
 logged and never echoed. The Gradio page accepts the same secrets as its password.
@@ -10,7 +11,10 @@ import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping
 
+from starlette.requests import Request
+
 from engine.config import Settings
+from engine.http import aksk
 from engine.protocol.errors import AuthError
 
 
@@ -43,31 +47,65 @@ def check_bearer(headers: Mapping[str, str], keys: list[str]) -> str | None:
     return token
 
 
+def _v1_headers(headers: Mapping[str, str], tokens: list[str], app_codes: list[str]) -> tuple[str | None, bool]:
+    """(the matching X-Auth-Token / X-Apig-AppCode or None, whether either header was sent)."""
+    token, code = headers.get("x-auth-token"), headers.get("x-apig-appcode")
+    ok_token = bool(token) and matches(token or "", tokens)
+    ok_code = bool(code) and matches(code or "", app_codes)
+    return (token if ok_token else code if ok_code else None), bool(token or code)
+
+
 def check_pangu_v1(headers: Mapping[str, str], tokens: list[str], app_codes: list[str]) -> str | None:
     """`X-Auth-Token` (IAM token form) or `X-Apig-AppCode` (API-key form); either matching its list is enough."""
     if not tokens and not app_codes:
         return None
-    token, code = headers.get("x-auth-token"), headers.get("x-apig-appcode")
-    if not token and not code:
+    credential, sent = _v1_headers(headers, tokens, app_codes)
+    if credential:
+        return credential
+    if not sent:
         raise AuthError("Missing credentials: send 'X-Auth-Token' or 'X-Apig-AppCode'.", missing=True)
-    ok_token = bool(token) and matches(token or "", tokens)
-    ok_code = bool(code) and matches(code or "", app_codes)
-    if ok_token:
-        return token
-    if ok_code:
-        return code
     raise AuthError("Invalid credentials.", missing=False)
 
 
+class PanguV1Auth:
+    """Pangu V1's credentials: a token or app code as `check_pangu_v1`, or (with `--pangu-aksk`) an SDK-HMAC-SHA256
+    signature over the request, body included; returns the token, code or access key (None when auth is off).
+
+    Secret keys are loaded once, here, so a bad `--pangu-aksk` stops the server at start-up."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.tokens, self.app_codes = settings.pangu_auth_tokens, settings.pangu_app_codes
+        self.keys = aksk.load_pairs(settings.pangu_aksk)
+
+    async def check(self, request: Request, body_limit: int) -> str | None:
+        if not self.keys:
+            return check_pangu_v1(request.headers, self.tokens, self.app_codes)
+        credential, sent = _v1_headers(request.headers, self.tokens, self.app_codes)
+        if credential:
+            return credential
+        if aksk.is_signature(request.headers.get("authorization", "")):
+            from engine.http.chat import read_body  # chat.py imports this module
+
+            body = await read_body(request, body_limit)  # 413 past the cap, as the handler would answer
+            request._body = body  # Starlette's cache of request.body(): the handler's read replays it
+            path, query = request.scope["path"], request.scope["query_string"].decode("latin-1")
+            return aksk.verify(self.keys, request.method, path, query, request.headers.items(), body)
+        if sent:
+            raise AuthError("Invalid credentials.", missing=False)
+        raise AuthError("Missing credentials: send 'X-Auth-Token', 'X-Apig-AppCode' or an SDK-HMAC-SHA256 signature.",
+                        missing=True)  # fmt: skip
+
+
 def any_credentials(settings: Settings) -> bool:
-    return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes)
+    return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
 
 
 def ui_auth(settings: Settings) -> Callable[[str, str], bool] | None:
     """Gradio `auth` callable: any user name, and one of the server's secrets as the password (None = open)."""
     if not any_credentials(settings):
         return None
-    secrets = [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes]
+    secret_keys = aksk.load_pairs(settings.pangu_aksk).values()
+    secrets = [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
 
     def check(username: str, password: str) -> bool:
         return matches(password or "", secrets)
