@@ -163,3 +163,19 @@ def test_greedy_tokens_are_the_same_with_and_without_the_kernels(service) -> Non
     together = greedy(runner, prompts, 24)
     alone = [greedy(plain, [p], 24)[0] for p in prompts]
     assert together == alone
+
+
+def test_both_runners_implement_the_runner_protocol() -> None:
+    """Engine is typed against runner.Runner. Only DecoderRunner has pages for the prefix cache to copy: its pool,
+    in pages of kv.PAGE tokens, which is the prefix cache's block too."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.core.kv import PAGE, PagePool
+    from engine.core.prefix_cache import BLOCK
+    from engine.core.runner import Runner
+
+    model = tiny(LlamaConfig, LlamaForCausalLM)
+    lean, hf = make_runner(copy.deepcopy(model), "cpu"), HFRunner(model, "cpu")
+    assert isinstance(lean, Runner) and isinstance(hf, Runner)
+    assert isinstance(lean.pages, PagePool) and hf.pages is None
+    assert lean.k.shape[2] == PAGE == BLOCK

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.core.model_runner import KVCache
+from engine.core.kv import KVCache
 from engine.core.sampler import token_logprob
 from engine.core.sequence import Sequence
 from engine.core.types import FINISH_LENGTH, FINISH_STOP, TokenLogprob

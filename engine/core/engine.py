@@ -28,16 +28,15 @@ import torch
 
 from engine import device as devices
 from engine.core.beam import BeamSearch
-from engine.core.model_runner import KVCache, Segment
+from engine.core.kv import KV_GROW, KVCache
 from engine.core.prefix_cache import PrefixCache
+from engine.core.runner import Runner, Segment
 from engine.core.sampler import Row, sample_rows
 from engine.core.sequence import Sequence
 from engine.core.threads import ThreadTuner
 from engine.core.types import FINISH_RESOURCES, FINISH_STOP, ChoiceDelta, EngineError, EngineRequest, RequestStats
 
 log = logging.getLogger(__name__)
-
-KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
 
 Sink = Callable[[list[ChoiceDelta] | EngineError | None], None]
 
@@ -93,7 +92,7 @@ class _Request:
 class Engine:
     def __init__(
         self,
-        runner: Any,
+        runner: Runner,
         tokenizer: Any,
         eos_ids: set[int],
         limits: EngineLimits,
@@ -243,7 +242,7 @@ class Engine:
             self.runner.reserve(first.cache, want // cands)
             if self.prefix_cache is not None and self._caches(r.req):
                 chain = self.prefix_cache.match(r.context, r.req.cache_salt)
-                first.cache.length = self.prefix_cache.load(chain, first.cache, self.runner)
+                first.cache.length = self.prefix_cache.load(chain, first.cache, self.runner.pages)
                 r.prefilled = first.cache.length
                 if r.recompute is None:
                     r.stats.cached_tokens = r.prefilled
@@ -418,11 +417,11 @@ class Engine:
     def _caches(self, req: EngineRequest) -> bool:
         """Whether a request's KV goes through the prefix cache. Not for media prompts: pages hold no media
         digest beyond the salt and no M-RoPE delta, and prefill of a media prompt is never split anyway."""
-        return self.prefix_cache is not None and self.runner.paged and req.mm is None
+        return self.prefix_cache is not None and self.runner.pages is not None and req.mm is None
 
     def _remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
         if self.prefix_cache is not None and self._caches(req):
-            self.prefix_cache.store(tokens[: cache.length], cache, self.runner, req.cache_salt)
+            self.prefix_cache.store(tokens[: cache.length], cache, self.runner.pages, req.cache_salt)
 
     def _free_cache(self, cache: KVCache) -> None:
         self.runner.release(cache)

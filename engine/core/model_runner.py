@@ -1,4 +1,4 @@
-"""Turns scheduled token segments into logits.
+"""DecoderRunner: turns scheduled token segments into logits for the Llama family.
 
 A step runs a ragged batch: each segment is one sequence's new tokens (a whole or partial prompt, or the one
 token sampled last step). All segments are packed into one flat token axis so the projections and MLPs of
@@ -7,57 +7,31 @@ This is what lets requests join and leave the batch between steps without paddin
 
 `DecoderRunner` is a lean forward for the Llama family (Llama, SmolLM, Mistral without sliding window, Qwen2,
 Qwen3), reusing the HF model's own modules and weights; tests check its logits against the HF forward.
-`HFRunner` serves any other causal LM through the HF forward, one segment at a time, with a DynamicCache each.
+`make_runner` gives any other causal LM the HF forward (`HFRunner`, hf_runner.py). Both implement `Runner`
+(runner.py); the KV page pool is `PagePool` (kv.py).
 """
 
 from __future__ import annotations
 
-import copy
-import inspect
 import logging
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from engine.core import cpu_kernels
+from engine.core.hf_runner import HFRunner
+from engine.core.kv import PAGE, KVCache, PagePool
 from engine.core.projection import Projection, calibrate_bf16
+from engine.core.runner import Segment
+from engine.core.weights import bf16_exact, fuse_layer, widen_vectors
+
+__all__ = ["DecoderRunner", "HFRunner", "KVCache", "Segment", "make_runner"]  # what callers import from here
 
 log = logging.getLogger(__name__)
 
 LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
-
-
-PAGE = 16  # tokens per KV page (equal to the prefix cache's block, so a block is one page)
-
-
-@dataclass
-class KVCache:
-    """One sequence's keys and values: the pool pages holding them (DecoderRunner), or a DynamicCache (HFRunner)."""
-
-    pages: list[int] = field(default_factory=list)
-    length: int = 0  # tokens whose KV is stored
-    hf: Any = None  # DynamicCache, for HFRunner
-    # HFRunner, M-RoPE models (Qwen2-VL): rope position minus cache position after the prompt's media. Kept per
-    # sequence because the model's own `rope_deltas` attribute is shared by every interleaved request.
-    rope_delta: int = 0
-
-    @property
-    def capacity(self) -> int:
-        return len(self.pages) * PAGE
-
-
-@dataclass
-class Segment:
-    cache: KVCache
-    token_ids: list[int]
-    want_logits: bool = True  # False for a prompt chunk that does not end the prompt
-    positions: list[int] = field(default_factory=list)
-    # Media tensors (pixel_values, image_grid_thw, input_features, ...) for a prefill that starts at position 0
-    # and holds every media placeholder: multimodal models embed them on this call only.
-    mm: dict[str, Any] | None = None
 
 
 @dataclass
@@ -83,65 +57,16 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
     return HFRunner(model, device)
 
 
-def _fuse_layer(layer: Any, store: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """One matmul for q/k/v and one for gate/up instead of five, with weights kept in `store`. The HF modules'
-    weights are rebound as views of the fused tensors, so memory is not doubled."""
-    attn, mlp = layer.self_attn, layer.mlp
-    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-    w_qkv = torch.cat([p.weight.data for p in projections]).to(store)
-    b_qkv = torch.cat([p.bias.data for p in projections]) if attn.q_proj.bias is not None else None
-    offset = 0
-    for p in projections:
-        rows = p.weight.shape[0]
-        p.weight.data = w_qkv[offset : offset + rows]
-        if b_qkv is not None:
-            p.bias.data = b_qkv[offset : offset + rows]
-        offset += rows
-    w_gate_up = torch.cat([mlp.gate_proj.weight.data, mlp.up_proj.weight.data]).to(store)
-    for p in (attn.o_proj, mlp.down_proj):
-        p.weight.data = p.weight.data.to(store)
-    half = mlp.gate_proj.weight.shape[0]
-    mlp.gate_proj.weight.data, mlp.up_proj.weight.data = w_gate_up[:half], w_gate_up[half:]
-    return w_qkv, b_qkv, w_gate_up
-
-
-def _bf16_exact(model: Any) -> bool:
-    """True when every matrix of the model's linear layers and embeddings is exactly representable in bf16 (a
-    checkpoint stored in bf16 and loaded in float32), so keeping them in bf16 loses nothing."""
-    for m in model.modules():
-        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-            w = m.weight.data
-            if w.dtype != torch.bfloat16 and not torch.equal(w.to(torch.bfloat16).to(w.dtype), w):
-                return False
-    return True
-
-
-def _widen_vectors(model: Any) -> None:
-    """Every parameter and buffer but the matrices of linear layers and embeddings to float32 (norm weights,
-    biases), in place: the bf16 model's float32 forward on the CPU kernels."""
-    matrices = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
-    for p in model.parameters():
-        if id(p) not in matrices and p.dtype == torch.bfloat16:
-            p.data = p.data.float()
-    for m in model.modules():
-        for name, buf in m.named_buffers(recurse=False):
-            if buf is not None and buf.dtype == torch.bfloat16:
-                setattr(m, name, buf.float())
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
 
 
 class DecoderRunner:
-    """Keys and values live in one pool per runner, [layers, pages, PAGE, kv_heads, head_dim], and a sequence
-    owns a list of pages. A step writes every new token's KV with one indexed copy per layer, and a decode batch
-    reads its sequences' pages with one gather per layer, whatever the batch size: per-sequence Python work per
-    layer is what dominated a batched step before. The pool is allocated empty and pages are zeroed when first
-    handed out, so resident memory follows the pages in use, not the budget."""
-
-    paged = True
+    """Keys and values live in one page pool per runner (kv.PagePool), and a sequence owns a list of pages. A step
+    writes every new token's KV with one indexed copy per layer, and a decode batch reads its sequences' pages with
+    one gather per layer, whatever the batch size: per-sequence Python work per layer is what dominated a batched
+    step before."""
 
     def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True) -> None:
         self.model = model
@@ -164,9 +89,9 @@ class DecoderRunner:
         # (bf16 dot products: 1.4x the float32 math at 16 rows, 2x at 288, on a CPU with AVX512_BF16).
         self.bf16_matmul = kern is not None and self.dtype == torch.bfloat16
         if self.bf16_matmul:
-            _widen_vectors(model)
+            widen_vectors(model)
             self.dtype = torch.float32
-        store = torch.bfloat16 if kern is not None and _bf16_exact(model) else self.dtype
+        store = torch.bfloat16 if kern is not None and bf16_exact(model) else self.dtype
         self.weights_dtype = store
         self.kern = kern  # also reads decode rows' KV pages in place (float32)
         # ...and runs the elementwise steps, for the plain Llama layer (Qwen3's q/k norms take the torch path).
@@ -183,7 +108,7 @@ class DecoderRunner:
         self.norm_eps = float(getattr(self.inner.norm, "variance_epsilon", 1e-6))
         self.proj = []  # per layer: qkv, o, gate_up, down
         for layer in self.layers:
-            w_qkv, b_qkv, w_gate_up = _fuse_layer(layer, store)
+            w_qkv, b_qkv, w_gate_up = fuse_layer(layer, store)
             attn, mlp = layer.self_attn, layer.mlp
             mixed = self.bf16_matmul
             self.proj.append((
@@ -200,70 +125,29 @@ class DecoderRunner:
             with torch.inference_mode():
                 self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
-        pages = 1 + -(-kv_tokens // PAGE)  # page 0 stays zero: padding for ragged decode batches
-        shape = (len(self.layers), pages, PAGE, self.n_kv, self.head_dim)
-        self.k = torch.empty(shape, dtype=self.dtype, device=device)
-        self.v = torch.empty(shape, dtype=self.dtype, device=device)
-        self.k[:, 0].zero_()
-        self.v[:, 0].zero_()
-        self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first
-        self._lock = threading.Lock()  # engines of the tests share a runner
+        self.pool = PagePool(len(self.layers), kv_tokens, self.n_kv, self.head_dim, self.dtype, device)
+        self.pages = self.pool  # what the prefix cache copies pages out of and into
+        self.k, self.v = self.pool.k, self.pool.v
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return self.pool.free_pages
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
-        """Make room for `tokens` tokens in total."""
-        need = -(-tokens // PAGE) - len(cache.pages)
-        if need <= 0:
-            return
-        with self._lock:
-            if need > len(self._free):
-                raise RuntimeError("KV cache pool exhausted")
-            new = [self._free.pop() for _ in range(need)]
-        idx = torch.tensor(new, device=self.device)
-        self.k[:, idx] = 0  # fresh pages may hold anything: a NaN in a masked slot would still poison attention
-        self.v[:, idx] = 0
-        cache.pages.extend(new)
+        self.pool.reserve(cache, tokens)
 
     def release(self, cache: KVCache) -> None:
-        with self._lock:
-            self._free.extend(reversed(cache.pages))
-        cache.pages, cache.length = [], 0
+        self.pool.release(cache)
 
     def fork(self, cache: KVCache) -> KVCache:
-        new = KVCache()
-        self.reserve(new, cache.capacity)
-        src, dst = torch.tensor(cache.pages, device=self.device), torch.tensor(new.pages, device=self.device)
-        self.k[:, dst] = self.k[:, src]
-        self.v[:, dst] = self.v[:, src]
-        new.length = cache.length
-        return new
-
-    def _page_index(self, pages: list[int]) -> slice | torch.Tensor:
-        """Index of a sequence's pages in the pool: a slice (a view, no copy) when they are consecutive, which the
-        lowest-first allocator makes the usual case for a lone stream."""
-        if pages and pages[-1] - pages[0] == len(pages) - 1 and all(b == a + 1 for a, b in zip(pages, pages[1:])):
-            return slice(pages[0], pages[-1] + 1)
-        return torch.tensor(pages, device=self.device)
-
-    def read_page(self, cache: KVCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A copy of the i-th page's keys and values, [layers, PAGE, kv_heads, head_dim] each."""
-        page = cache.pages[i]
-        return self.k[:, page].clone(), self.v[:, page].clone()
-
-    def write_page(self, cache: KVCache, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        page = cache.pages[i]
-        self.k[:, page] = k
-        self.v[:, page] = v
+        return self.pool.fork(cache)
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them, in segment order."""
         ids, pos, bounds, slots = [], [], [], []
         for seg in segments:
             start = seg.cache.length
-            self.reserve(seg.cache, start + len(seg.token_ids))
+            self.pool.reserve(seg.cache, start + len(seg.token_ids))
             bounds.append((len(ids), len(ids) + len(seg.token_ids), start))
             ids.extend(seg.token_ids)
             pos.extend(range(start, start + len(seg.token_ids)))
@@ -282,7 +166,7 @@ class DecoderRunner:
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 or self.kern else []
         single = [i for i in range(len(segments)) if i not in set(decode)]
         rows = self._decode_rows(segments, bounds, decode) if decode else None
-        chunk_pages = {i: self._page_index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
+        chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
         if self.fused:
             last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
@@ -402,82 +286,3 @@ class DecoderRunner:
             q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, is_causal=causal, enable_gqa=True
         )
         return o[0]
-
-
-class HFRunner:
-    """Any causal LM through its own forward; correct everywhere, batched nowhere."""
-
-    def __init__(self, model: Any, device: str) -> None:
-        self.model = model
-        self.device = device
-        self.dtype = next(model.parameters()).dtype
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        inner = getattr(model, "model", None)
-        self.mrope = callable(getattr(inner, "get_rope_index", None))  # Qwen2-VL family: explicit 3-D positions
-        params = inspect.signature(model.forward).parameters
-        self._keep_last = "logits_to_keep" in params
-        # No logits_to_keep (Qwen2-Audio): run the body and project only the last position, not the whole prompt
-        # (a 30 s clip is 750 tokens of 151k logits each). Only for media models, whose head is a plain lm_head.
-        self._split_head = not self._keep_last and hasattr(model.config, "audio_config") and hasattr(model, "lm_head")
-
-    paged = False
-
-    def reserve(self, cache: KVCache, tokens: int) -> None:
-        pass
-
-    def release(self, cache: KVCache) -> None:
-        cache.hf, cache.length, cache.rope_delta = None, 0, 0
-
-    def fork(self, cache: KVCache) -> KVCache:
-        return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf), rope_delta=cache.rope_delta)
-
-    def _media_tensor(self, t: torch.Tensor) -> torch.Tensor:
-        """Pixels and audio features in the model's dtype (bf16 models then never see float32 activations,
-        whichever model casts or not); grids, masks and per-video seconds as they are."""
-        if t.is_floating_point() and t.ndim >= 2:
-            return t.to(self.device, self.dtype)
-        return t.to(self.device)
-
-    def _mrope_positions(self, seg: Segment, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """[3, 1, L] positions. A prefill with images or video gets them from the model's get_rope_index, which
-        also gives the sequence's delta; every later call continues from the cache length plus that delta."""
-        mm = seg.mm or {}
-        if start == 0 and ("image_grid_thw" in mm or "video_grid_thw" in mm):
-            cfg = self.model.config
-            types = (ids == cfg.image_token_id).int() + 2 * (ids == cfg.video_token_id).int()
-            grids = {k: mm[k].to(self.device) for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
-                     if k in mm}  # fmt: skip
-            positions, delta = self.model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
-            seg.cache.rope_delta = int(delta.flatten()[0])
-            return positions
-        if start == 0:
-            seg.cache.rope_delta = 0
-        pos = torch.arange(start, start + ids.shape[1], device=self.device) + seg.cache.rope_delta
-        return pos.view(1, 1, -1).expand(3, 1, -1)
-
-    def forward(self, segments: list[Segment]) -> torch.Tensor:
-        from transformers import DynamicCache
-
-        rows = []
-        for seg in segments:
-            if seg.cache.hf is None:
-                seg.cache.hf = DynamicCache(config=self.model.config)
-            start = seg.cache.length
-            ids = torch.tensor([seg.token_ids], device=self.device)
-            kwargs: dict[str, Any] = {"cache": seg.cache.hf, "use_cache": True}
-            if self.mrope:
-                kwargs["position_ids"] = self._mrope_positions(seg, ids, start)
-            else:
-                kwargs["cache_position"] = torch.arange(start, start + len(seg.token_ids), device=self.device)
-            if seg.mm and start == 0:
-                kwargs.update({k: self._media_tensor(v) for k, v in seg.mm.items()})
-            if self._split_head:
-                hidden = self.model.model(input_ids=ids, **kwargs).last_hidden_state
-                logits = self.model.lm_head(hidden[:, -1:])
-            else:
-                logits = self.model(input_ids=ids, logits_to_keep=1, **kwargs).logits if self._keep_last else \
-                    self.model(input_ids=ids, **kwargs).logits  # fmt: skip
-            seg.cache.length = start + len(seg.token_ids)
-            if seg.want_logits:
-                rows.append(logits[0, -1].float())
-        return torch.stack(rows) if rows else torch.empty(0)

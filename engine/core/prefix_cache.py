@@ -12,25 +12,19 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-BLOCK = 16
+from engine.core.kv import PAGE, PageStore
+
+BLOCK = PAGE  # a block is one KV page
 
 
 @dataclass
 class _Block:
     k: torch.Tensor  # one KV page: [layers, BLOCK, kv_heads, head_dim]
     v: torch.Tensor
-
-
-class PageStore(Protocol):
-    """What the prefix cache needs of the model runner: copy one page of a sequence's cache out, or in."""
-
-    def read_page(self, cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def write_page(self, cache: Any, i: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
 
 
 def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.core.detokenizer import IncrementalDetokenizer
-from engine.core.model_runner import KVCache
+from engine.core.kv import KVCache
 from engine.core.types import FINISH_LENGTH, FINISH_STOP, ChoiceDelta, SamplingParams, TokenLogprob
 
 

@@ -1,0 +1,113 @@
+"""KV memory: the page size, one sequence's cache, and the lean runner's page pool.
+
+A sequence's keys and values live in pages of PAGE tokens. `PagePool` is DecoderRunner's store of them: one
+[layers, pages, PAGE, kv_heads, head_dim] tensor for keys and one for values, and a free list. PAGE is also the
+prefix cache's block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages
+(app.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+PAGE = 16  # tokens per KV page, and per prefix-cache block
+KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
+
+
+def pages_for(tokens: int) -> int:
+    """Pages that hold `tokens` tokens."""
+    return -(-tokens // PAGE)
+
+
+@dataclass
+class KVCache:
+    """One sequence's keys and values: the pool pages holding them (DecoderRunner), or a DynamicCache (HFRunner)."""
+
+    pages: list[int] = field(default_factory=list)
+    length: int = 0  # tokens whose KV is stored
+    hf: Any = None  # DynamicCache, for HFRunner
+    # HFRunner, M-RoPE models (Qwen2-VL): rope position minus cache position after the prompt's media. Kept per
+    # sequence because the model's own `rope_deltas` attribute is shared by every interleaved request.
+    rope_delta: int = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self.pages) * PAGE
+
+
+class PageStore(Protocol):
+    """What the prefix cache needs of a runner's pages: copy one page of a sequence's cache out, or in."""
+
+    def read_page(self, cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def write_page(self, cache: Any, i: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
+
+
+class PagePool:
+    """Keys and values of every sequence of a runner, [layers, pages, PAGE, kv_heads, head_dim] each, and a
+    sequence owns a list of pages. Allocated empty, and pages are zeroed when handed out, so resident memory
+    follows the pages in use, not the budget. Page 0 stays zero: the padding of ragged decode batches."""
+
+    def __init__(self, layers: int, tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: str):
+        self.device = device
+        pages = 1 + pages_for(tokens)
+        shape = (layers, pages, PAGE, kv_heads, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.k[:, 0].zero_()
+        self.v[:, 0].zero_()
+        self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first
+        self._lock = threading.Lock()  # engines of the tests share a runner
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        """Make room for `tokens` tokens in total."""
+        need = pages_for(tokens) - len(cache.pages)
+        if need <= 0:
+            return
+        with self._lock:
+            if need > len(self._free):
+                raise RuntimeError("KV cache pool exhausted")
+            new = [self._free.pop() for _ in range(need)]
+        idx = torch.tensor(new, device=self.device)
+        self.k[:, idx] = 0  # fresh pages may hold anything: a NaN in a masked slot would still poison attention
+        self.v[:, idx] = 0
+        cache.pages.extend(new)
+
+    def release(self, cache: KVCache) -> None:
+        with self._lock:
+            self._free.extend(reversed(cache.pages))
+        cache.pages, cache.length = [], 0
+
+    def fork(self, cache: KVCache) -> KVCache:
+        new = KVCache()
+        self.reserve(new, cache.capacity)
+        src, dst = torch.tensor(cache.pages, device=self.device), torch.tensor(new.pages, device=self.device)
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+        new.length = cache.length
+        return new
+
+    def index(self, pages: list[int]) -> slice | torch.Tensor:
+        """Index of a sequence's pages in the pool: a slice (a view, no copy) when they are consecutive, which the
+        lowest-first allocator makes the usual case for a lone stream."""
+        if pages and pages[-1] - pages[0] == len(pages) - 1 and all(b == a + 1 for a, b in zip(pages, pages[1:])):
+            return slice(pages[0], pages[-1] + 1)
+        return torch.tensor(pages, device=self.device)
+
+    def read_page(self, cache: KVCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy of the i-th page's keys and values, [layers, PAGE, kv_heads, head_dim] each."""
+        page = cache.pages[i]
+        return self.k[:, page].clone(), self.v[:, page].clone()
+
+    def write_page(self, cache: KVCache, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        page = cache.pages[i]
+        self.k[:, page] = k
+        self.v[:, page] = v

@@ -1,0 +1,51 @@
+"""What the engine asks of a model runner: one packed forward over the step's segments, and the caches' lifecycle.
+
+Two runners implement `Runner`: DecoderRunner (model_runner.py), the lean ragged-batch forward of the Llama family
+with its KV in a page pool, and HFRunner (hf_runner.py), any other causal LM through the HF forward, a
+DynamicCache per sequence. `make_runner` (model_runner.py) picks one for a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from engine.core.kv import KVCache, PageStore
+
+
+@dataclass
+class Segment:
+    """One sequence's new tokens in a step: a whole or partial prompt, or the one token sampled last step."""
+
+    cache: KVCache
+    token_ids: list[int]
+    want_logits: bool = True  # False for a prompt chunk that does not end the prompt
+    positions: list[int] = field(default_factory=list)
+    # Media tensors (pixel_values, image_grid_thw, input_features, ...) for a prefill that starts at position 0
+    # and holds every media placeholder: multimodal models embed them on this call only.
+    mm: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class Runner(Protocol):
+    vocab_size: int  # width of the logits
+    pages: PageStore | None  # the KV pages the prefix cache copies out and in; None: no pages (no prefix cache)
+
+    def forward(self, segments: list[Segment]) -> torch.Tensor:
+        """Logits (float32) at the last token of each segment that wants them, in segment order; every segment's
+        cache grows by its tokens."""
+        ...
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        """Make room for `tokens` tokens in total in `cache`."""
+        ...
+
+    def release(self, cache: KVCache) -> None:
+        """Free what `cache` holds; it is empty afterwards."""
+        ...
+
+    def fork(self, cache: KVCache) -> KVCache:
+        """A new cache holding a copy of `cache`'s keys and values."""
+        ...
