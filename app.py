@@ -77,6 +77,7 @@ def build_service(settings: cfg.Settings) -> Any:
 
     from engine import models
     from engine.core.engine import Engine, EngineLimits
+    from engine.core.kv import PAGE
     from engine.core.model_runner import make_runner
     from engine.core.prefix_cache import PrefixCache
     from engine.serving.service import ChatService, ModelInfo
@@ -100,7 +101,7 @@ def build_service(settings: cfg.Settings) -> Any:
     )
     cache = PrefixCache(settings.prefix_cache_tokens)
     # The pool has room for the budget plus a partly filled last page per sequence.
-    runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + 16 * (settings.max_num_seqs + 1))
+    runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1))
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(
