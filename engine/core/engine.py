@@ -1,16 +1,10 @@
-"""The engine loop: one thread owns the model; every step schedules, runs one packed forward, samples and
+"""The engine loop: one thread owns the model, and every step schedules, runs one packed forward, samples and
 hands each request its new tokens.
 
 Requests join the running batch between steps and leave it the step they finish, each with its own sampling
-parameters and seed (iteration-level batching). Long prompts are prefilled in chunks under a per-step token
-budget so streams already running keep getting tokens.
-
-KV memory is a token budget. A single-sequence request holds only what it has used plus a growth margin; when
-a growing sequence finds the budget spent, the newest running requests are preempted (recompute): their KV is
-offered to the prefix cache and freed, and they go back to the head of the queue keeping their tokens, seed
-generator and detokeniser, so when readmitted they prefill prompt + output and continue exactly where they
-stopped. Requests with several candidates (n, best_of, beam search) reserve their whole KV at admission. Callers submit with a `sink` callable; the engine calls
-it on its own thread with a list of ChoiceDelta, an EngineError, or None when the request is done.
+parameters and seed (iteration-level batching). What runs in a step, and the KV budget it runs under, is the
+scheduler's (scheduler.py, kv.py); the forward is the runner's (runner.py). Callers submit with a `sink` callable;
+the engine calls it on its own thread with a list of ChoiceDelta, an EngineError, or None when the request is done.
 """
 
 from __future__ import annotations
@@ -20,73 +14,29 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from engine import device as devices
-from engine.core.beam import BeamSearch
-from engine.core.kv import KV_GROW, KVCache
+from engine.core.kv import KVBudget
 from engine.core.prefix_cache import PrefixCache
-from engine.core.runner import Runner, Segment
+from engine.core.runner import Runner
 from engine.core.sampler import Row, sample_rows
+from engine.core.scheduler import Batch, RequestState, Scheduler
 from engine.core.sequence import Sequence
 from engine.core.threads import ThreadTuner
-from engine.core.types import FINISH_RESOURCES, FINISH_STOP, ChoiceDelta, EngineError, EngineRequest, RequestStats
+from engine.core.types import (
+    FINISH_RESOURCES,
+    FINISH_STOP,
+    EngineError,
+    EngineLimits,
+    EngineRequest,
+    RequestStats,
+    Sink,
+)
 
 log = logging.getLogger(__name__)
-
-Sink = Callable[[list[ChoiceDelta] | EngineError | None], None]
-
-
-@dataclass
-class EngineLimits:
-    max_num_seqs: int = 32
-    kv_cache_tokens: int = 65536
-    max_queue: int = 64
-    max_model_len: int = 2048
-    max_batched_tokens: int = 256  # prompt tokens prefilled per step, beside the decodes
-    adaptive_threads: bool = True  # CPU: fewer threads when another process slows the steps (core/threads.py)
-
-
-@dataclass
-class _Request:
-    req: EngineRequest
-    sink: Sink
-    stats: RequestStats
-    generator: torch.Generator
-    kv_tokens: int = 0  # KV budget held now (all its caches together)
-    seqs: list[Sequence] = field(default_factory=list)
-    prefilled: int = 0  # tokens of `context` whose KV is in the cache
-    recompute: list[int] | None = None  # after a preemption: prompt + output so far, to prefill again
-    beam: BeamSearch | None = None
-    done_candidates: list[Sequence] = field(default_factory=list)  # best_of > n: ranked at the end
-    emitted: bool = False  # has handed out at least one token
-    closed: bool = False  # its consumer has been told it ended
-
-    @property
-    def context(self) -> list[int]:
-        return self.req.prompt_ids if self.recompute is None else self.recompute
-
-    @property
-    def prefill_done(self) -> bool:
-        return self.prefilled >= len(self.context)
-
-    @property
-    def preemptible(self) -> bool:
-        return self.req.params.num_candidates == 1 and not self.req.params.use_beam_search
-
-    @property
-    def final_tokens(self) -> int:
-        """KV tokens one of its sequences can ever need."""
-        return len(self.req.prompt_ids) + self.req.params.max_tokens
-
-    def admission_tokens(self) -> int:
-        if not self.preemptible:
-            return self.final_tokens * self.req.params.num_candidates
-        return min(self.final_tokens, len(self.context) + 1 + KV_GROW)
 
 
 class Engine:
@@ -105,20 +55,22 @@ class Engine:
         self.eos_ids = frozenset(eos_ids)
         self.limits = limits
         self.device = device
+        self.kv = KVBudget(runner, limits.kv_cache_tokens, prefix_cache)
+        self.scheduler = Scheduler(limits, self.kv, tokenizer, self.eos_ids)
         self._lock = threading.Condition()
-        self._incoming: deque[_Request] = deque()
+        self._incoming: deque[RequestState] = deque()
         self._aborts: set[str] = set()
-        self._waiting: deque[_Request] = deque()
-        self._running: list[_Request] = []
-        self._kv_used = 0
         self._active = 0  # submitted and not yet closed: what max_queue counts (under _lock)
         self._stop = False
         self._thread: threading.Thread | None = None
         self._seed_source = random.SystemRandom()
         self.steps = 0
-        self.preemptions = 0
         self.tuner: ThreadTuner | None = None  # made on the engine thread, whose team size it sets
         self._step_shape: Any = None  # what the last step ran, for the tuner: decode rows, or None with prompts
+
+    @property
+    def preemptions(self) -> int:
+        return self.scheduler.preemptions
 
     # ---- caller side (any thread) ----
 
@@ -136,13 +88,13 @@ class Engine:
     def load(self) -> dict[str, int]:
         """A read-only snapshot for metrics. `running_seqs` counts every live sequence (n, best_of, beams)."""
         with self._lock:
-            running = list(self._running)  # the engine thread edits it outside the lock: read a copy
+            running = list(self.scheduler.running)  # the engine thread edits it outside the lock: read a copy
             return {
-                "waiting": len(self._incoming) + len(self._waiting),
+                "waiting": len(self._incoming) + len(self.scheduler.waiting),
                 "running": len(running),
                 "running_seqs": sum(len(r.seqs) for r in running),
-                "kv_tokens_used": self._kv_used,
-                "preemptions": self.preemptions,
+                "kv_tokens_used": self.kv.used,
+                "preemptions": self.scheduler.preemptions,
                 "threads": self.tuner.threads if self.tuner is not None else 0,
             }
 
@@ -156,7 +108,7 @@ class Engine:
         gen = torch.Generator(device=self.device if self.device.startswith("cuda") else "cpu")
         gen.manual_seed(seed)
         stats = RequestStats(prompt_tokens=len(req.prompt_ids), arrival=time.perf_counter())
-        r = _Request(req, sink, stats, gen)
+        r = RequestState(req, sink, stats, gen)
         with self._lock:
             if self._active >= self.limits.max_queue:
                 raise EngineError("the server is busy: request queue is full", queue_full=True)
@@ -182,14 +134,15 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._stop and not self._incoming and not self._aborts and not self._has_work():
+                while not self._stop and not self._incoming and not self._aborts and not self.scheduler.has_work():
                     self._lock.wait()
                 if self._stop:
                     break
-                self._waiting.extend(self._incoming)
+                self.scheduler.waiting.extend(self._incoming)
                 self._incoming.clear()
                 aborts, self._aborts = self._aborts, set()
-            self._apply_aborts(aborts)
+            for r in self.scheduler.abort(aborts):
+                self._close(r)
             try:
                 self.tuner.before_step()
                 began = time.perf_counter()
@@ -198,177 +151,83 @@ class Engine:
                 self.tuner.after_step(self._step_shape, time.perf_counter() - began)
             except Exception as exc:  # a bug in post-processing: fail what was running, keep serving
                 log.exception("engine step failed")
-                for r in list(self._running):
+                for r in list(self.scheduler.running):
                     self._finish_request(r, EngineError("generation failed: " + type(exc).__name__))
         with self._lock:
-            pending = list(self._running) + list(self._waiting) + list(self._incoming)
+            pending = list(self.scheduler.running) + list(self.scheduler.waiting) + list(self._incoming)
         for r in pending:
             self._finish_request(r, EngineError("server is shutting down"))
 
-    def _has_work(self) -> bool:
-        return bool(self._running or self._waiting)
-
-    def _apply_aborts(self, ids: set[str]) -> None:
-        if not ids:
-            return
-        for r in [r for r in self._running if r.req.request_id in ids]:
-            self._running.remove(r)
-            self._release(r)
-            self._close(r)
-        for r in [r for r in self._waiting if r.req.request_id in ids]:
-            self._waiting.remove(r)
-            self._close(r)
-
-    def _admit(self) -> None:
-        live = sum(r.req.params.num_candidates for r in self._running)
-        while self._waiting:
-            r = self._waiting[0]
-            cands, want = r.req.params.num_candidates, r.admission_tokens()
-            if self._running and (
-                live + cands > self.limits.max_num_seqs or self._kv_used + want > self.limits.kv_cache_tokens
-            ):
-                break  # first come, first served: nobody overtakes the head of the queue
-            self._waiting.popleft()
-            self._kv_used += want
-            r.kv_tokens = want
-            live += cands
-            if r.seqs:  # back from a preemption: same sequence, new cache
-                first = r.seqs[0]
-                first.cache = KVCache()
-            else:
-                first = Sequence(0, r.req.params, self.tokenizer, KVCache(), r.stats.arrival)
-                first.constraint = r.req.constraint
-                r.seqs = [first]
-            self.runner.reserve(first.cache, want // cands)
-            if self.prefix_cache is not None and self._caches(r.req):
-                chain = self.prefix_cache.match(r.context, r.req.cache_salt)
-                first.cache.length = self.prefix_cache.load(chain, first.cache, self.runner.pages)
-                r.prefilled = first.cache.length
-                if r.recompute is None:
-                    r.stats.cached_tokens = r.prefilled
-            if r.req.params.use_beam_search:
-                r.beam = BeamSearch(r.req.params.num_candidates, r.req.params.n, self.eos_ids)
-            self._running.append(r)
-
-    def _grow(self) -> None:
-        """Give each decoding sequence room for this step's token, preempting the newest requests when the KV
-        budget is spent. Oldest first, so the oldest requests keep running and everyone makes progress."""
-        for r in list(self._running):
-            if r not in self._running or not r.preemptible or not r.prefill_done:
-                continue
-            seq = r.seqs[0]
-            if seq.finished or seq.cache.length + 1 <= r.kv_tokens:
-                continue
-            extra = min(r.final_tokens, r.kv_tokens + KV_GROW) - r.kv_tokens
-            while r in self._running and self._kv_used + extra > self.limits.kv_cache_tokens:
-                self._preempt([x for x in self._running if x.preemptible][-1])
-            if r in self._running:
-                r.kv_tokens += extra
-                self._kv_used += extra
-                self.runner.reserve(seq.cache, r.kv_tokens)
-
-    def _preempt(self, r: _Request) -> None:
-        seq = r.seqs[0]
-        context = r.req.prompt_ids + seq.output_ids[:-1]
-        if seq.cache.length:  # what it computed survives in the prefix cache while there is room
-            self._remember(r.req, context, seq.cache)
-        self._free_cache(seq.cache)
-        self._running.remove(r)
-        self._kv_used -= r.kv_tokens
-        r.kv_tokens, r.prefilled = 0, 0
-        r.recompute = context if seq.output_ids else None
-        self._waiting.appendleft(r)
-        self.preemptions += 1
-        log.info("preempted %s after %d tokens (KV budget spent)", r.req.request_id, len(seq.output_ids))
-
     def step(self) -> None:
-        self._admit()
-        self._grow()
-        if not self._running:
+        """One iteration: schedule, run the forward, sample, hand out what it produced."""
+        batch = self.scheduler.schedule()
+        if batch is None:
             return
-        segments: list[Segment] = []
-        plan: list[tuple[_Request, list[Sequence]]] = []  # requests whose rows come back, in order
-        budget = self.limits.max_batched_tokens
-        prefilled: list[_Request] = []  # requests whose prompt completes in this step
-        in_step: list[_Request] = []  # requests whose caches this step writes
-        prompting = False  # whether any prompt tokens run in this step
-        for r in self._running:
-            if r.prefill_done:
-                live = [s for s in r.seqs if not s.finished]
-                segments.extend(Segment(s.cache, [s.output_ids[-1]]) for s in live)
-                plan.append((r, live))
-                in_step.append(r)
-            elif budget > 0:
-                # Media embed in one forward with every placeholder: a multimodal prompt is prefilled whole.
-                size = len(r.context) if r.req.mm is not None else budget
-                chunk = r.context[r.prefilled : r.prefilled + size]
-                budget -= len(chunk)
-                r.prefilled += len(chunk)
-                prompting = True
-                resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
-                segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
-                                        mm=r.req.mm))  # fmt: skip
-                if r.prefill_done:
-                    if not resumed:
-                        plan.append((r, r.seqs[:1]))
-                    prefilled.append(r)
-                in_step.append(r)
-        # Steps of decode rows only cost about the same from one to the next at a given batch: the tuner's yardstick.
-        self._step_shape = None if prompting else len(segments)
+        self._step_shape = batch.decode_rows
+        ran = self._forward(batch)
+        if ran is None:
+            return
+        logits, stats = ran
+        self.scheduler.prompts_done(batch)
+        for r, seqs, rows in batch.rows(logits):
+            self._sample(r, seqs, rows, stats)
+            self._postprocess(r)
+
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, Any]] | None:
+        """The step's one forward: its logits, and the stats its tokens carry (None when it failed)."""
         t0 = time.perf_counter()
         try:
-            logits = self.runner.forward(segments)
+            logits = self.runner.forward(batch.segments)
             devices.synchronize(self.device)
         except Exception as exc:
-            self._fail_step(exc, in_step)
-            return
+            self._fail_step(exc, batch.in_step)
+            return None
         t1 = time.perf_counter()
         self.steps += 1
-        for r in prefilled:
-            self._remember(r.req, r.context, r.seqs[0].cache)
-            r.recompute = None
-        stats = {"batch_size": len(segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids}
-        row = 0
-        for r, seqs in plan:
-            rows = logits[row : row + len(seqs)]
-            row += len(seqs)
-            if r.beam is not None:
-                r.seqs = r.beam.step(seqs, rows, self.runner.fork, self._free_cache, stats)
-                if not r.seqs:
-                    self._complete(r, r.beam.results())
-                continue
-            if len(r.seqs) == 1 and not r.seqs[0].output_ids and r.req.params.num_candidates > 1:
-                first = r.seqs[0]
-                r.seqs = [first] + [
-                    first.fork(i, self.runner.fork(first.cache)) for i in range(1, r.req.params.num_candidates)
-                ]
-                seqs, rows = r.seqs, rows.expand(len(r.seqs), -1)
-            picks = sample_rows(rows, [self._row(r, s) for s in seqs])
-            for seq, (token, lp, entry) in zip(seqs, picks):
-                constrained = seq.constraint is not None and not seq.thinking
-                seq.append(token, lp, entry, **stats)
-                if constrained and not seq.finished:
-                    seq.constraint.accept(token)
-                    if seq.constraint.finished():  # the grammar is complete: only EOS could follow
-                        seq.finish(FINISH_STOP)
-            self._emit(r)
+        return logits, {"batch_size": len(batch.segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids}
 
-    def _row(self, r: _Request, s: Sequence) -> Row:
+    def _sample(self, r: RequestState, seqs: list[Sequence], rows: torch.Tensor, stats: dict[str, Any]) -> None:
+        """One token for each of a request's sequences from its logits rows: a beam step, or sampling (the first
+        token of n > 1 candidates forks the prompt's cache), with constraints accepting what they allowed."""
+        if r.beam is not None:
+            r.seqs = r.beam.step(seqs, rows, self.kv.fork, self.kv.free, stats)
+            return
+        if len(r.seqs) == 1 and not r.seqs[0].output_ids and r.req.params.num_candidates > 1:
+            first = r.seqs[0]
+            r.seqs = [first] + [first.fork(i, self.kv.fork(first.cache)) for i in range(1, r.req.params.num_candidates)]
+            seqs, rows = r.seqs, rows.expand(len(r.seqs), -1)
+        picks = sample_rows(rows, [self._row(r, s) for s in seqs])
+        for seq, (token, lp, entry) in zip(seqs, picks):
+            constrained = seq.constraint is not None and not seq.thinking
+            seq.append(token, lp, entry, **stats)
+            if constrained and not seq.finished:
+                seq.constraint.accept(token)
+                if seq.constraint.finished():  # the grammar is complete: only EOS could follow
+                    seq.finish(FINISH_STOP)
+
+    def _row(self, r: RequestState, s: Sequence) -> Row:
         forced = s.forced.pop(0) if s.forced else None
         mask = None
         if s.constraint is not None and not s.thinking and forced is None:
             mask = s.constraint.allowed(self.runner.vocab_size)
         return Row(s.params, r.generator, r.req.prompt_ids, s.output_ids, forced, mask)
 
-    def _emit(self, r: _Request) -> None:
+    def _postprocess(self, r: RequestState) -> None:
+        """After sampling: a beam search hands out its results once it ends, anything else its new tokens."""
+        if r.beam is None:
+            self._emit(r)
+        elif not r.seqs:
+            self._complete(r, r.beam.results())
+
+    def _emit(self, r: RequestState) -> None:
         p = r.req.params
         if p.streams_live:
             deltas = [s.take_delta() for s in r.seqs if not s.closed and (s.pending.token_ids or s.finished)]
             for s in r.seqs:
                 if s.finished and s.cache.length:
                     if s.index == 0:  # the next turn of this chat starts with this prompt and reply
-                        self._remember(r.req, r.req.prompt_ids + s.output_ids[:-1], s.cache)
-                    self._free_cache(s.cache)
+                        self.kv.remember(r.req, r.req.prompt_ids + s.output_ids[:-1], s.cache)
+                    self.kv.free(s.cache)
             if deltas:
                 r.emitted = True
                 r.sink(deltas)
@@ -376,7 +235,7 @@ class Engine:
                 self._finish_request(r, None)
             return
         for s in [s for s in r.seqs if s.finished]:
-            self._free_cache(s.cache)
+            self.kv.free(s.cache)
             r.done_candidates.append(s)
         r.seqs = [s for s in r.seqs if not s.finished]
         if not r.seqs:
@@ -385,20 +244,18 @@ class Engine:
                 s.index = s.pending.index = i
             self._complete(r, best)
 
-    def _complete(self, r: _Request, seqs: list[Sequence]) -> None:
+    def _complete(self, r: RequestState, seqs: list[Sequence]) -> None:
         r.emitted = True
         r.sink([s.take_delta() for s in seqs])
         self._finish_request(r, None)
 
-    def _finish_request(self, r: _Request, error: EngineError | None) -> None:
-        if r in self._running:
-            self._running.remove(r)
-        self._release(r)
+    def _finish_request(self, r: RequestState, error: EngineError | None) -> None:
+        self.scheduler.finish(r)
         if error is not None:
             r.sink(error)
         self._close(r)
 
-    def _close(self, r: _Request) -> None:
+    def _close(self, r: RequestState) -> None:
         """The one place a request ends: it stops counting against max_queue and its consumer is told."""
         if r.closed:
             return
@@ -407,26 +264,7 @@ class Engine:
             self._active -= 1
         r.sink(None)
 
-    def _release(self, r: _Request) -> None:
-        for s in r.seqs + r.done_candidates:
-            self._free_cache(s.cache)
-        r.seqs, r.done_candidates = [], []
-        self._kv_used -= r.kv_tokens
-        r.kv_tokens = 0
-
-    def _caches(self, req: EngineRequest) -> bool:
-        """Whether a request's KV goes through the prefix cache. Not for media prompts: pages hold no media
-        digest beyond the salt and no M-RoPE delta, and prefill of a media prompt is never split anyway."""
-        return self.prefix_cache is not None and self.runner.pages is not None and req.mm is None
-
-    def _remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
-        if self.prefix_cache is not None and self._caches(req):
-            self.prefix_cache.store(tokens[: cache.length], cache, self.runner.pages, req.cache_salt)
-
-    def _free_cache(self, cache: KVCache) -> None:
-        self.runner.release(cache)
-
-    def _fail_step(self, exc: Exception, in_step: list[_Request]) -> None:
+    def _fail_step(self, exc: Exception, in_step: list[RequestState]) -> None:
         """The forward failed: end the requests it was writing (their caches are now unusable), keep the rest."""
         oom = devices.is_out_of_memory(exc)
         if oom:

@@ -1,18 +1,24 @@
-"""KV memory: the page size, one sequence's cache, and the lean runner's page pool.
+"""KV memory, both sides of it: the lean runner's page pool, and the engine's token budget over every runner's caches.
 
 A sequence's keys and values live in pages of PAGE tokens. `PagePool` is DecoderRunner's store of them: one
-[layers, pages, PAGE, kv_heads, head_dim] tensor for keys and one for values, and a free list. PAGE is also the
-prefix cache's block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages
-(app.py).
+[layers, pages, PAGE, kv_heads, head_dim] tensor for keys and one for values, and a free list. `KVBudget` is what
+the scheduler admits, grows and preempts against: a number of tokens, whichever runner holds them (pool pages for
+DecoderRunner, a DynamicCache for HFRunner), with the prefix cache beside it. PAGE is also the prefix cache's
+block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages (app.py).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from engine.core.prefix_cache import PrefixCache
+    from engine.core.runner import Runner
+    from engine.core.types import EngineRequest
 
 PAGE = 16  # tokens per KV page, and per prefix-cache block
 KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
@@ -111,3 +117,55 @@ class PagePool:
         page = cache.pages[i]
         self.k[:, page] = k
         self.v[:, page] = v
+
+
+class KVBudget:
+    """The engine's KV budget in tokens, over the runner's caches, with the prefix cache beside it.
+
+    `used` counts what the running requests hold (the scheduler grants and refunds it); caches are made room in,
+    forked and freed through the runner; whole prompts and replies are offered to the prefix cache, and a new
+    sequence starts from the longest cached prefix of its context."""
+
+    def __init__(self, runner: Runner, capacity: int, prefix_cache: PrefixCache | None = None) -> None:
+        self.runner = runner
+        self.capacity = capacity
+        self.prefix_cache = prefix_cache
+        self.used = 0
+
+    def fits(self, tokens: int) -> bool:
+        return self.used + tokens <= self.capacity
+
+    def grant(self, tokens: int) -> None:
+        self.used += tokens
+
+    def refund(self, tokens: int) -> None:
+        self.used -= tokens
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        self.runner.reserve(cache, tokens)
+
+    def fork(self, cache: KVCache) -> KVCache:
+        return self.runner.fork(cache)
+
+    def free(self, cache: KVCache) -> None:
+        self.runner.release(cache)
+
+    def _pages(self, req: EngineRequest) -> PageStore | None:
+        """The pages through which a request's KV goes to and from the prefix cache, or None: no prefix cache, a
+        runner without pages, or a media prompt (pages hold no media digest beyond the salt and no M-RoPE delta,
+        and prefill of a media prompt is never split anyway)."""
+        return self.runner.pages if self.prefix_cache is not None and req.mm is None else None
+
+    def remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
+        """Offer the whole pages of `tokens`, whose KV fills the first pages of `cache`, to the prefix cache."""
+        pages = self._pages(req)
+        if pages is not None and self.prefix_cache is not None:
+            self.prefix_cache.store(tokens[: cache.length], cache, pages, req.cache_salt)
+
+    def load_prefix(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> int | None:
+        """Copy the longest cached prefix of `tokens` into `cache`: the tokens loaded, or None where the request
+        does not go through the prefix cache."""
+        pages = self._pages(req)
+        if pages is None or self.prefix_cache is None:
+            return None
+        return self.prefix_cache.load(self.prefix_cache.match(tokens, req.cache_salt), cache, pages)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_RESOURCES = "insufficient_system_resource"
+
+
+@dataclass
+class EngineLimits:
+    max_num_seqs: int = 32
+    kv_cache_tokens: int = 65536
+    max_queue: int = 64
+    max_model_len: int = 2048
+    max_batched_tokens: int = 256  # prompt tokens prefilled per step, beside the decodes
+    adaptive_threads: bool = True  # CPU: fewer threads when another process slows the steps (core/threads.py)
 
 
 @dataclass(frozen=True)
@@ -99,3 +110,8 @@ class EngineError(Exception):
         super().__init__(message)
         self.resources = resources
         self.queue_full = queue_full
+
+
+# What a caller submits with a request: the engine calls it on its own thread with a list of ChoiceDelta, an
+# EngineError, or None when the request is done.
+Sink = Callable[[list[ChoiceDelta] | EngineError | None], None]
