@@ -54,8 +54,9 @@ def settings_from(argv: list[str] | None = None, environ: dict[str, str] | None 
 
 def check_exposure(settings: cfg.Settings) -> None:
     """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
-    creds = settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes
-    if not settings.reachable_from_outside or creds:
+    from engine.http.auth import any_credentials
+
+    if not settings.reachable_from_outside or any_credentials(settings):
         return
     if os.environ.get("SPACE_ID"):
         log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")
@@ -126,17 +127,21 @@ class AppState:
         return self.service
 
 
-def create_application(settings: cfg.Settings, state: AppState) -> Any:
+def create_application(settings: cfg.Settings, state: AppState, policy: Any = None) -> Any:
+    """The API, with the page mounted on the same app; both go through one RequestPolicy (admission, limits,
+    timeout, moderation, metrics, access log): `policy`, or a new one from `settings` over `state`'s service."""
     from engine.http.api import create_app
     from engine.http.auth import ui_auth
+    from engine.serving.policy import RequestPolicy
 
-    app = create_app(settings, state.get)
+    policy = policy or RequestPolicy(settings, state.get)
+    app = create_app(settings, policy)
     if settings.ui:
         from playground.ui import mount
 
         # The page drives the same service as the API, so it takes the same secrets (any user name; one of the
         # API keys, Pangu tokens or app codes as the password). /health stays open: it is an API route.
-        app = mount(app, state.get, auth=ui_auth(settings))
+        app = mount(app, policy, auth=ui_auth(settings))
     return app
 
 
@@ -151,9 +156,12 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
-def serve_in_thread(settings: cfg.Settings, service: Any, host: str = "127.0.0.1") -> BackgroundServer:
+def serve_in_thread(
+    settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None
+) -> BackgroundServer:
     """Serve an already built service on a free port of `host` from a daemon thread (a notebook's kernel, a test),
-    so HTTP clients such as the openai SDK reach the engine that process already holds."""
+    so HTTP clients such as the openai SDK reach the engine that process already holds. Pass the notebook
+    backend's `policy` to have its calls and the server's count against the same limits."""
     import socket
 
     import uvicorn
@@ -164,7 +172,7 @@ def serve_in_thread(settings: cfg.Settings, service: Any, host: str = "127.0.0.1
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
     port = sock.getsockname()[1]
-    app = create_application(settings.replace(host=host, port=port), state)
+    app = create_application(settings.replace(host=host, port=port), state, policy)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="server", daemon=True)
     thread.start()

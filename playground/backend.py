@@ -22,6 +22,7 @@ import httpx
 from engine.protocol.errors import ApiError
 from engine.protocol.request import ChatCompletionRequest, parse_chat_request
 from engine.protocol.response import ChatCompletionChunk, TokenTimeline
+from engine.serving.policy import CallContext, RequestPolicy
 
 if TYPE_CHECKING:
     from playground.notebooks.result import ChatResult
@@ -81,19 +82,24 @@ class ChatBackend(ABC):
 
 
 class LocalBackend(ChatBackend):
-    """The in-process ChatService (the same object the API routes and the Gradio page call)."""
+    """The in-process ChatService (the same object the API routes and the Gradio page call), through a request
+    policy as the API's requests are: the service's own settings' limits, timeout, moderation hook and metrics.
+    Pass `policy` to share one with a server of the same kernel (`app.serve_in_thread(..., policy=...)`)."""
 
-    def __init__(self, service: Any) -> None:
+    CALLER = "notebook"  # the per-client key, metrics route label and access-line entry of a notebook's calls
+
+    def __init__(self, service: Any, policy: RequestPolicy | None = None) -> None:
         self.service = service
         self.model = service.served_name
+        self.policy = policy or RequestPolicy(service.settings, lambda: service)
 
     async def stream(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        gen = await self.service.start(req)
+        run = await self.policy.run(req, CallContext(self.CALLER, self.CALLER, "v1", "notebook"))
         try:
-            async for chunk in gen:
+            async for chunk in run:
                 yield chunk
         finally:
-            gen.abort()  # a consumer that stops early frees the engine slot now, not at garbage collection
+            run.close()  # a consumer that stops early frees the engine slot now, not at garbage collection
 
     def __repr__(self) -> str:
         return f"LocalBackend(model={self.model!r})"

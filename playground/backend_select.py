@@ -18,6 +18,7 @@ import httpx
 
 from engine.protocol.request import ChatCompletionRequest
 from engine.protocol.response import ChatCompletionChunk
+from engine.serving.policy import CallContext, RequestPolicy
 from playground.backend import RemoteBackend
 
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"
@@ -78,10 +79,12 @@ class Selection:
             return "backend: embedded engine"
         return f"backend: remote {self.remote.url} · {self.remote.model}"
 
-    async def start(self, service: Any, req: ChatCompletionRequest) -> Any:
-        """The running request: the embedded Generation, or a primed RemoteGeneration."""
+    async def start(self, policy: RequestPolicy, req: ChatCompletionRequest, caller: CallContext) -> Any:
+        """The running request: the embedded engine's, through the deployment's request policy (the API's own
+        admission, limits, timeout, moderation, metrics and access log), or a primed RemoteGeneration (the remote
+        server applies its own)."""
         if self.remote is None:
-            return await service.start(req)
+            return await policy.run(req, caller)
         return await RemoteGeneration(self.remote.stream(req)).prime()
 
 

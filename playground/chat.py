@@ -12,6 +12,7 @@ import gradio as gr
 
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import parse_chat_request
+from engine.serving.policy import CallContext, RequestPolicy, client_of
 from playground import attachments, controls, heatmap, snippets, stats, timeline
 from playground.backend_select import Selection
 from playground.conversation import Conversation, Turn, display
@@ -36,6 +37,11 @@ class Run:
     def abort(self) -> None:
         for gen in self.gens:
             gen.abort()
+
+    def close(self) -> None:
+        """Release every request of the run (the engine slot and the client's admission), finished or not."""
+        for gen in self.gens:
+            getattr(gen, "close", gen.abort)()
 
     def stop(self) -> None:
         self.stopped = True
@@ -72,6 +78,14 @@ def tool_prompt(conv: Conversation) -> dict[str, Any]:
             "tool_call": gr.update(choices=choices, value=choices[0][1] if choices else None)}  # fmt: skip
 
 
+def caller(request: gr.Request | None, endpoint: str) -> CallContext:
+    """The request context of a page event: who asks (the login, else the address, as the API counts an
+    anonymous client) and which Gradio endpoint, for the metrics' route label and the access line."""
+    user = getattr(request, "username", None) if request is not None else None
+    client = getattr(request, "client", None) if request is not None else None
+    return CallContext(client_of(user, getattr(client, "host", None)), f"page:/{endpoint}", "v1", "page")
+
+
 def base_url_of(request: gr.Request | None) -> str:
     try:
         return str(request.request.base_url) if request is not None and request.request is not None else ""
@@ -80,8 +94,9 @@ def base_url_of(request: gr.Request | None) -> str:
 
 
 class ChatHandlers:
-    def __init__(self, get_service: Callable[[], Any]) -> None:
-        self.get_service = get_service
+    def __init__(self, policy: RequestPolicy) -> None:
+        self.policy = policy
+        self.get_service: Callable[[], Any] = policy.get_service
         self.runs: dict[str, Run] = {}
         self.selections: dict[str, Selection] = {}  # session hash -> its backend; absent = the embedded engine
 
@@ -130,10 +145,11 @@ class ChatHandlers:
         return check_text(problem)
 
     # ---- streaming one reply ------------------------------------------------------------------------------
-    async def stream(self, conv: Conversation, body: dict[str, Any], key: str, base_url: str,
+    async def stream(self, conv: Conversation, body: dict[str, Any], key: str, base_url: str, who: CallContext,
                      restore: tuple[str, list[dict[str, Any]]] | None = None) -> AsyncIterator[tuple]:  # fmt: skip
-        """Stream one reply into the conversation. `restore` (the typed text and attachments of a new message):
-        if the API refuses the request before it starts, the message goes back to the input, explained."""
+        """Stream one reply into the conversation, through the request policy as `who`. `restore` (the typed text
+        and attachments of a new message): if the API refuses the request before it starts, the message goes
+        back to the input, explained."""
         chosen = self.selection(key)
         base_url = chosen.remote.url if chosen.remote is not None else base_url  # curl / Python name the server used
         turn = Turn("assistant", reply=ReplyView(backend=chosen.kind), request=body)
@@ -147,7 +163,7 @@ class ChatHandlers:
         started = False
         with self.running(key) as run:
             try:
-                gen = await chosen.start(self.get_service(), parse_chat_request(body))
+                gen = await chosen.start(self.policy, parse_chat_request(body), who)
                 started = True
                 run.gens.append(gen)
                 if run.stopped:
@@ -160,7 +176,7 @@ class ChatHandlers:
             except ApiError as exc:
                 reply.error = exc.message
             finally:
-                run.abort()  # leaving early (page closed, event cancelled) frees the engine slot
+                run.close()  # leaving early (page closed, event cancelled) frees the engine slot and the admission
         if not started and reply.error and restore is not None:  # refused: nothing was generated, undo the turn
             del conv.turns[-2:]
             conv.selected = None
@@ -197,13 +213,14 @@ class ChatHandlers:
             yield frame(check=check_text(problem))
             return
         conv.turns.append(user)
-        async for out in self.stream(conv, body, key, base_url_of(request), restore=(message or "", pending)):
+        async for out in self.stream(conv, body, key, base_url_of(request), caller(request, "chat"),
+                                     restore=(message or "", pending)):  # fmt: skip
             yield out
 
     async def regenerate(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
                          request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
         conv.truncate_before_last_reply()
-        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs):
+        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs, "regenerate"):
             yield out
 
     async def edit(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
@@ -220,7 +237,7 @@ class ChatHandlers:
         if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
         conv.turns.append(Turn("user", value, parts=old.parts, attachments=old.attachments))
-        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs):
+        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs, "edit"):
             yield out
 
     async def tool_result(self, result: str, call_id: str | None, conv: Conversation, system: str, tools_text: str,
@@ -233,11 +250,11 @@ class ChatHandlers:
         if len(pending) > 1:  # answer every call of the reply before the model continues
             yield frame(chatbot=display(conv)[0], **tool_prompt(conv))
             return
-        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs):
+        async for out in self._rerun(conv, system, tools_text, tool_choice, request, knobs, "tool_result"):
             yield out
 
     async def _rerun(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                     request: gr.Request, knobs: dict[str, Any]) -> AsyncIterator[tuple]:  # fmt: skip
+                     request: gr.Request, knobs: dict[str, Any], endpoint: str) -> AsyncIterator[tuple]:  # fmt: skip
         if not conv.turns:
             yield frame(chatbot=[])
             return
@@ -245,7 +262,8 @@ class ChatHandlers:
         if body is None:
             yield frame(chatbot=display(conv)[0], check=check_text(problem))
             return
-        async for out in self.stream(conv, body, request.session_hash or "", base_url_of(request)):
+        async for out in self.stream(conv, body, request.session_hash or "", base_url_of(request),
+                                     caller(request, endpoint)):  # fmt: skip
             yield out
 
     # ---- the quick ones -----------------------------------------------------------------------------------

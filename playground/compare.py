@@ -14,7 +14,7 @@ import gradio as gr
 from engine.protocol.errors import ApiError
 from engine.protocol.request import parse_chat_request
 from playground import controls, stats, timeline
-from playground.chat import LOADING, ChatHandlers, Run, check_text
+from playground.chat import LOADING, ChatHandlers, Run, caller, check_text
 from playground.conversation import Conversation, Turn
 from playground.render import ReplyView, Throttle
 from playground.request_diff import request_diff, text_diff
@@ -60,7 +60,7 @@ async def run_together(start: Callable[[Any], Awaitable[Any]], bodies: list[dict
                 yield views
         yield views
     finally:
-        run.abort()  # the page went away: free the engine slots
+        run.close()  # done, or the page went away: free the engine slots and the admissions
         for t in tasks:
             t.cancel()
 
@@ -85,9 +85,9 @@ class CompareHandlers:
             bodies.append(body)
         labels = ("A · current settings", f"B · {preset_b}")
         key = request.session_hash or ""
-        chosen, service = self.chat.selection(key), self.chat.get_service()
+        chosen, policy, who = self.chat.selection(key), self.chat.policy, caller(request, "ab")
         with self.chat.running(key) as run:
-            async for views in run_together(lambda req: chosen.start(service, req), bodies, run, chosen.kind):
+            async for views in run_together(lambda req: chosen.start(policy, req, who), bodies, run, chosen.kind):
                 a, b = (side(v, label) for v, label in zip(views, labels))
                 yield "", *a, *b
 
@@ -106,8 +106,9 @@ class CompareHandlers:
             yield check_text(problem)
             return
         original = conv.selected_reply()
+        policy, who = self.chat.policy, caller(request, "replay")
         with self.chat.running(key) as run:
-            async for (view,) in run_together(lambda req: chosen.start(service, req), [body], run, chosen.kind):
+            async for (view,) in run_together(lambda req: chosen.start(policy, req, who), [body], run, chosen.kind):
                 yield replay_report(view, body, original)
 
 

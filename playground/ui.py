@@ -7,12 +7,12 @@ the service's chunks; it never touches the tokenizer, the template or the model 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from engine.serving.policy import RequestPolicy
 from playground import attach_panel, backend_panel, controls, export, tools_panel
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
@@ -46,8 +46,10 @@ def knob_component(k: Knob) -> gr.Component:
                       max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
 
 
-def build_ui(get_service: Callable[[], Any]) -> gr.Blocks:
-    h = ChatHandlers(get_service)
+def build_ui(policy: RequestPolicy) -> gr.Blocks:
+    """The page over one deployment's request policy: every chat event goes through `policy.run`, as the API's."""
+    get_service = policy.get_service
+    h = ChatHandlers(policy)
     cmp = CompareHandlers(h)
     with gr.Blocks(title="LLM Playground", fill_width=True, analytics_enabled=False) as demo:
         with gr.Row():
@@ -256,8 +258,9 @@ def _tools_changed(text: str, current: str | None) -> tuple[str, Any]:
     return message, gr.update(choices=options, value=value)
 
 
-def mount(app: Any, get_service: Callable[[], Any], auth: Any = None) -> Any:
-    """Serve the page at / on the API's app (one process, one port); `auth` as Gradio takes it (None = open)."""
-    demo = build_ui(get_service)
+def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
+    """Serve the page at / on the API's app (one process, one port, one request policy); `auth` as Gradio takes
+    it (None = open)."""
+    demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
     return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N, auth=auth)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import chat
+from tests.conftest import chat, extra_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -168,6 +168,26 @@ def test_an_invalid_combination_is_explained_and_nothing_is_sent(browser: Any, l
     assert page.locator("#pg-chat .message").count() == 0
     assert live.service.engine.steps == steps
     page.close()
+
+
+def test_a_page_message_over_the_clients_limit_gets_the_apis_refusal_and_is_kept(browser: Any, settings: Any,
+                                                                                 service: Any) -> None:  # fmt: skip
+    from tests.test_policy_entry_points import LIMIT, api_stream_running
+
+    with extra_server(settings, service, max_concurrent_per_client=1) as http:
+        page = open_page(browser, str(http.base_url).rstrip("/"))
+        with api_stream_running(http):  # this machine's one allowed request is an API stream
+            page.fill("#pg-input textarea", "Hello there")
+            page.click("#pg-send")
+            check = page.locator("#pg-check")
+            sync_api.expect(check).to_contain_text(f"Refused by the API: {LIMIT}")
+            shot(page, "3b-refused-by-the-client-limit")
+            assert page.input_value("#pg-input textarea") == "Hello there"
+            assert page.locator("#pg-chat .message").count() == 0
+        page.click("#pg-send")  # the stream is closed: the kept message goes through now
+        page.wait_for_function(FINISHED_JS)
+        sync_api.expect(page.locator("#pg-check")).to_have_text("")
+        page.close()
 
 
 def test_tiny_qwen_thinks_beside_the_answer_and_calls_a_tool(browser: Any, qwen_live: Any) -> None:

@@ -207,7 +207,7 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     from types import SimpleNamespace
 
     from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
-    from playground.chat import OUTPUTS, ChatHandlers
+    from playground.chat import OUTPUTS, ChatHandlers, caller
 
     part = attachments.url_part("data:image/png;base64,AAAA", "image")
     gate = asyncio.Event()
@@ -225,16 +225,16 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
             await gate.wait()  # the reply goes on only after the test looked
             yield chunk("lo")
 
-    async def start(req: object) -> Gen:
+    async def run_request(req: object, ctx: object) -> Gen:  # a request policy whose one request is Gen
         return Gen()
 
-    h = ChatHandlers(lambda: SimpleNamespace(start=start))
+    h = ChatHandlers(SimpleNamespace(get_service=lambda: None, run=run_request))
     conv = Conversation([Turn("user", "What?", parts=[part], attachments=["🖼 a.png"])])
     body = {"model": "m", "messages": conv.messages(), "stream": True}
 
     async def run() -> list[str]:
         seen = []
-        async for out in h.stream(conv, body, "k", ""):
+        async for out in h.stream(conv, body, "k", "", caller(None, "chat")):
             chat = out[OUTPUTS.index("chatbot")]
             if isinstance(chat, list):
                 seen.append(" | ".join(str(m["content"]) for m in chat))

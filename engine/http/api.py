@@ -7,7 +7,6 @@ in credentials (auth.py), Pangu narrowing (pangu.py), the error bodies (error_bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,31 +25,22 @@ from engine.protocol.errors import (
     NotFoundError,
     ServiceUnavailableError,
 )
-from engine.serving.admission import Admission
-from engine.serving.metrics import Metrics
-from engine.serving.moderation import load_hook
-from engine.serving.service import ChatService
+from engine.serving.policy import RequestPolicy
 
 __all__ = ["ERROR_TYPES", "check_bearer", "create_app", "read_body"]
 
 PROJECT = "llm-playground"
 
 
-def create_app(settings: Settings, get_service: Callable[[], ChatService | None]) -> FastAPI:
-    """`get_service` returns None while the model is loading (routes then answer 503)."""
+def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
+    """The API of one deployment; `policy` is the request policy its page (if any) shares. While the model is
+    loading, `policy.service()` raises and the routes answer 503."""
     app = FastAPI(title="LLM Playground API", redirect_slashes=False, docs_url="/docs", openapi_url="/openapi.json")
     body_limit = settings.max_request_length_mb << 20
-    admission = Admission(settings.max_concurrent_per_client)
-    metrics = Metrics(get_service, admission)
-    hook = load_hook(settings.moderation_hook)
+    admission, metrics, service = policy.admission, policy.metrics, policy.service
     app.state.admission = admission
     app.state.metrics = metrics
-
-    def service() -> ChatService:
-        svc = get_service()
-        if svc is None:
-            raise ServiceUnavailableError("The model is loading.")
-        return svc
+    app.state.policy = policy
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -103,7 +93,7 @@ def create_app(settings: Settings, get_service: Callable[[], ChatService | None]
             raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
         return card
 
-    chat = ChatRoutes(settings, service, admission, metrics, hook, body_limit)
+    chat = ChatRoutes(settings, policy, body_limit)
     pangu_v1_auth = PanguV1Auth(settings)
 
     @app.post(CHAT_PATHS["v1"], openapi_extra=openapi.route_extra("v1", "Chat completion (MindIE flavour)"))

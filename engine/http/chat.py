@@ -1,5 +1,6 @@
-"""The one chat handler behind the three chat routes (§1.1): admission, body cap, the shared parser, Pangu
-narrowing, moderation, the service with its timeout, then the route family's response or stream writer.
+"""The one chat handler behind the three chat routes (§1.1): body cap, the shared parser, Pangu narrowing, then
+`RequestPolicy.run` (admission, timeout, moderation, metrics: the same policy the page and the notebooks get), then
+the route family's response or stream writer.
 
 The routes differ only in credentials (auth.py), Pangu narrowing (pangu.py), error bodies (error_bodies.py) and
 wire writers (wire.py for /v1, pangu_wire.py for the Pangu routes); everything else is this one path.
@@ -11,8 +12,6 @@ import asyncio
 import json
 import logging
 import re
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -25,21 +24,10 @@ from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.http.sse import EventWriter, V1Events
 from engine.http.wire import V1StreamWriter, response_json
 from engine.protocol import pangu
-from engine.protocol.errors import (
-    ApiError,
-    IncompleteGenerationError,
-    PayloadTooLargeError,
-    RequestValidationError,
-    ServiceUnavailableError,
-)
-from engine.protocol.request import ChatCompletionRequest, ModerationConfig, Route, parse_chat_request
-from engine.protocol.response import ChatCompletionChunk, PromptTokensDetails, Usage
-from engine.serving.admission import Admission, Flight
+from engine.protocol.errors import ApiError, IncompleteGenerationError, PayloadTooLargeError, RequestValidationError
+from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 from engine.serving.fold import fold
-from engine.serving.generation import Generation
-from engine.serving.metrics import Metrics
-from engine.serving.moderation import CONTENT_FILTER, Moderator, QuestionBlocked
-from engine.serving.service import ChatService
+from engine.serving.policy import CallContext, RequestPolicy
 
 log = logging.getLogger(__name__)
 PANGU_V1_PATH = "/v1/{project_id}/deployments/{deployment_id}/chat/completions"
@@ -82,78 +70,41 @@ def decode_json(body: bytes) -> Any:
 
 
 class ChatRoutes:
-    """The one chat handler behind the three routes."""
+    """The one chat handler behind the three routes: body, Pangu narrowing, then the policy, then the wire."""
 
-    def __init__(self, settings: Settings, service: Callable[[], ChatService], admission: Admission,
-                 metrics: Metrics, hook: Any, body_limit: int) -> None:  # fmt: skip
+    def __init__(self, settings: Settings, policy: RequestPolicy, body_limit: int) -> None:
         self.settings = settings
-        self.service = service
-        self.admission = admission
-        self.metrics = metrics
-        self.hook = hook
+        self.policy = policy
         self.body_limit = body_limit
 
     async def handle(self, request: Request, route: Route, credential: str | None) -> Response:
-        client = request.client.host if request.client else None
-        flight = self.admission.enter(client_key(credential, client))
-        try:
-            response = await self._respond(request, route, flight)
-        except BaseException:
-            flight.close()
-            raise
-        if not isinstance(response, _Stream):
-            flight.close()  # a stream closes its flight when its last byte is sent
-        return response
-
-    async def _respond(self, request: Request, route: Route, flight: Flight) -> Response:
-        settings = self.settings
-        svc = self.service()
+        host = request.client.host if request.client else None
+        ctx = CallContext(client_key(credential, host), CHAT_PATHS[route], route, "api")
         raw = decode_json(await read_body(request, self.body_limit))
         req = parse_chat_request(raw, route)
         if route != "v1":
-            pangu.narrow(req, raw, strict=settings.pangu_strict_limits, context_length=svc.model.context_length)
-        access = request.state.access = self._access_info(req, route)
+            context_length = self.policy.service().model.context_length
+            pangu.narrow(req, raw, strict=self.settings.pangu_strict_limits, context_length=context_length)
         headers: dict[str, str] = {}
         if req.enable_search is not None:
             headers["X-Playground-Ignored"] = "enable_search"  # §2.6: validated, never acted on
-        moderator = Moderator(self.hook, req.moderation_config or ModerationConfig()) if self.hook else None
-        started = time.monotonic()
-        chunks, gen = await self._start(svc, req, route, moderator, access)
+        access = request.state.access = {}
+        run = await self.policy.run(req, ctx, access)
         headers["X-Request-Id"] = access["id"]
-        if gen is not None:
-            flight.attach(gen)
-        timer = self._deadline(gen, started)
-        observed = _record(self.metrics.observe(chunks, CHAT_PATHS[route]), access)
         if not req.stream:
-            watcher = asyncio.create_task(_abort_on_disconnect(request, gen.abort)) if gen is not None else None
+            watcher = asyncio.create_task(_abort_on_disconnect(request, run.abort))
             try:
-                resp = await fold(observed)
+                resp = await fold(run)
             finally:
-                for pending in (watcher, timer):
-                    if pending is not None:
-                        pending.cancel()
-            body = response_json(resp, settings.perf_stats) if route == "v1" else pangu_response_json(resp)
-            if moderator is not None:
-                for i, (verdict, _) in moderator.blocked.items():
-                    body["choices"][i]["message"]["content"] = verdict.reply
-                    body["choices"][i]["finish_reason"] = CONTENT_FILTER
-                    body["choices"][i]["stop_reason"] = None
-                result = moderator.result()
-                if result is not None:
-                    body["moderation_result"] = result
+                watcher.cancel()
+                run.close()
+            body = response_json(resp, self.settings.perf_stats) if route == "v1" else pangu_response_json(resp)
             return JSONResponse(body, headers=headers)
-        writer = self._writer(route, req, gen)
-
-        def release() -> None:
-            if gen is not None:
-                gen.abort()  # client gone or stream done: free the engine's slot at its next step
-            if timer is not None:
-                timer.cancel()
-            flight.close()
+        writer = self._writer(route, req, run.prompt_tokens)
 
         async def events() -> AsyncIterator[bytes]:
             try:
-                async for chunk in observed:
+                async for chunk in run:
                     for event in writer.events(chunk):
                         yield event
             except ApiError as exc:
@@ -164,45 +115,14 @@ class ChatRoutes:
                 for event in writer.error(IncompleteGenerationError("Generation failed.")):
                     yield event
             finally:
-                release()
+                run.close()
             for event in writer.end():
                 yield event
 
         headers["Cache-Control"] = "no-cache"
-        return _Stream(events(), release, media_type="text/event-stream; charset=utf-8", headers=headers)
+        return _Stream(events(), run.close, media_type="text/event-stream; charset=utf-8", headers=headers)
 
-    async def _start(self, svc: ChatService, req: ChatCompletionRequest, route: Route, moderator: Moderator | None,
-                     access: dict[str, Any]) -> tuple[AsyncIterator[ChatCompletionChunk], Generation | None]:  # fmt: skip
-        """The chunk stream and its Generation (None when the moderation hook blocked the question: such a
-        request never reaches the engine)."""
-        if moderator is not None:
-            verdict = await moderator.check_question(req.messages)
-            if verdict.blocked:
-                model, prompt = await svc.count_prompt_tokens(req, route)
-                return _blocked(moderator, req, route, QuestionBlocked(verdict, model, prompt), access), None
-        timeout = self.settings.request_timeout_s or None
-        try:
-            gen = await asyncio.wait_for(svc.start(req, route, moderator.screen if moderator else None), timeout)
-        except asyncio.TimeoutError:
-            raise ServiceUnavailableError(f"The request timed out after {timeout} s waiting for the engine.") from None
-        except QuestionBlocked as blocked:  # its transcripts were (§2.4.1)
-            assert moderator is not None
-            return _blocked(moderator, req, route, blocked, access), None
-        access["id"] = gen.id
-        if moderator is None:
-            return gen.__aiter__(), gen
-        chunks = moderator.answers(gen, gen.stats.prompt_tokens, gen.stats.cached_tokens, req.effective_n, gen.abort)
-        return chunks, gen
-
-    def _deadline(self, gen: Any, started: float) -> asyncio.TimerHandle | None:
-        """Past `request_timeout_s` a running request is shed: its choices close with insufficient_system_resource."""
-        timeout = self.settings.request_timeout_s
-        if not timeout or gen is None:
-            return None
-        return asyncio.get_running_loop().call_later(max(0.0, timeout - (time.monotonic() - started)), gen.shed)
-
-    def _writer(self, route: Route, req: ChatCompletionRequest, gen: Any) -> EventWriter:
-        prompt_tokens = gen.stats.prompt_tokens if gen is not None else 0
+    def _writer(self, route: Route, req: ChatCompletionRequest, prompt_tokens: int) -> EventWriter:
         if route == "v1":
             opts = req.stream_options
             return V1Events(V1StreamWriter(
@@ -213,36 +133,6 @@ class ChatRoutes:
                 prompt_tokens=prompt_tokens,
             ))  # fmt: skip
         return PanguStreamWriter(route, prompt_tokens, usage_event=self.settings.pangu_v1_usage_event)
-
-    def _access_info(self, req: ChatCompletionRequest, route: Route) -> dict[str, Any]:
-        """What the access log line adds for a chat request; message text only with --log-message-content."""
-        info: dict[str, Any] = {"family": route, "stream": req.stream, "messages": len(req.messages),
-                                "n": req.effective_n}  # fmt: skip
-        if self.settings.log_message_content:
-            info["content"] = [{"role": m.role, "text": m.text} for m in req.messages]
-        return info
-
-
-def _blocked(moderator: Moderator, req: ChatCompletionRequest, route: Route, blocked: QuestionBlocked,
-             access: dict[str, Any]) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
-    """The stream of a request whose question the hook blocked: the fallback reply, and usage for the prompt."""
-    prefix = "chatcmpl-" if route == "v1" else "chat-"
-    head = ChatCompletionChunk(id=prefix + uuid.uuid4().hex, created=int(time.time()), model=blocked.model, choices=[])
-    access["id"] = head.id
-    prompt = blocked.prompt_tokens
-    usage = Usage(prompt_tokens=prompt, total_tokens=prompt, prompt_tokens_details=PromptTokensDetails())
-    return moderator.blocked_question(head, req.effective_n, usage, blocked.verdict)
-
-
-async def _record(chunks: AsyncIterator[ChatCompletionChunk], access: dict[str, Any]) -> AsyncIterator[Any]:
-    """Pass chunks through, noting for the access log how the request ended (never what it said)."""
-    finishes = access["finish_reasons"] = []
-    async for chunk in chunks:
-        finishes.extend(c.finish_reason for c in chunk.choices if c.finish_reason)
-        if not chunk.choices and chunk.usage is not None:
-            access["prompt_tokens"] = chunk.usage.prompt_tokens
-            access["completion_tokens"] = chunk.usage.completion_tokens
-        yield chunk
 
 
 class _Stream(StreamingResponse):

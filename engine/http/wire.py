@@ -50,6 +50,8 @@ def response_json(resp: ChatCompletionResponse, perf_stats: bool) -> dict[str, A
         out["transcription"] = resp.transcription
     if resp.media is not None:
         out["media"] = resp.media
+    if resp.moderation_result is not None:
+        out["moderation_result"] = resp.moderation_result
     if perf_stats:
         out["prefill_time"] = resp.prefill_time or 0
         out["decode_time_arr"] = resp.decode_time_arr or []

@@ -94,6 +94,10 @@ class ChatCompletionChunk(BaseModel):
     decode_time_arr: list[int] | None = Field(default=None, exclude=True)  # closing chunks: ms per later token
     transcription: list[dict[str, Any]] | None = Field(default=None, exclude=True)  # first chunk: audio → text
     media: list[dict[str, Any]] | None = Field(default=None, exclude=True)  # first chunk: parts the model took
+    # A moderation interception: this chunk's content replaces what its choice said so far (the fold's view; the
+    # wire sends the chunk as it is). On the last chunk: the request's `moderation_result`, for a non-stream body.
+    replaces: bool = Field(default=False, exclude=True)
+    moderation_result: dict[str, Any] | None = Field(default=None, exclude=True)
 
 
 class ResponseMessage(BaseModel):
@@ -123,3 +127,4 @@ class ChatCompletionResponse(BaseModel):
     decode_time_arr: list[int] | None = None
     transcription: list[dict[str, Any]] | None = None  # audio parts transcribed into the prompt (spec §2.4.1)
     media: list[dict[str, Any]] | None = None  # media parts a multimodal model took: type, tokens, frames sampled
+    moderation_result: dict[str, Any] | None = None  # with a moderation hook and `show_result` (spec §2.6)

@@ -41,7 +41,9 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         for c in chunk.choices:
             choice = choices.setdefault(c.index, ResponseChoice(index=c.index, message=ResponseMessage()))
             msg = choice.message
-            if c.delta.content:
+            if chunk.replaces:  # the moderation hook's fallback reply instead of what the choice said so far
+                msg.content = c.delta.content or ""
+            elif c.delta.content:
                 msg.content += c.delta.content
             if c.delta.reasoning_content is not None:
                 msg.reasoning_content = (msg.reasoning_content or "") + c.delta.reasoning_content
@@ -61,4 +63,5 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         decode_time_arr=final.decode_time_arr,
         transcription=transcription,
         media=media,
+        moderation_result=final.moderation_result,
     )

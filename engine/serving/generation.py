@@ -2,15 +2,16 @@
 
 It turns the engine's per-step deltas into chunks: the opening and closing chunks, logprobs, tool-call parsing,
 the reasoning split, usage and timings, and the closing chunks of a request shed by the server. ChatService.start
-(service.py) creates it; leaving the iteration early aborts the request in the engine.
+(service.py) creates it with what it needs (the request's fixed facts, an abort callable, the token formatter), so
+it knows nothing of the service; leaving the iteration early aborts the request in the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, RequestStats, SamplingParams
 from engine.parsers import ToolCallParser, make_parser
@@ -26,9 +27,25 @@ from engine.protocol.response import (
     ToolCallItem,
     Usage,
 )
+from engine.serving.logprobs import TokenFormatter
 
-if TYPE_CHECKING:
-    from engine.serving.service import ChatService
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What a Generation knows of its request, fixed when the service submits it to the engine."""
+
+    id: str
+    created: int
+    model: str
+    params: SamplingParams
+    accepted: float  # perf_counter at acceptance: token times count from here
+    skip_special: bool
+    split: bool = False  # reasoning_content is separated from content (spec §7)
+    tool_parser: str | None = None  # parser name when tools are active (spec §8)
+    streaming: bool = True  # a non-stream parser holds everything back and answers at the end (§8.2)
+    prepare_ms: float | None = None  # accepted -> submitted to the engine, on the first token's timeline
+    transcription: list[dict[str, Any]] | None = None  # rides on the first chunk
+    media: list[dict[str, Any]] | None = None  # media parts the model took (tokens, frames), on the first chunk too
 
 
 @dataclass
@@ -43,35 +60,34 @@ class _ChoiceStats:
 class Generation:
     """One running request: an async iterator of chunks. Leaving the iteration early aborts it in the engine."""
 
-    def __init__(self, service: ChatService, request_id: str, created: int, model: str, params: SamplingParams,
-                 stats: RequestStats, queue: asyncio.Queue, accepted: float, skip_special: bool,
-                 split: bool = False, tool_parser: str | None = None, streaming: bool = True,
-                 transcription: list[dict[str, Any]] | None = None,
-                 media: list[dict[str, Any]] | None = None):  # fmt: skip
-        self.service = service
-        self.id = request_id
-        self.created = created
-        self.model = model
-        self.params = params
+    def __init__(self, facts: RequestFacts, stats: RequestStats, queue: asyncio.Queue,
+                 abort: Callable[[str], None], formatter: TokenFormatter) -> None:  # fmt: skip
+        self.id = facts.id
+        self.created = facts.created
+        self.model = facts.model
+        self.params = facts.params
         self.stats = stats
         self._queue = queue
-        self._accepted = accepted
-        self.prepare_ms: float | None = None  # set by start(): accepted -> submitted to the engine
-        self._skip_special = skip_special
-        self.split = split  # reasoning_content is separated from content (spec §7)
-        self.tool_parser = tool_parser  # parser name when tools are active (spec §8)
-        self._streaming = streaming  # a non-stream parser holds everything back and answers at the end (§8.2)
+        self._abort = abort  # the engine's abort(request_id)
+        self._formatter = formatter
+        self._accepted = facts.accepted
+        self.prepare_ms = facts.prepare_ms
+        self._skip_special = facts.skip_special
+        self.split = facts.split
+        self.tool_parser = facts.tool_parser
+        self._streaming = facts.streaming
         self._parsers: dict[int, ToolCallParser] = {}
-        self._transcription = transcription  # rides on the first chunk
-        self._media = media  # media parts the model took (tokens, frames), on the first chunk too
+        self._transcription = facts.transcription
+        self._media = facts.media
         self._first: Any = None
         self._done = False
         self._choices: dict[int, _ChoiceStats] = {}
         self._closed: set[int] = set()  # choices whose closing chunk has been yielded
         self._shed = False
 
-    async def _prefetch(self) -> None:
-        """Wait for the engine's first answer so failures before the first token become HTTP errors."""
+    async def first_answer(self) -> None:
+        """Wait for the engine's first answer, so that failures before the first token are raised here (and become
+        the caller's error status) rather than in the middle of a stream."""
         self._first = await self._queue.get()
         if isinstance(self._first, EngineError):
             self._done = True
@@ -80,7 +96,7 @@ class Generation:
     def abort(self) -> None:
         if not self._done:
             self._done = True
-            self.service.engine.abort(self.id)
+            self._abort(self.id)
 
     def shed(self) -> None:
         """End the request early on the server's behalf (draining, request timeout): the engine drops it at its
@@ -133,7 +149,7 @@ class Generation:
         st.times_ms += times
         logprobs = None
         if self.params.logprobs and d.logprobs:
-            logprobs = ChoiceLogprobs(content=self.service.formatter.entries(d.logprobs, self._skip_special))
+            logprobs = ChoiceLogprobs(content=self._formatter.entries(d.logprobs, self._skip_special))
         timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
         if self.prepare_ms is not None and d.token_ids:  # once, with the first token

@@ -1,6 +1,6 @@
 """Prometheus metrics of one app (its own CollectorRegistry, never the process-global one).
 
-Counters and histograms are fed by the HTTP layer as requests end; engine gauges (queue depth, running sequences,
+Counters and histograms are fed by the HTTP layer and the request policy (policy.py) as requests end; engine gauges (queue depth, running sequences,
 KV and prefix-cache usage) are read from the engine at scrape time, so they can never drift from it.
 """
 
@@ -25,6 +25,10 @@ class Metrics:
         r = self.registry
         self.requests = Counter("playground_http_requests", "HTTP requests by route and status.",
                                 ["route", "status"], registry=r)  # fmt: skip
+        self.chat_requests = Counter("playground_chat_requests",
+                                     "Chat requests by route (API path, page:/endpoint, notebook), entry point and "
+                                     "status (the API's status code; 499: the caller left).",
+                                     ["route", "entry", "status"], registry=r)  # fmt: skip
         self.prompt_tokens = Counter("playground_prompt_tokens", "Prompt tokens of finished chat requests.",
                                      ["route"], registry=r)  # fmt: skip
         self.completion_tokens = Counter("playground_completion_tokens", "Generated tokens of chat requests.",

@@ -164,7 +164,7 @@ class Moderator:
         reply = ChunkChoice(index=index, delta=Delta(role="assistant", content=verdict.reply))
         close = ChunkChoice(index=index, delta=Delta(role="assistant", content=""), finish_reason=CONTENT_FILTER)
         return [
-            InterceptionChunk(**common, choices=[reply], top_level=top),
+            InterceptionChunk(**common, choices=[reply], top_level=top, replaces=True),
             ChatCompletionChunk(**common, choices=[close], usage=usage),
         ]
 
@@ -175,24 +175,26 @@ class Moderator:
             yield head.model_copy(update={"choices": [ChunkChoice(index=i, delta=Delta(role="assistant", content=""))]})
             for chunk in self._block(head, i, verdict, "question", prompt.model_copy(deep=True)):
                 yield chunk
-        yield head.model_copy(update={"choices": [], "usage": prompt})
+        yield head.model_copy(update={"choices": [], "usage": prompt, "moderation_result": self.result()})
 
     async def answers(self, chunks: AsyncIterable[ChatCompletionChunk], prompt_tokens: int, cached_tokens: int,
                       n: int, abort: Callable[[], None]) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
-        """Check each choice's growing content; end a choice at its first blocked chunk (that chunk is held)."""
-        if not self.config.answer_moderation:
-            async for chunk in chunks:
-                yield chunk
-            return
+        """Check each choice's growing content; end a choice at its first blocked chunk (that chunk is held). The
+        last chunk carries the request's `moderation_result` (the fold puts it in a non-stream body)."""
         texts: dict[int, str] = {}
         tokens: dict[int, int] = {}
         async for chunk in chunks:
             if not chunk.choices:
-                if self.blocked and chunk.usage is not None:  # usage counts what each choice was allowed to say
-                    done = sum(tokens.values())
-                    usage = chunk.usage.model_copy(deep=True)
-                    usage.completion_tokens, usage.total_tokens = done, usage.prompt_tokens + done
-                    chunk = chunk.model_copy(update={"usage": usage})
+                if chunk.usage is not None:
+                    update: dict[str, Any] = {"moderation_result": self.result()}
+                    if self.blocked:  # usage counts what each choice was allowed to say
+                        done = sum(tokens.values())
+                        usage = update["usage"] = chunk.usage.model_copy(deep=True)
+                        usage.completion_tokens, usage.total_tokens = done, usage.prompt_tokens + done
+                    chunk = chunk.model_copy(update=update)
+                yield chunk
+                continue
+            if not self.config.answer_moderation:
                 yield chunk
                 continue
             (c,) = chunk.choices

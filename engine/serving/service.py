@@ -1,7 +1,8 @@
 """ChatService: the one code path from a validated request to response chunks.
 
-The HTTP routes, the Gradio UI and the notebooks all call `start()` and iterate the Generation (generation.py) it
-returns; `complete()` is nothing but the fold of that stream, so streamed and non-streamed output cannot drift apart.
+Every front end reaches it through `RequestPolicy.run` (policy.py), which admits, limits, moderates and counts,
+then calls `start()` and iterates the Generation (generation.py) it returns; `complete()` is nothing but the fold
+of that stream, so streamed and non-streamed output cannot drift apart.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.protocol.request import ChatCompletionRequest, Route
 from engine.protocol.response import ChatCompletionResponse
 from engine.serving import prompt as prompts
 from engine.serving.fold import fold
-from engine.serving.generation import Generation, map_engine_error
+from engine.serving.generation import Generation, RequestFacts, map_engine_error
 from engine.serving.logprobs import TokenFormatter
 from engine.serving.media_parts import MediaPreparer, PreparedMedia
 from engine.serving.media_preview import preview_media
@@ -119,14 +120,14 @@ class ChatService:
             )
         except EngineError as err:
             raise map_engine_error(err) from None
-        gen = Generation(
-            self, request_id, int(time.time()), model, params, stats, queue, accepted, req.skip_special_tokens,
-            plan.split, tool_parser, bool(req.stream),
+        facts = RequestFacts(
+            request_id, int(time.time()), model, params, accepted, req.skip_special_tokens, plan.split, tool_parser,
+            bool(req.stream), round((submitted - accepted) * 1000, 1),
             [t.as_json() for t in media.transcripts] or None, prepared.media_report,
         )  # fmt: skip
-        gen.prepare_ms = round((submitted - accepted) * 1000, 1)
+        gen = Generation(facts, stats, queue, self.engine.abort, self.formatter)
         try:
-            await gen._prefetch()
+            await gen.first_answer()
         except asyncio.CancelledError:
             gen.abort()
             raise
