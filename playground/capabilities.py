@@ -18,7 +18,7 @@ from playground import tools_panel
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"
 ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
-DEMO = ("Try the tiny test model: `python app.py --model $(python -c 'from tests.tiny_qwen import "
+DEMO = ("Try the tiny demo model: `python app.py --model $(python -c 'from demo_models.tiny_qwen import "
         "build_tiny_qwen; print(build_tiny_qwen())')`")  # fmt: skip
 
 
@@ -106,8 +106,8 @@ def attach_note(service: Any, remote: bool = False) -> str:
         bits.append(f'<span class="pg-cap {mode}" data-kind="{kind}">{label} {SAYS[mode].format(kind=kind)}</span>')
     hint = ""
     if REFUSES in (modes["image"], modes["video"]):
-        hint = (' <span class="pg-cap-hint">(the tiny Qwen2-VL test model takes both: <code>python -m tests.tiny_mm vl'
-                "</code> builds it)</span>")  # fmt: skip
+        hint = (' <span class="pg-cap-hint">(the tiny Qwen2-VL demo model takes both: '
+                "<code>python -m demo_models.tiny_mm vl</code> builds it)</span>")  # fmt: skip
     name = html.escape(service.served_name)
     return f'<div class="pg-caps">With <b>{name}</b>: {" · ".join(bits)}{hint}</div>'
 

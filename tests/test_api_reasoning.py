@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from demo_models.tiny_qwen import MATH, MATH_NO_THINKING, WEATHER_ANSWER
 from tests.conftest import QWEN_MODEL, sse_events
-from tests.tiny_qwen import MATH, MATH_NO_THINKING, WEATHER_ANSWER
 
 
 def post(qwen_live, body: dict[str, Any]) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from demo_models.tiny_qwen import TOOLS, TWO_CITIES, WEATHER, WEATHER_ANSWER
 from tests.conftest import QWEN_MODEL, sse_events
-from tests.tiny_qwen import TOOLS, TWO_CITIES, WEATHER, WEATHER_ANSWER
 
 
 def post(qwen_live, body: dict[str, Any]) -> Any:
@@ -91,7 +91,7 @@ def test_tool_messages_need_a_known_history(qwen_live) -> None:
 
 
 def test_required_tool_choice_constrains_a_model_that_would_not_call(qwen_live) -> None:
-    from tests.tiny_qwen import MATH_NO_THINKING
+    from demo_models.tiny_qwen import MATH_NO_THINKING
 
     body = post(qwen_live, MATH_NO_THINKING.request(tools=TOOLS, tool_choice="required", max_tokens=120)).json()
     choice = body["choices"][0]

@@ -70,6 +70,31 @@ def test_playground_uses_only_the_service_and_protocol(path: Path) -> None:
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+# Test concerns stay out of what ships: the app, the engine, the page and the demo models never import tests/ (a
+# test injects what it needs instead, e.g. the address check of engine/media/remote.py), and the engine knows
+# nothing of the demo models.
+PRODUCT_FOLDERS = ("engine", "playground", "demo_models")
+
+
+def product_sources() -> list[Path]:
+    return [ROOT / "app.py"] + [path for folder in PRODUCT_FOLDERS for path in sources(folder)]
+
+
+@pytest.mark.parametrize("path", product_sources(), ids=str)
+def test_product_code_never_imports_tests(path: Path) -> None:
+    found = imports(path)
+    bad = {m for m in found if m.split(".")[0] == "tests"}
+    if path.is_relative_to(ROOT / "engine"):
+        bad |= {m for m in found if m.split(".")[0] == "demo_models"}
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_product_code_is_checked() -> None:
+    assert (ROOT / "app.py").is_file()
+    for folder in PRODUCT_FOLDERS:  # a renamed folder must not turn the check above into no check
+        assert len(sources(folder)) >= 3, folder
+
+
 @pytest.mark.parametrize("path", [p for p in sorted(ROOT.rglob("*.py")) if ".venv" not in p.parts], ids=str)
 def test_device_apis_only_in_device_module(path: Path) -> None:
     if path.name == "device.py" or "tests" in path.relative_to(ROOT).parts:
@@ -127,16 +152,14 @@ def test_notebook_helpers_use_only_the_service_and_protocol(path: Path) -> None:
     assert not [n for n in NOT_IN_NOTEBOOKS if n in text], f"{path.relative_to(ROOT)} works around the service"
 
 
-# The tiny trained Qwen3 of the tests is the one model here that thinks and calls tools on CPU: a notebook builds it
-# where the reader sees that it is a test model; playground/ itself never imports tests/.
-NOTEBOOK_TEST_MODELS = {"tests.tiny_qwen"}
-
-
+# The tiny trained Qwen3 of demo_models/ is the one model here that thinks and calls tools on CPU: a notebook builds
+# it where the reader sees that it is a demo model. Nothing a notebook runs comes from tests/.
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_notebook_cells_stay_thin(path: Path) -> None:
     source = notebook_cells(path)
-    allowed = {"playground", "app", "os", "sys", "pathlib", "json", "openai", "IPython"}
-    bad = {m for m in notebook_imports(source) if m.split(".")[0] not in allowed and m not in NOTEBOOK_TEST_MODELS
-           or m.startswith("playground.ui")}  # fmt: skip
+    allowed = {"playground", "app", "demo_models", "os", "sys", "pathlib", "json", "openai", "IPython"}
+    found = notebook_imports(source)
+    assert not {m for m in found if m.split(".")[0] == "tests"}, f"{path.name} imports the tests"
+    bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.ui")}
     assert not bad, f"{path.name} imports {bad}: logic belongs in playground/notebooks"
     assert not [n for n in NOT_IN_NOTEBOOKS if n in source], f"{path.name} works around the service"

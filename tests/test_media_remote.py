@@ -1,7 +1,8 @@
 """Remote media: allow-list, public addresses only, pinning, no redirects, timeouts, size caps (spec §3.5,
 cases 79-83). [SEC]
 
-Refusals use the real address check. Only tests that need a server on loopback pass `allow_private_for_tests`.
+Refusals use the real address check (`is_public`, the default). Only tests that need a server on loopback pass
+`address_check=public_or_loopback`, which admits loopback and nothing else besides public addresses.
 No test connects anywhere but loopback: private and metadata addresses are refused before any connection.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import socket
 import threading
 import time
@@ -22,6 +24,7 @@ from engine.config import Settings
 from engine.media import MediaError, Timeouts, load_media
 from engine.media import loader as media_loader
 from engine.media.remote import FAILED, fetch_remote, is_public
+from tests.conftest import public_or_loopback
 from tests.media_samples import image_bytes
 
 PNG = image_bytes("PNG")
@@ -115,10 +118,9 @@ def assert_no_connection(sock: socket.socket) -> None:
 
 
 def fetch(url: str, *, allowed: tuple[str, ...] = ("localhost", "127.0.0.1"), cap: int = 20 * MiB,
-          timeouts: Timeouts = Timeouts(), private: bool = False) -> bytes:  # fmt: skip
-    return asyncio.run(
-        fetch_remote(url, cap, allowed_domains=allowed, timeouts=timeouts, allow_private_for_tests=private)
-    )
+          timeouts: Timeouts = Timeouts(), loopback: bool = False) -> bytes:  # fmt: skip
+    check = public_or_loopback if loopback else is_public
+    return asyncio.run(fetch_remote(url, cap, allowed_domains=allowed, timeouts=timeouts, address_check=check))
 
 
 def refused(url: str, **kw: Any) -> str:
@@ -169,6 +171,14 @@ def test_internal_addresses_are_refused_even_when_allow_listed(url: str, listene
     assert_no_connection(listener)
 
 
+def test_the_app_checks_public_addresses_and_tests_add_only_loopback() -> None:
+    assert inspect.signature(fetch_remote).parameters["address_check"].default is is_public  # what the app uses
+    assert all(public_or_loopback(a) for a in ("127.0.0.1", "127.8.9.10", "::1", "93.184.216.34"))
+    internal = ("10.0.0.1", "192.168.1.1", "169.254.169.254", "fd00:ec2::254", "fe80::1%1", "0.0.0.0", "not-an-ip")
+    assert not any(public_or_loopback(a) for a in internal)
+    assert refused("http://10.0.0.1/a.png", allowed=("10.0.0.1",), loopback=True) == FAILED  # before connecting
+
+
 def test_a_name_with_any_internal_address_is_refused(monkeypatch: pytest.MonkeyPatch, listener: socket.socket) -> None:
     real = socket.getaddrinfo
     port = listener.getsockname()[1]
@@ -187,15 +197,15 @@ def test_a_name_with_any_internal_address_is_refused(monkeypatch: pytest.MonkeyP
 def test_host_must_be_allow_listed_exactly(server: Server) -> None:
     port = server.server_address[1]
     for allowed in ((), ("example.com",), ("localhost.",), ("127.0.0.2",)):
-        assert refused(f"http://localhost:{port}/ok.png", allowed=allowed, private=True) == FAILED
-    assert fetch(f"http://LocalHost:{port}/ok.png", allowed=(" LOCALHOST ",), private=True) == PNG
+        assert refused(f"http://localhost:{port}/ok.png", allowed=allowed, loopback=True) == FAILED
+    assert fetch(f"http://LocalHost:{port}/ok.png", allowed=(" LOCALHOST ",), loopback=True) == PNG
     assert server.hits == [("/ok.png", f"localhost:{port}")]
 
 
 @pytest.mark.parametrize("url", ["ftp://localhost/a.png", "http://user:pw@localhost:{port}/ok.png", "http:///a.png",
                                  "http://localhost:99999/a.png", "http://localhost:x/a.png"])  # fmt: skip
 def test_malformed_urls_are_refused(url: str, server: Server) -> None:
-    assert refused(url.format(port=server.server_address[1]), private=True) == FAILED
+    assert refused(url.format(port=server.server_address[1]), loopback=True) == FAILED
     assert server.hits == []
 
 
@@ -212,7 +222,7 @@ def test_the_connection_is_pinned_to_the_checked_address(monkeypatch: pytest.Mon
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
-    assert fetch(f"http://media.test:{port}/ok.png", allowed=("media.test",), private=True) == PNG
+    assert fetch(f"http://media.test:{port}/ok.png", allowed=("media.test",), loopback=True) == PNG
     assert lookups == ["media.test"]  # exactly one lookup: the connection went to the checked address
     assert server.hits == [("/ok.png", f"media.test:{port}")]  # and the Host header keeps the name
 
@@ -223,7 +233,7 @@ def test_redirects_are_not_followed(server: Server) -> None:
     threading.Thread(target=target.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         server.redirect_to = f"http://127.0.0.1:{target.server_address[1]}/ok.png"  # type: ignore[attr-defined]
-        assert refused(f"http://localhost:{server.server_address[1]}/redirect", private=True) == FAILED
+        assert refused(f"http://localhost:{server.server_address[1]}/redirect", loopback=True) == FAILED
         assert target.hits == []  # type: ignore[attr-defined]
     finally:
         target.shutdown()
@@ -231,17 +241,17 @@ def test_redirects_are_not_followed(server: Server) -> None:
 
 
 def test_statuses_other_than_200_are_refused_without_echoing_the_body(server: Server) -> None:
-    message = refused(f"http://localhost:{server.server_address[1]}/secret-404", private=True)
+    message = refused(f"http://localhost:{server.server_address[1]}/secret-404", loopback=True)
     assert message == FAILED and "SECRET" not in message
 
 
 def test_body_without_length_and_size_caps(server: Server) -> None:
     port = server.server_address[1]
-    assert fetch(f"http://localhost:{port}/no-length.png", private=True) == PNG
-    assert refused(f"http://localhost:{port}/ok.png", cap=len(PNG) - 1, private=True) == FAILED
+    assert fetch(f"http://localhost:{port}/no-length.png", loopback=True) == PNG
+    assert refused(f"http://localhost:{port}/ok.png", cap=len(PNG) - 1, loopback=True) == FAILED
     start = time.monotonic()
-    assert refused(f"http://localhost:{port}/huge-length", private=True) == FAILED  # refused on the header alone
-    assert refused(f"http://localhost:{port}/endless", private=True) == FAILED  # aborted once 20 MiB is passed
+    assert refused(f"http://localhost:{port}/huge-length", loopback=True) == FAILED  # refused on the header alone
+    assert refused(f"http://localhost:{port}/endless", loopback=True) == FAILED  # aborted once 20 MiB is passed
     assert time.monotonic() - start < 20
 
 
@@ -252,18 +262,18 @@ def test_timeouts(server: Server) -> None:
         closed.bind(("127.0.0.1", 0))
         closed_port = closed.getsockname()[1]  # bound, not listening: connections are refused
         start = time.monotonic()
-        assert refused(f"http://localhost:{closed_port}/a.png", private=True) == FAILED
+        assert refused(f"http://localhost:{closed_port}/a.png", loopback=True) == FAILED
         assert time.monotonic() - start < 6
     start = time.monotonic()
-    assert refused(f"http://localhost:{port}/stall", timeouts=Timeouts(read=0.5), private=True) == FAILED
+    assert refused(f"http://localhost:{port}/stall", timeouts=Timeouts(read=0.5), loopback=True) == FAILED
     assert time.monotonic() - start < 2.5
     start = time.monotonic()  # bytes keep coming, so only the whole-download limit can stop it
-    assert refused(f"http://localhost:{port}/trickle", timeouts=Timeouts(read=1.0, total=1.0), private=True) == FAILED
+    assert refused(f"http://localhost:{port}/trickle", timeouts=Timeouts(read=1.0, total=1.0), loopback=True) == FAILED
     assert time.monotonic() - start < 3
 
 
 def test_https_to_a_plain_server_fails_cleanly(server: Server) -> None:
-    assert refused(f"https://localhost:{server.server_address[1]}/ok.png", private=True) == FAILED
+    assert refused(f"https://localhost:{server.server_address[1]}/ok.png", loopback=True) == FAILED
 
 
 def test_a_slow_download_does_not_block_the_event_loop(server: Server) -> None:
@@ -279,7 +289,7 @@ def test_a_slow_download_does_not_block_the_event_loop(server: Server) -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        body = await fetch_remote(url, 20 * MiB, allowed_domains=["localhost"], allow_private_for_tests=True)
+        body = await fetch_remote(url, 20 * MiB, allowed_domains=["localhost"], address_check=public_or_loopback)
         task.cancel()
         return body, ticks
 
@@ -305,7 +315,7 @@ def test_load_media_gates_and_decodes_remote_parts(
         with pytest.raises(MediaError, match=FAILED):
             asyncio.run(load_media(part, settings))  # disabled, not allow-listed, or loopback: all refused
     assert server.hits == []
-    monkeypatch.setattr(media_loader, "fetch_remote", functools.partial(fetch_remote, allow_private_for_tests=True))
+    monkeypatch.setattr(media_loader, "fetch_remote", functools.partial(fetch_remote, address_check=public_or_loopback))
     media = asyncio.run(load_media(part, on))
     assert (media.kind, media.mime, media.origin, media.image.size) == ("image", "image/png", "remote", (32, 24))
     video = {"type": "video_url", "video_url": f"http://localhost:{port}/ok.png"}

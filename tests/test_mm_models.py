@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from demo_models.tiny_mm import build
 from engine.multimodal import build_inputs, load_multimodal
 from engine.multimodal.inputs import audio_tokens
 from engine.multimodal.video import video_patches
 from tests import media_samples as ms
 from tests.conftest import AUDIO, VL, LiveServer
-from tests.tiny_mm import build
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"
 
@@ -109,10 +109,10 @@ def test_qwen2_5_vl_image_and_video_positions(vl_parts) -> None:
     """Qwen2.5-VL (in memory): an image and a video in one prompt, positions spaced by seconds per temporal patch."""
     from PIL import Image
 
+    from demo_models.tiny_mm import vl25_model
     from engine.core.model_runner import KVCache, Segment, make_runner
     from engine.media import LoadedMedia, Video
     from engine.multimodal import MediaProcessors
-    from tests.tiny_mm import vl25_model
 
     _, tok, vl_procs = vl_parts
     with torch.random.fork_rng(devices=[]):

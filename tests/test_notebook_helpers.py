@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from demo_models.tiny_qwen import MATH, TOOLS, WEATHER, WEATHER_ANSWER, WEATHER_QUESTION, WEATHER_RESULT
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from playground.notebooks import (
@@ -41,7 +42,6 @@ from playground.notebooks import (
 from playground.notebooks.backend import SSEChunks
 from playground.notebooks.result import ChatResult
 from tests.conftest import MODEL, QWEN_MODEL
-from tests.tiny_qwen import MATH, TOOLS, WEATHER, WEATHER_ANSWER, WEATHER_QUESTION, WEATHER_RESULT
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"  # "Please remember to buy milk and bread on Friday."
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests import tiny_qwen as tq
+from demo_models import tiny_qwen as tq
 
 TEXTS = [
     "Hello world! The capital of France is Paris.",

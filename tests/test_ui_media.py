@@ -171,7 +171,7 @@ def test_capabilities_say_what_the_model_does_with_each_media_kind() -> None:
     assert ">audio → text (Whisper)</span>" in badges
     note = caps.attach_note(text)
     assert "<s>image</s> ✗ refused (no image input)" in note and "audio → transcribed by Whisper" in note
-    assert "tiny_mm vl" in note  # where to find a model that takes them
+    assert "python -m demo_models.tiny_mm vl" in note  # where to find a model that takes them
     assert caps.refusal(text, "image") == "m has no image input: the API will refuse this message"
     assert caps.refusal(text, "audio") is None
 

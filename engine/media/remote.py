@@ -5,6 +5,10 @@ checked address: the network backend below ignores the host name httpcore asks f
 a second DNS answer (rebinding) never matters, while the Host header, TLS SNI and certificate check still use
 the real name. No redirects are followed, no proxy environment is read, and the body is streamed with a cap.
 Everything is async: a slow server holds only its own request.
+
+Which resolved addresses may be dialled is `fetch_remote`'s `address_check`, `is_public` unless the caller passes
+another: the app never does (no setting or flag reaches it); a caller that owns a server on loopback, such as the
+test suite, passes a check that also admits it, and every other rule above still applies.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import ipaddress
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -86,15 +91,12 @@ async def fetch_remote(
     *,
     allowed_domains: list[str] | tuple[str, ...],
     timeouts: Timeouts = Timeouts(),
-    allow_private_for_tests: bool = False,
+    address_check: Callable[[str], bool] = is_public,
 ) -> bytes:
     """GET `url` and return its body (at most `max_bytes`). Any failure -> MediaError("failed to fetch media"),
-    which never echoes the response. `allow_private_for_tests` lets tests reach a server on loopback; it is
-    never wired to a setting or a flag."""
+    which never echoes the response. Every address the host resolves to must pass `address_check`."""
     try:
-        return await asyncio.wait_for(
-            _fetch(url, max_bytes, allowed_domains, timeouts, allow_private_for_tests), timeouts.total
-        )
+        return await asyncio.wait_for(_fetch(url, max_bytes, allowed_domains, timeouts, address_check), timeouts.total)
     except MediaError:
         raise
     except (asyncio.TimeoutError, OSError, ssl.SSLError, ValueError, httpcore.TimeoutException,
@@ -103,7 +105,7 @@ async def fetch_remote(
         raise MediaError(FAILED) from None
 
 
-async def _fetch(url: str, cap: int, allowed: Any, timeouts: Timeouts, allow_private: bool) -> bytes:
+async def _fetch(url: str, cap: int, allowed: Any, timeouts: Timeouts, address_check: Callable[[str], bool]) -> bytes:
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme.lower() not in ("http", "https") or parts.username is not None or not host.isascii():
@@ -111,7 +113,7 @@ async def _fetch(url: str, cap: int, allowed: Any, timeouts: Timeouts, allow_pri
     if host not in {d.strip().lower() for d in allowed}:
         raise MediaError(FAILED)
     port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    address = await _resolve_public(host, port, allow_private)
+    address = await _resolve_checked(host, port, address_check)
     pool = httpcore.AsyncConnectionPool(
         ssl_context=ssl.create_default_context(), network_backend=_PinnedBackend(address), retries=0
     )
@@ -131,11 +133,12 @@ async def _fetch(url: str, cap: int, allowed: Any, timeouts: Timeouts, allow_pri
     return bytes(body)
 
 
-async def _resolve_public(host: str, port: int, allow_private: bool) -> str:
-    """Resolve once; refuse unless every address is public. Returns the address to pin."""
+async def _resolve_checked(host: str, port: int, address_check: Callable[[str], bool]) -> str:
+    """Resolve once; refuse unless every address passes the check (public ones only, by default). Returns the
+    address to pin."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     addresses = [str(info[4][0]) for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)]
-    if not addresses or not (allow_private or all(is_public(a) for a in addresses)):
+    if not addresses or not all(address_check(a) for a in addresses):
         raise MediaError(FAILED)
     return addresses[0]

