@@ -38,7 +38,7 @@ def _npu_available() -> tuple[bool, str]:
         import torch
         import torch_npu  # noqa: F401  (registers torch.npu)
 
-        if torch.npu.is_available():
+        if torch.npu.is_available():  # type: ignore[attr-defined]  # registered by torch_npu
             return True, ""
         return False, "torch_npu found no usable NPU"
     except Exception as exc:  # torch_npu raises many kinds of errors on a broken install; any means "unusable"
@@ -135,7 +135,7 @@ def synchronize(device: str) -> None:
     if kind == "cuda":
         torch.cuda.synchronize()
     elif kind == "npu":
-        torch.npu.synchronize()
+        torch.npu.synchronize()  # type: ignore[attr-defined]
     elif kind == "mps":
         torch.mps.synchronize()
 
@@ -153,4 +153,4 @@ def empty_cache(device: str) -> None:
     if kind == "cuda":
         torch.cuda.empty_cache()
     elif kind == "npu":
-        torch.npu.empty_cache()
+        torch.npu.empty_cache()  # type: ignore[attr-defined]

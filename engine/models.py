@@ -113,7 +113,7 @@ def _convert(gguf: Path, out_dir: Path) -> Path:
         gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
     )
     # The GGUF quantizer stays attached after dequantizing; without clearing it save_pretrained refuses.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as a module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     save_atomically(out_dir, model, tokenizer)

@@ -50,9 +50,9 @@ class PanguStreamWriter:
                 self._completion = chunk.usage.completion_tokens
             out = [sse({**head, "choices": [], "usage": self._usage()})]
             if self.usage_event and self.route == "pangu_v1":
-                p, c = self.prompt_tokens, self._completion
-                event = {"usage": {"completionTokens": c, "promptTokens": p, "totalTokens": p + c},
-                         "tokens": p, "token_number": c}  # fmt: skip
+                p, done = self.prompt_tokens, self._completion
+                event = {"usage": {"completionTokens": done, "promptTokens": p, "totalTokens": p + done},
+                         "tokens": p, "token_number": done}  # fmt: skip
                 out.append(f"event:{compact(event)}\n\n".encode())
             return out
         (c,) = chunk.choices

@@ -43,12 +43,11 @@ def decode_image(data: bytes, options: DecodeOptions) -> Any:
     # No warnings.catch_warnings() here: it swaps the process-wide filter list, which races with every other
     # thread. Image.open reads only the header; our own max_pixels check refuses a large image before load().
     try:
-        image = Image.open(io.BytesIO(data), formats=("JPEG", "PNG"))
-        if image.width * image.height > options.max_pixels:
+        opened = Image.open(io.BytesIO(data), formats=("JPEG", "PNG"))
+        if opened.width * opened.height > options.max_pixels:
             raise MediaError(f"image must have at most {options.max_pixels} pixels")
-        image.load()
-        image = ImageOps.exif_transpose(image)
-        return image.convert("RGB")
+        opened.load()
+        return ImageOps.exif_transpose(opened).convert("RGB")
     except MediaError:
         raise
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombWarning, Image.DecompressionBombError):

@@ -63,7 +63,7 @@ def media_input(part: Any) -> MediaInput:
     ptype = get("type")
     if ptype not in PART_KINDS:
         raise MediaError(f"not a media part: {str(ptype)[:32]!r}")
-    value = get(ptype)
+    value: Any = get(ptype)
     if ptype == "input_audio":
         data, fmt = (value.get("data"), value.get("format")) if isinstance(value, dict) else (value.data, value.format)
         return MediaInput("audio", data or "", fmt)

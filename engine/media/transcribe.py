@@ -65,7 +65,7 @@ def _ct2_files(cache: Path) -> dict[str, bytes]:
 
 def _convert(files: dict[str, bytes], out: Path) -> None:
     import torch
-    from transformers import (
+    from transformers import (  # type: ignore[attr-defined]  # lazy module: WhisperTokenizerFast
         GenerationConfig,
         WhisperConfig,
         WhisperFeatureExtractor,
@@ -105,7 +105,7 @@ def _convert(files: dict[str, bytes], out: Path) -> None:
         suppress_tokens=ct2_config.get("suppress_ids", []), begin_suppress_tokens=ct2_config.get("suppress_ids_begin", []),
     )  # fmt: skip
     processor = WhisperProcessor(WhisperFeatureExtractor(feature_size=config.num_mel_bins), tokenizer)
-    save_atomically(out, model.to(torch.float16), processor)  # fp16: the source precision, lossless, half the size
+    save_atomically(out, model.to(torch.float16), processor)  # type: ignore[arg-type]  # fp16: the source precision, lossless, half the size
 
 
 class Transcriber:
@@ -117,7 +117,7 @@ class Transcriber:
 
         self.processor = WhisperProcessor.from_pretrained(model_dir, local_files_only=True)
         model = WhisperForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
-        self.model = model.to(device).eval().requires_grad_(False)
+        self.model = model.to(device).eval().requires_grad_(False)  # type: ignore[arg-type]  # transformers types .to() oddly
         self.device = device
         self._lock = threading.Lock()
 

@@ -49,11 +49,11 @@ def _videos(videos: list[Any], procs: MediaProcessors) -> tuple[dict[str, torch.
         times = video.times
         step = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0
         seconds.append(step * procs.image.temporal_patch_size)  # seconds per temporal patch (Qwen2.5-VL)
-    grid = torch.tensor(grids, dtype=torch.long)
-    tensors = {"pixel_values_videos": torch.from_numpy(np.concatenate(patches)), "video_grid_thw": grid}
+    grid_thw = torch.tensor(grids, dtype=torch.long)
+    tensors = {"pixel_values_videos": torch.from_numpy(np.concatenate(patches)), "video_grid_thw": grid_thw}
     if procs.model_type == "qwen2_5_vl":
         tensors["second_per_grid_ts"] = torch.tensor(seconds)
-    return tensors, _merged(grid, procs)
+    return tensors, _merged(grid_thw, procs)
 
 
 def _merged(grid: torch.Tensor, procs: MediaProcessors) -> list[int]:

@@ -55,7 +55,8 @@ class ToolCallParser(Protocol):
 
 def fold(deltas: list[ParsedDelta]) -> tuple[str, list[dict[str, str]]]:
     """Concatenate deltas the way a client does: (content, [{"id", "name", "arguments"} per index])."""
-    content, calls = "", {}
+    content = ""
+    calls: dict[int, dict[str, str]] = {}
     for delta in deltas:
         content += delta.content
         for ev in delta.tool_calls:

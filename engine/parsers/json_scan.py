@@ -52,8 +52,9 @@ class ObjectScanner:
         c, state = text[i], self.state
         if state == "in_key":
             if self._string_char(c):
-                self.key = self._decode(text[self._mark : i + 1])
-                self.state = "colon" if isinstance(self.key, str) else "failed"
+                key = self._decode(text[self._mark : i + 1])
+                self.key = key if isinstance(key, str) else None
+                self.state = "colon" if isinstance(key, str) else "failed"
         elif state == "in_value":
             if self._kind == "scalar" and (c in _WS or c in ",}"):
                 self._close_value(i)

@@ -51,6 +51,7 @@ class ConstraintBuilder:
             if rf.type == "json_object":
                 return factory.json_object()
             try:
+                assert rf.json_schema is not None  # the request model requires it with type json_schema
                 return factory.json_schema(rf.json_schema.schema_)
             except ValueError as exc:
                 raise RequestValidationError(f"Parameter response_format.json_schema.schema: {exc}") from None

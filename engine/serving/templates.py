@@ -47,7 +47,7 @@ class _Env(ImmutableSandboxedEnvironment):
             return left**right
         if isinstance(left, (str, list, tuple)) and isinstance(right, int) or isinstance(right, (str, list, tuple)):
             seq, times = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
-            if isinstance(times, int) and len(seq) * times > MAX_RANGE * 10:
+            if isinstance(times, int) and isinstance(seq, (str, list, tuple)) and len(seq) * times > MAX_RANGE * 10:
                 raise jinja2.TemplateError("chat template repetition too large")
         return left * right
 
