@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import engine  # noqa: F401  (the process settings that must precede `import torch`: engine/__init__.py)
@@ -25,27 +26,24 @@ log = logging.getLogger("playground")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """One flag per knob of `cfg.KNOBS`, read by the same parser as its PLAYGROUND_* variable; unset flags stay None."""
     parser = argparse.ArgumentParser(description="LLM Playground: chat UI + MindIE-compatible API")
-    for f in dataclasses.fields(cfg.Settings):
-        help_text = f.metadata.get("help", "") + f" [env {cfg.env_var(f.name)}]"
-        kind = str(f.type)
-        if "bool" in kind:
-            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help_text)  # fmt: skip
-        elif kind.startswith("list"):
-            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, default=None, help=help_text + " (comma-separated)",
-                                type=lambda s: [x.strip() for x in s.split(",") if x.strip()])  # fmt: skip
+    for knob in cfg.KNOBS:
+        help_text = f"{knob.help} [env {knob.env}]"
+        if knob.kind is bool:
+            parser.add_argument(knob.flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)  # fmt: skip
         else:
-            parser.add_argument(cfg.cli_flag(f.name), dest=f.name, default=None, help=help_text,
-                                type=int if kind == "int" else str, choices=f.metadata.get("choices"))  # fmt: skip
+            parser.add_argument(knob.flag, dest=knob.name, type=knob.parse, choices=knob.choices, default=None,
+                                help=help_text + (" (comma-separated)" if knob.kind == list[str] else ""))  # fmt: skip
     return parser
 
 
-def settings_from(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> cfg.Settings:
-    values = cfg.from_env(environ)
-    args = build_parser().parse_args(argv)
-    values.update({k: v for k, v in vars(args).items() if v is not None})
-    settings = cfg.Settings(**values)
+def settings_from(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> cfg.Settings:
+    """Defaults, then the PLAYGROUND_* variables of `environ` (default os.environ), then the flags of `argv` (default
+    sys.argv): the flag wins. Impossible settings raise ValueError (`cfg.validate`)."""
+    flags = {name: value for name, value in vars(build_parser().parse_args(argv)).items() if value is not None}
+    settings = cfg.Settings(**{**cfg.from_env(environ), **flags})
     if settings.audio_transcription is None:  # on for the bundled demo model, off for a --model
         settings = settings.replace(audio_transcription=not settings.model)
     cfg.validate(settings)

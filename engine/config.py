@@ -1,8 +1,10 @@
 """Server settings: one frozen dataclass, filled from defaults, environment variables and the command line.
 
-Every knob of spec §0.1 is a field here. `cli_flag(name)` and `env_var(name)` derive the flag (`--max-queue`,
-`--no-perf-stats`) and the variable (`PLAYGROUND_MAX_QUEUE`) from the field name, so app.py builds its parser
-from this table and the two can never drift apart.
+Every knob of spec §0.1 is a field here, with its default and `_knob` help. `KNOBS` is those fields as the
+outside sees them: the flag (`--max-queue`; `--perf-stats` / `--no-perf-stats` for a bool), the variable
+(`PLAYGROUND_MAX_QUEUE`), the help, and the parser that the field's annotation picks from `PARSERS`.
+`from_env` reads the variables through it and app.py builds its flags from it, so the two read text the same way
+and can never drift apart.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import dataclasses
 import ipaddress
 import os
 import re
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +72,9 @@ class Settings:
     log_message_content: bool = _knob(False, "Put message text into the access log (off: sizes and counts only).")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
-    lora_adapters: list[str] = _knob([], "LoRA adapters as id=path (not supported yet).", spec=True)
+    lora_adapters: list[str] = _knob(
+        [], "LoRA adapters as id=path: not supported yet, any value stops start-up.", spec=True
+    )
     api_keys: list[str] = _knob([], "Bearer keys accepted on /v1 and Pangu V2 (empty = auth off).", spec=True)
     pangu_auth_tokens: list[str] = _knob([], "Tokens accepted in X-Auth-Token on Pangu V1.", spec=True)
     pangu_app_codes: list[str] = _knob([], "Codes accepted in X-Apig-AppCode on Pangu V1.", spec=True)
@@ -131,35 +138,88 @@ def env_var(name: str) -> str:
     return ENV_PREFIX + name.upper().replace(".", "_")
 
 
-def parse_value(f: dataclasses.Field, raw: str) -> Any:
-    """Turn an environment string into the field's type."""
-    kind = str(f.type)
-    if "bool" in kind:
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{env_var(f.name)} must be a boolean, got {raw!r}")
-    if kind.startswith("list"):
-        return [item.strip() for item in raw.split(",") if item.strip()]
-    if kind == "int":
-        return int(raw)
-    return raw
+def split_list(raw: str) -> list[str]:
+    """A comma-separated value; blanks around and between items are dropped."""
+    return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def from_env(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def parse_bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+# The one table of how a flag's or a variable's text becomes a field's type, keyed by the field's annotation
+# (`bool | None` reads as bool). A flag of type bool is a switch with a `--no-` form instead (app.build_parser).
+PARSERS: dict[Any, Callable[[str], Any]] = {bool: parse_bool, int: int, str: str, list[str]: split_list}
+WHAT = {bool: "a boolean", int: "an integer"}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One Settings field as the outside sees it: its flag, its variable, its help, how its text is read."""
+
+    name: str
+    kind: Any  # a key of PARSERS
+    help: str
+    choices: tuple[str, ...] | None
+
+    @property
+    def flag(self) -> str:
+        return cli_flag(self.name)
+
+    @property
+    def env(self) -> str:
+        return env_var(self.name)
+
+    @property
+    def parse(self) -> Callable[[str], Any]:
+        return PARSERS[self.kind]
+
+    def from_env(self, raw: str) -> Any:
+        """The variable's text as the field's value, checked as argparse checks the flag's; errors name the variable."""
+        try:
+            value = self.parse(raw)
+        except ValueError:
+            raise ValueError(f"{self.env} must be {WHAT[self.kind]}, got {raw!r}") from None
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.env} must be one of {', '.join(self.choices)}, got {raw!r}")
+        return value
+
+
+def _kind(name: str, hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else hint
+    if hint not in PARSERS:
+        raise TypeError(f"Settings.{name}: no parser for {hint} (engine/config.py PARSERS)")
+    return hint
+
+
+def _knobs() -> tuple[Knob, ...]:
+    hints = typing.get_type_hints(Settings)
+    return tuple(Knob(f.name, _kind(f.name, hints[f.name]), f.metadata["help"], f.metadata["choices"])
+                 for f in dataclasses.fields(Settings))  # fmt: skip
+
+
+KNOBS = _knobs()
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The PLAYGROUND_* variables that are set, as field values."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(Settings):
-        raw = environ.get(env_var(f.name))
-        if raw is not None:
-            values[f.name] = parse_value(f, raw)
-    return values
+    return {k.name: k.from_env(environ[k.env]) for k in KNOBS if k.env in environ}
 
 
 def validate(settings: Settings) -> None:
     """Reject settings that cannot work, with a message naming the flag."""
+    if settings.lora_adapters:  # accepted by spec §0.1, wired to nothing yet: refuse rather than serve without them
+        raise ValueError(
+            f"LoRA adapters are not supported yet: remove {cli_flag('lora_adapters')} / {env_var('lora_adapters')}"
+        )
     if not 1 <= settings.max_request_length_mb <= 100:
         raise ValueError(f"{cli_flag('max_request_length_mb')} must be in [1, 100]")
     for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):

@@ -77,3 +77,40 @@ def test_serving_knobs_from_env_and_flags() -> None:
     s = settings_from(["--max-concurrent-per-client", "0"], environ=env)
     assert (s.request_timeout_s, s.log_message_content, s.max_concurrent_per_client) == (5, True, 0)
     assert settings_from([], environ={}).max_concurrent_per_client == 32
+
+
+def test_lora_adapters_stop_start_up_until_they_are_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app
+
+    def started(settings: cfg.Settings) -> None:
+        raise AssertionError("app.main went on to start the server")
+
+    monkeypatch.setattr(app, "configure_process", started)
+
+    message = "LoRA adapters are not supported yet: remove --lora-adapters / PLAYGROUND_LORA_ADAPTERS"
+    for argv, env in ((["--lora-adapters", "a=/x"], {}), ([], {"PLAYGROUND_LORA_ADAPTERS": "a=/x,b=/y"})):
+        with pytest.raises(ValueError) as caught:
+            settings_from(argv, environ=env)
+        assert str(caught.value) == message
+    with pytest.raises(ValueError, match="LoRA adapters are not supported yet"):
+        app.main(["--lora-adapters", "a=/x"])  # refused before anything is loaded or bound
+    assert settings_from(["--lora-adapters", " , "], environ={"PLAYGROUND_LORA_ADAPTERS": ""}).lora_adapters == []
+
+
+def test_variables_are_checked_like_flags() -> None:
+    with pytest.raises(ValueError) as caught:
+        settings_from([], environ={"PLAYGROUND_DEVICE": "tpu"})
+    assert str(caught.value) == "PLAYGROUND_DEVICE must be one of auto, npu, cuda, mps, cpu, got 'tpu'"
+    with pytest.raises(ValueError) as caught:
+        settings_from([], environ={"PLAYGROUND_MAX_QUEUE": "7.5"})
+    assert str(caught.value) == "PLAYGROUND_MAX_QUEUE must be an integer, got '7.5'"
+    assert settings_from([], environ={"PLAYGROUND_MAX_QUEUE": " 7 "}).max_queue == 7
+
+
+def test_one_table_reads_every_field_by_its_annotation() -> None:
+    kinds = {knob.name: knob.kind for knob in cfg.KNOBS}
+    assert [knob.name for knob in cfg.KNOBS] == [f.name for f in dataclasses.fields(cfg.Settings)]
+    assert (kinds["audio_transcription"], kinds["max_queue"], kinds["api_keys"], kinds["model"]) == (
+        bool, int, list[str], str)  # fmt: skip
+    with pytest.raises(TypeError, match="Settings.ratio: no parser"):
+        cfg._kind("ratio", float)  # a new field of a type the table cannot read fails at import, not at run time
