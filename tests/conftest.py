@@ -23,6 +23,35 @@ import engine  # noqa: F401  (process settings that must precede `import torch`)
 
 MODEL = "SmolLM2-135M-Instruct"
 
+# Markers (pyproject.toml registers them), given here from what a test needs so no test can miss one:
+#   browser    Chromium driving the page            notebooks  the notebooks run top to bottom
+#   api        a live server (the real app on a port, driven by HTTP / gradio_client)
+#   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
+#   unit       none of that: seconds for the whole set (`pytest -m unit`)
+SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http"}
+MODEL_FIXTURES = {"service", "tiny_qwen_dir"}
+BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}
+# Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
+API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
+MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
+                 "test_mm_models", "test_media_transcribe", "test_constraints", "test_detokenizer", "test_sampler",
+                 "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.stem
+        names = set(getattr(item, "fixturenames", ()))
+        if module in BY_MODULE:
+            mark = BY_MODULE[module]
+        elif names & SERVERS or module.startswith(API_MODULES):
+            mark = "api"
+        elif names & MODEL_FIXTURES or module.startswith(MODEL_MODULES):
+            mark = "model"
+        else:
+            mark = "unit"
+        item.add_marker(mark)
+
 
 @dataclass
 class LiveServer:
