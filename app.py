@@ -231,7 +231,10 @@ def configure_process(settings: cfg.Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = settings_from(argv)
+    try:
+        settings = settings_from(argv)
+    except ValueError as exc:  # a setting that cannot work: its message, as argparse reports a bad flag
+        raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     check_exposure(settings)
     state = AppState()
