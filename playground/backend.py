@@ -69,7 +69,7 @@ class ChatBackend(ABC):
 
     async def achat(self, messages: Messages, **params: Any) -> ChatResult:
         """One request, folded: reply, reasoning, logprobs and stats. Validation and server errors raise ApiError."""
-        from playground.notebooks.result import ChatResult  # the notebooks' fold; the page renders chunks itself
+        from playground.notebooks.result import ChatResult  # the notebooks' reader of the fold
 
         req = self.request(messages, **params)
         result = ChatResult()
@@ -161,7 +161,7 @@ class SSEChunks:
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.times_ms: list[float] = []
+        self.count = 0
 
     def line(self, line: str) -> ChatCompletionChunk | None:
         if not line.startswith("data:"):
@@ -193,14 +193,8 @@ class SSEChunks:
         else:
             count = int(bool(c.delta.content or c.delta.reasoning_content or c.delta.tool_calls))
         if c.finish_reason is not None and chunk.usage is not None:
-            count = max(0, chunk.usage.completion_tokens - len(self.times_ms))
-        if not count and c.finish_reason is None:
-            return chunk  # the opening chunk
-        times = [now] * count
-        self.times_ms += times
-        chunk.timeline = TokenTimeline(token_times_ms=times)
-        if c.finish_reason is not None:
-            ms = [round(t) for t in self.times_ms]
-            chunk.prefill_time = ms[0] if ms else 0
-            chunk.decode_time_arr = [max(0, b - a) for a, b in zip(ms, ms[1:])]
+            count = max(0, chunk.usage.completion_tokens - self.count)
+        if count:
+            self.count += count
+            chunk.timeline = TokenTimeline(token_times_ms=[now] * count)
         return chunk

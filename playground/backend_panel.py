@@ -14,8 +14,8 @@ from playground.backend_select import EMBEDDED, REMOTE
 from playground.chat import ChatHandlers
 
 HELP = ("A remote server (MindIE, vLLM, vLLM-Ascend, or this app on another machine) answers through the same "
-        "request and the same rendering. Its stream carries no engine timeline, batch sizes or queue waits: the "
-        "statistics say so instead of guessing.")  # fmt: skip
+        "request and the same rendering. Its stream carries no engine timeline, and batch sizes and queue waits "
+        "only when it sends MindIE's perf stats: the statistics say what it did not send instead of guessing.")  # fmt: skip
 
 
 def connector(h: ChatHandlers, header: Callable[[Any, str], str]) -> Callable[..., Any]:

@@ -16,7 +16,8 @@ from engine.serving.policy import CallContext, RequestPolicy, client_of
 from playground import attachments, controls, heatmap, snippets, stats, timeline
 from playground.backend_select import Selection
 from playground.conversation import Conversation, Turn, display
-from playground.render import ReplyView, throttled
+from playground.render import throttled
+from playground.reply import ReplyView
 from playground.tools_panel import choice_value, parse_tools
 
 # Every streaming handler answers these, in this order (gr.skip() leaves one as it is).
@@ -59,8 +60,7 @@ def panels(turn: Turn | None, base_url: str, *, final: bool = True) -> dict[str,
                  "raw": "", "curl": "", "python": ""} if final else {}  # fmt: skip
         return {"stats": NO_REPLY, "timeline": timeline.svg(ReplyView().first), **empty}
     reply = turn.reply
-    s = stats.compute(reply)
-    out: dict[str, Any] = {"stats": stats.table_html(s), "timeline": timeline.svg(reply.first)}
+    out: dict[str, Any] = {"stats": stats.table_html(reply.stats()), "timeline": timeline.svg(reply.first)}
     if final:
         body = turn.request if turn is not None and turn.request is not None else {}
         short = attachments.elide(body)  # copy-paste views: media elided to placeholders

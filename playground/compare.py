@@ -16,7 +16,8 @@ from engine.protocol.request import parse_chat_request
 from playground import controls, stats, timeline
 from playground.chat import LOADING, ChatHandlers, Run, caller, check_text
 from playground.conversation import Conversation, Turn
-from playground.render import ReplyView, Throttle
+from playground.render import Throttle
+from playground.reply import ReplyView
 from playground.request_diff import request_diff, text_diff
 
 
@@ -28,8 +29,7 @@ def side(view: ReplyView, label: str) -> tuple[str, str]:
         text = f"> 💭 *{c.reasoning_tokens} reasoning tokens*\n\n{text}"
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
-    s = stats.compute(view)
-    return f"**{label}**\n\n{text}", stats.table_html(s, caption="") + timeline.svg(c)
+    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="") + timeline.svg(c)
 
 
 async def run_together(start: Callable[[Any], Awaitable[Any]], bodies: list[dict[str, Any]], run: Run,
@@ -115,7 +115,7 @@ class CompareHandlers:
 def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None) -> str:
     """Replay's verdict: the request diff (identical or what changed), then the reply, or its diff."""
     new = view.first.content
-    head = f"**Replay** · {stats.summary(stats.compute(view))}"
+    head = f"**Replay** · {stats.summary(view.stats())}"
     if view.error:
         return f"{head}\n\n⚠️ {view.error}"
     if original is None or original.request is None or original.reply is None:

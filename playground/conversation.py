@@ -12,7 +12,8 @@ from typing import Any
 
 from playground import stats
 from playground.attachments import media_line
-from playground.render import ChoiceView, ReplyView, message_of
+from playground.render import message_of
+from playground.reply import ChoiceView, ReplyView
 from playground.tools_panel import check_arguments
 
 
@@ -169,7 +170,7 @@ def reply_messages(turn: Turn) -> list[dict[str, Any]]:
     tools = (turn.request or {}).get("tools")
     out += [_call_message(call, tools, reply.done) for call in c.tool_calls]
     if c.times_ms:  # an imported reply has no engine numbers to show
-        s = stats.compute(reply)
+        s = reply.stats()
         meta = {"title": "📊 " + stats.summary(s), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s), "metadata": meta})
     return out

@@ -13,7 +13,7 @@ from engine.protocol.response import FunctionCall, ToolCallItem
 from playground.attachments import how_sent, source_of
 from playground.controls import BY_NAME
 from playground.conversation import Conversation, Turn
-from playground.render import ChoiceView, ReplyView
+from playground.reply import ChoiceView, ReplyView
 
 FORMAT = "llm-playground/conversation@1"
 

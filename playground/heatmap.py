@@ -7,7 +7,7 @@ import math
 from html import escape
 
 from engine.protocol.response import LogprobEntry
-from playground.render import ReplyView
+from playground.reply import ReplyView
 
 
 def _color(p: float) -> str:

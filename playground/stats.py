@@ -1,64 +1,11 @@
-"""One reply's statistics from the engine's own numbers: usage and the per-token timeline, never browser clocks."""
+"""One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/reply.py) reads
+them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks."""
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
 
-from playground.render import ReplyView
-
-
-@dataclass
-class ReplyStats:
-    completion_tokens: int
-    prompt_tokens: int | None = None  # known once the usage chunk arrived
-    media_tokens: int | None = None  # of the prompt, what the model's own image / video / audio parts took
-    cached_tokens: int | None = None
-    reasoning_tokens: int = 0
-    ttft_ms: float | None = None  # request accepted -> first token ready
-    prepare_ms: float | None = None  # accepted -> handed to the engine: media loading or transcription, template
-    queue_ms: float | None = None  # handed to the engine -> the first step started
-    prefill_ms: float | None = None  # the first step itself
-    decode_tps: float | None = None  # tokens after the first, over their time
-    e2e_ms: float | None = None  # accepted -> last token ready
-    max_batch: int = 0
-    finish_reason: str | None = None
-    streaming: bool = False
-    backend: str = "embedded"
-    not_provided: list[str] = field(default_factory=list)  # statistics this backend's stream does not carry
-
-
-# What a stream must carry for each statistic that only an engine knows (a remote server's SSE has none of them).
-ENGINE_ONLY = {"preparation": "queue_waits_us", "queue wait": "queue_waits_us", "prefill": "queue_waits_us", "batch size (max)": "batch_sizes",
-               "token ids": "token_ids"}  # fmt: skip
-
-
-def compute(view: ReplyView, index: int = 0) -> ReplyStats:
-    c = view.choices.get(index) or view.first
-    t = c.times_ms
-    usage = view.usage_of(index)
-    s = ReplyStats(completion_tokens=len(t), reasoning_tokens=c.reasoning_tokens, streaming=not view.done,
-                   max_batch=max(c.batch_sizes, default=0))  # fmt: skip
-    if usage is not None:
-        s.prompt_tokens, s.cached_tokens = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
-    if t:
-        s.ttft_ms, s.e2e_ms = t[0], t[-1]
-        if c.queue_waits_us:
-            s.prepare_ms = c.prepare_ms
-            s.queue_ms = c.queue_waits_us[0] / 1000
-            s.prefill_ms = max(0.0, t[0] - (s.prepare_ms or 0.0) - s.queue_ms)
-        if len(t) > 1 and t[-1] > t[0]:
-            s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
-    s.finish_reason = c.finish_reason or ("stopped" if view.stopped else "error" if view.error else None)
-    s.backend = view.backend
-    if view.media:
-        s.media_tokens = sum(int(m.get("tokens") or 0) for m in view.media)
-    if view.backend != "embedded" and t:
-        s.not_provided = ["engine timeline"] + [name for name, attr in ENGINE_ONLY.items() if not getattr(c, attr)]
-        if usage is not None and "prompt_tokens_details" not in usage.model_fields_set:  # vLLM sends null
-            s.cached_tokens = None
-            s.not_provided.append("cached tokens")
-    return s
+from playground.reply import ReplyStats
 
 
 def _ms(value: float | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from playground.render import ChoiceView
+from playground.reply import ChoiceView
 
 W, H = 560, 230
 LEFT, RIGHT, TOP, BOTTOM = 46, 40, 30, 30
@@ -44,14 +44,16 @@ def svg(c: ChoiceView) -> str:
         return LEFT + pw * ms / span
 
     boundary = c.reasoning_tokens if c.reasoning else 0
-    steps = [t[i] - t[i - 1] for i in range(1, n)]
+    steps = c.gaps_ms[1:]
     ymax = _nice(max(steps, default=1.0))
-    bmax = max(max(c.batch_sizes, default=1), 1)
+    # A stream without the engine's timeline (a remote server) gets no queue/prefill split and no batch line: its
+    # times are arrivals here, so the split is not guessed.
+    engine = c.engine_timeline
+    batches, waits = (c.batch_sizes, c.queue_waits_us) if engine else ([], [])
+    bmax = max(max(batches, default=1), 1)
     out = [f'<svg class="pg-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" '
            f'aria-label="per-token timeline" xmlns="http://www.w3.org/2000/svg" font-size="10" '
            f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
-    # A stream without engine numbers (a remote server) gets no queue/prefill split and no batch line: not guessed.
-    engine = bool(c.queue_waits_us)
     legend = [
         (PREPARE, "prepare"),
         (QUEUE, "queue"),
@@ -70,7 +72,7 @@ def svg(c: ChoiceView) -> str:
 
     # the lane: where the request's time went, step by step
     p0 = c.prepare_ms or 0.0
-    q0 = p0 + (c.queue_waits_us[0] / 1000 if c.queue_waits_us else 0.0)
+    q0 = p0 + (waits[0] / 1000 if waits else 0.0)
     lane = [
         (0.0, p0, PREPARE, f"preparation {_ms(p0)} (media, template, tokens)"),
         (p0, q0, QUEUE, f"queue wait {_ms(q0 - p0)}"),
@@ -80,7 +82,7 @@ def svg(c: ChoiceView) -> str:
         lane = [(0.0, t[0], PREFILL, f"first token after {_ms(t[0])} (queue, prefill and network, not split)")]
     run_start, run_color = None, None
     for i in range(1, n):
-        wait = c.queue_waits_us[i] / 1000 if i < len(c.queue_waits_us) else 0.0
+        wait = waits[i] / 1000 if i < len(waits) else 0.0
         color = THINK if i < boundary else ANSWER
         if (x(wait) - x(0)) >= 1:  # a visible pause between steps: another request's prefill, a schedule gap
             if run_start is not None:
@@ -120,12 +122,12 @@ def svg(c: ChoiceView) -> str:
     # batch size per step, as a step line on the right axis
     pts = []
     for i in range(n):
-        b = c.batch_sizes[i] if i < len(c.batch_sizes) else 0
+        b = batches[i] if i < len(batches) else 0
         y = bottom - ph * b / bmax
         if i:
             pts.append(f"{x(t[i - 1]):.1f},{y:.1f}")
         pts.append(f"{x(t[i]):.1f},{y:.1f}")
-    if c.batch_sizes:
+    if batches:
         out.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{BATCH}" stroke-width="1.2" '
                    f'stroke-opacity="0.8"/>')  # fmt: skip
 
@@ -135,10 +137,10 @@ def svg(c: ChoiceView) -> str:
         y = bottom - ph * min(steps[i - 1] / ymax, 1.0)
         color = THINK if i < boundary else ANSWER
         tip = f"token {i + 1}: {_ms(steps[i - 1])}"
-        if i < len(c.batch_sizes):
-            tip += f", batch {c.batch_sizes[i]}"
-        if i < len(c.queue_waits_us):
-            tip += f", waited {_ms(c.queue_waits_us[i] / 1000)}"
+        if i < len(batches):
+            tip += f", batch {batches[i]}"
+        if i < len(waits):
+            tip += f", waited {_ms(waits[i] / 1000)}"
         out.append(f'<circle cx="{x(t[i]):.1f}" cy="{y:.1f}" r="2.2" fill="{color}"><title>{tip}</title></circle>')
     if c.reasoning and 0 < boundary < n:
         bx = x(t[boundary - 1])

@@ -3,6 +3,7 @@ through Gradio's own client; tests/test_ui_browser.py drives it in a real browse
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -211,12 +212,33 @@ def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(li
         out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=12, api_name="/chat")
     api = chat(live.client(), messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=12).json()
     assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
-    assert f'data-stat="completion tokens">{api["usage"]["completion_tokens"]}<' in out[STATS]
+    # the first server sends MindIE's perf stats: batch sizes and queue waits are its own, the rest is not sent
+    assert re.search(r'data-stat="batch size \(max\)">[1-9]\d*<', out[STATS])
+    assert 'data-stat="queue wait">not provided<' not in out[STATS]
+    assert 'data-stat="prefill">not provided<' in out[STATS]
+    assert "Not provided by the remote backend: engine timeline, preparation, prefill, token ids." in out[STATS]
+
+
+def test_stats_a_remote_server_does_not_send_are_none_in_a_notebook_and_not_provided_on_the_page(
+    live, settings, service
+) -> None:
+    from playground.notebooks import RemoteBackend
+
+    with extra_server(settings, service, ui=False, perf_stats=False) as bare:  # no batch sizes, no queue waits
+        url = str(bare.base_url).rstrip("/")
+        result = RemoteBackend(url).chat(QUESTION, temperature=0, max_tokens=8)
+        ui = client(live.url)
+        ui.predict(kind="Remote (OpenAI-compatible URL)", url=url + "/v1", api_key="", model="", api_name="/backend")
+        out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=8, api_name="/chat")
+    row = result.stats()
+    assert row["max_batch_size"] is None and row["mean_queue_wait_us"] is None  # not 0: nothing was measured
+    assert row["completion_tokens"] == result.completion_tokens > 0 and row["ttft_ms"] > 0
+    assert result.batch_sizes == [] and result.queue_waits_us == [] and result.token_ids == []
     assert 'data-stat="batch size (max)">not provided<' in out[STATS]
-    assert (
-        "Not provided by the remote backend: engine timeline, preparation, queue wait, prefill, batch size (max)"
-        in out[STATS]
-    )
+    assert 'data-stat="queue wait">not provided<' in out[STATS]
+    assert f'data-stat="completion tokens">{result.completion_tokens}<' in out[STATS]
+    assert ("Not provided by the remote backend: engine timeline, preparation, queue wait, prefill, batch size "
+            "(max), token ids." in out[STATS])  # fmt: skip
 
 
 def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:

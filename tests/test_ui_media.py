@@ -10,7 +10,7 @@ from engine.protocol.request import parse_chat_request
 from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
 from playground import attachments, export, stats
 from playground.conversation import Conversation, Turn, display
-from playground.render import ChoiceView, ReplyView
+from playground.reply import ChoiceView, ReplyView
 from playground.request_diff import request_diff, text_diff
 from tests.media_samples import image_bytes
 
@@ -88,7 +88,7 @@ def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
     for i, word in enumerate(["Hel", "lo", "!"]):
         view.add(remote_chunk([10.0 * (i + 1)], content=word))
     view.add(remote_chunk([40.0], finish="stop"))
-    s = stats.compute(view)
+    s = view.stats()
     assert s.not_provided == [
         "engine timeline",
         "preparation",
@@ -101,9 +101,9 @@ def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
     assert 'data-stat="queue wait">not provided<' in html and 'data-stat="batch size (max)">not provided<' in html
     assert "Not provided by the remote backend: engine timeline, preparation, queue wait" in html
     assert 'data-stat="time to first token">10 ms<' in html  # arrival times are still measured, and labelled
-    assert stats.compute(ReplyView()).not_provided == []  # the embedded engine provides everything
+    assert ReplyView().stats().not_provided == []  # the embedded engine provides everything
     view.usage = Usage.model_validate({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})
-    s = stats.compute(view)  # a usage without prompt_tokens_details (vLLM sends null): cached tokens unknown
+    s = view.stats()  # a usage without prompt_tokens_details (vLLM sends null): cached tokens unknown
     assert s.not_provided[-1] == "cached tokens" and 'data-stat="cached tokens">not provided<' in stats.table_html(s)
 
 

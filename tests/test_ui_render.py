@@ -23,7 +23,8 @@ from engine.protocol.response import (
 )
 from playground import heatmap, stats, timeline
 from playground.conversation import Conversation, Turn, display
-from playground.render import ReplyView, Throttle, throttled
+from playground.render import Throttle, throttled
+from playground.reply import ReplyView
 
 
 def chunk(index: int = 0, times: tuple[float, ...] = (), finish: str | None = None, usage: Usage | None = None,
@@ -74,7 +75,7 @@ def test_thinking_block_is_open_while_thinking_and_closed_with_duration_and_toke
 
 
 def test_stats_come_from_the_engine_timeline_and_usage() -> None:
-    s = stats.compute(thinking_reply())
+    s = thinking_reply().stats()
     assert (s.prompt_tokens, s.cached_tokens, s.completion_tokens, s.reasoning_tokens) == (15, 3, 5, 3)
     assert s.ttft_ms == 100.0 and s.e2e_ms == 150.0 and s.queue_ms == 2.0 and s.prefill_ms == 98.0
     assert s.decode_tps == pytest.approx(4 / 0.05)  # tokens after the first over their time
@@ -86,7 +87,7 @@ def test_stats_come_from_the_engine_timeline_and_usage() -> None:
 def test_preparation_is_split_off_the_prefill() -> None:
     view = thinking_reply()
     view.first.prepare_ms = 30.0  # what the service puts on the first timeline: media, template, tokens
-    s = stats.compute(view)
+    s = view.stats()
     assert (s.prepare_ms, s.queue_ms, s.prefill_ms) == (30.0, 2.0, 68.0)
     assert 'data-stat="preparation">30 ms<' in stats.table_html(s)
     assert "preparation 30.0 ms" in timeline.svg(view.first)

@@ -28,7 +28,7 @@ def timeline_frame(result: ChatResult) -> pd.DataFrame:
     return pd.DataFrame({
         "token": column(result.tokens),
         "time_ms": times,
-        "gap_ms": [times[0], *(b - a for a, b in zip(times, times[1:]))] if times else [],
+        "gap_ms": result.first.gaps_ms,
         "batch_size": column(result.batch_sizes),
         "queue_wait_us": column(result.queue_waits_us),
     })  # fmt: skip

@@ -1,8 +1,8 @@
-"""Chunks -> one reply with its reasoning, tool calls, logprobs and the engine's statistics, as notebooks want them.
+"""One reply as notebooks want it: its text, reasoning, tool calls, logprobs and the engine's statistics.
 
-Folds the same ChatCompletionChunk objects the UI renders into the UI's own `ReplyView`, reads its numbers
-through the UI's `stats.compute`, and folds tool-call deltas with the API's own `merge_tool_call`, so neither the
-page nor a non-stream response can disagree with a notebook.
+A ChatResult folds nothing itself: its chunks go into the page's own fold (`ReplyView`, playground/reply.py) and it
+reads that, statistics included (`ReplyView.stats()`), so the page, a notebook and the API's fold of the same stream
+cannot disagree, and a number the backend did not give is None here as it is "not provided" on the page.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.protocol.response import ChatCompletionChunk, LogprobEntry, ToolCallItem
-from engine.serving.fold import merge_tool_call
+from engine.protocol.response import ChatCompletionChunk, LogprobEntry
 from playground import stats as reply_stats
-from playground.render import ReplyView, Throttle
+from playground.render import Throttle
+from playground.reply import ChoiceView, ReplyView
 
 
 @dataclass(frozen=True)
@@ -44,57 +44,45 @@ class ToolCall:
 @dataclass(repr=False)
 class ChatResult:
     view: ReplyView = field(default_factory=ReplyView)
-    id: str = ""
-    reasoning: str | None = None  # None: the reply carried no reasoning part at all
-    logprobs: list[LogprobEntry] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)  # empty from a remote backend (not on the wire)
-    queue_waits_us: list[int] = field(default_factory=list)  # µs per token, from the timeline or the usage
-    prefill_time: int | None = None  # ms to the first token, from the closing chunk
-    decode_time_arr: list[int] = field(default_factory=list)  # ms per later token, from the closing chunk
     throttle: Throttle = field(default_factory=Throttle)
-    transcription: list[dict[str, Any]] | None = None  # audio parts the server transcribed: {message, part, text}
-    wire_calls: list[ToolCallItem] = field(default_factory=list)  # tool-call deltas, folded as the API does
 
     def add(self, chunk: ChatCompletionChunk) -> bool:
-        """Fold one chunk in (choice 0 only); True when a live display should re-render now."""
-        self.id = self.id or chunk.id
-        self.transcription = self.transcription or chunk.transcription
-        for c in chunk.choices:
-            if c.index != 0:
-                continue
-            if c.delta.reasoning_content is not None:
-                self.reasoning = (self.reasoning or "") + c.delta.reasoning_content
-            for part in c.delta.tool_calls or []:
-                merge_tool_call(self.wire_calls, part)
-            if c.logprobs is not None:
-                self.logprobs += c.logprobs.content
-            if c.finish_reason is not None and chunk.decode_time_arr is not None:
-                self.prefill_time, self.decode_time_arr = chunk.prefill_time, list(chunk.decode_time_arr)
-        if chunk.timeline is not None and (not chunk.choices or chunk.choices[0].index == 0):
-            self.token_ids += chunk.timeline.token_ids
-            self.queue_waits_us += chunk.timeline.queue_waits_us
+        """Fold one chunk in; True when a live display should re-render now."""
         self.view.add(chunk)
         self.view.done = self.view.done or (chunk.usage is not None and not chunk.choices)
-        first = self.view.choices.get(0)
-        if chunk.usage is not None and not chunk.choices and first is not None:
-            # a remote stream has no timeline: take the usage's lists
-            self.queue_waits_us = self.queue_waits_us or list(chunk.usage.queue_wait_time)
-            first.batch_sizes = first.batch_sizes or list(chunk.usage.batch_size)
         return self.throttle.due() or any(c.finish_reason for c in chunk.choices)
 
-    # ---- what a notebook reads --------------------------------------------------------------------------------
+    # ---- what a notebook reads (choice 0) -----------------------------------------------------------------------
+    @property
+    def first(self) -> ChoiceView:
+        return self.view.first
+
+    @property
+    def id(self) -> str:
+        return self.view.id
+
     @property
     def reply(self) -> str:
-        return self.view.first.content
+        return self.first.content
+
+    @property
+    def reasoning(self) -> str | None:
+        """None: the reply carried no reasoning part at all."""
+        return self.first.reasoning if self.first.reasoning_part else None
 
     @property
     def finish_reason(self) -> str | None:
-        return self.view.first.finish_reason
+        return self.first.finish_reason
+
+    @property
+    def transcription(self) -> list[dict[str, Any]] | None:
+        """Audio parts the server transcribed: {message, part, text}."""
+        return self.view.transcription
 
     @property
     def tool_calls(self) -> list[ToolCall]:
         """The calls the model asked for (finish_reason "tool_calls"), in order; empty when it just answered."""
-        return [ToolCall(c.id or "", c.function.name or "", c.function.arguments or "") for c in self.wire_calls]
+        return [ToolCall(c.id or "", c.function.name or "", c.function.arguments or "") for c in self.first.tool_calls]
 
     def message(self) -> dict[str, Any]:
         """This reply as the assistant turn of the next request's messages, tool calls included.
@@ -102,7 +90,7 @@ class ChatResult:
         The reasoning stays out (chat templates drop earlier thinking anyway), and content that is only the
         whitespace around tool calls is sent as "" (it carries nothing, and a template would render it)."""
         turn: dict[str, Any] = {"role": "assistant", "content": self.reply if self.reply.strip() else ""}
-        if self.wire_calls:
+        if self.first.tool_calls:
             turn["tool_calls"] = [call.wire() for call in self.tool_calls]
         return turn
 
@@ -111,12 +99,33 @@ class ChatResult:
         return self.view.usage_of(0)
 
     @property
+    def logprobs(self) -> list[LogprobEntry]:
+        return self.first.logprobs
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Empty from a remote backend (not on the wire)."""
+        return self.first.token_ids
+
+    @property
     def token_times_ms(self) -> list[float]:
-        return self.view.first.times_ms
+        return self.first.times_ms
 
     @property
     def batch_sizes(self) -> list[int]:
-        return self.view.first.batch_sizes
+        return self.first.batch_sizes
+
+    @property
+    def queue_waits_us(self) -> list[int]:
+        return self.first.queue_waits_us
+
+    @property
+    def prefill_time(self) -> int | None:
+        return self.first.prefill_time
+
+    @property
+    def decode_time_arr(self) -> list[int]:
+        return self.first.decode_time_arr
 
     @property
     def completion_tokens(self) -> int:
@@ -136,26 +145,25 @@ class ChatResult:
         return min(e.logprob for e in self.logprobs) if self.logprobs else math.nan
 
     def stats(self) -> dict[str, Any]:
-        """One flat row of numbers: what the sweep and latency tables are made of."""
-        usage, s = self.usage, reply_stats.compute(self.view)
-        sizes = self.batch_sizes
+        """One flat row of numbers: what the sweep and latency tables are made of (None: not given)."""
+        s = self.view.stats()
         return {
-            "prompt_tokens": usage.prompt_tokens if usage is not None else None,
-            "cached_tokens": usage.prompt_tokens_details.cached_tokens if usage is not None else None,
+            "prompt_tokens": s.prompt_tokens,
+            "cached_tokens": s.cached_tokens,
             "completion_tokens": self.completion_tokens,
-            "ttft_ms": s.ttft_ms if s.ttft_ms is not None else math.nan,
-            "tokens_per_s": s.decode_tps or 0.0,
-            "e2e_ms": self.token_times_ms[-1] if self.token_times_ms else math.nan,
-            "max_batch_size": max(sizes) if sizes else 0,
-            "mean_queue_wait_us": sum(self.queue_waits_us) / len(self.queue_waits_us) if self.queue_waits_us else 0,
+            "ttft_ms": s.ttft_ms,
+            "tokens_per_s": s.decode_tps,
+            "e2e_ms": s.e2e_ms,
+            "max_batch_size": s.max_batch,
+            "mean_queue_wait_us": s.mean_queue_wait_us,
             "finish_reason": self.finish_reason,
         }
 
     def stats_html(self) -> str:
-        return rows_html([(label, value) for label, value, _ in reply_stats.rows(reply_stats.compute(self.view))])
+        return rows_html([(label, value) for label, value, _ in reply_stats.rows(self.view.stats())])
 
     def __repr__(self) -> str:
-        calls = f", tool_calls={[f'{c.name}({c.arguments})' for c in self.tool_calls]}" if self.wire_calls else ""
+        calls = f", tool_calls={[f'{c.name}({c.arguments})' for c in self.tool_calls]}" if self.first.tool_calls else ""
         return (f"ChatResult(reply={self.reply!r}{calls}, finish_reason={self.finish_reason!r}, "
                 f"completion_tokens={self.completion_tokens})")  # fmt: skip
 
