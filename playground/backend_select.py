@@ -1,64 +1,25 @@
 """The page's backend selector: per browser session, the embedded engine (default) or a remote OpenAI-compatible
 server (MindIE, vLLM, vLLM-Ascend, this app elsewhere) by URL, API key and model name.
 
-Either way the page gets an object it can iterate for `ChatCompletionChunk`s and `abort()` from Stop: the
-embedded `Generation` itself, or `RemoteGeneration` around the seam's RemoteBackend stream (playground/backend.py,
-which parses the remote SSE into the same chunks).
+Either way the page gets a running request it can iterate for `ChatCompletionChunk`s, `abort()` from Stop and
+`close()`: the request policy's run, or the seam's RemoteBackend.start() (playground/remote.py, which parses the
+remote SSE into the same chunks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from engine.protocol.request import ChatCompletionRequest
-from engine.protocol.response import ChatCompletionChunk
 from engine.serving.policy import CallContext, RequestPolicy
-from playground.backend import RemoteBackend
+from playground.backend import connect as connect_backend
+from playground.remote import RemoteBackend
 
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"
-
-
-class RemoteGeneration:
-    """A remote stream with the embedded Generation's shape: iterate chunks, `abort()` from another task.
-    `prime()` waits for the first chunk, so a refusal (HTTP 4xx) surfaces before anything is shown."""
-
-    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
-        self._it = chunks
-        self._first: list[ChatCompletionChunk] = []
-        self._current: asyncio.Future | None = None
-        self._aborted = False
-
-    async def prime(self) -> RemoteGeneration:
-        with contextlib.suppress(StopAsyncIteration):
-            self._first.append(await self.__anext__())
-        return self
-
-    def __aiter__(self) -> RemoteGeneration:
-        return self
-
-    async def __anext__(self) -> ChatCompletionChunk:
-        if self._first:
-            return self._first.pop()
-        if self._aborted:
-            raise StopAsyncIteration
-        self._current = asyncio.ensure_future(self._it.__anext__())
-        try:
-            return await self._current
-        except asyncio.CancelledError:
-            if self._aborted:  # cancelling the read closed the HTTP stream: the remote server sees the disconnect
-                raise StopAsyncIteration from None
-            raise
-
-    def abort(self) -> None:
-        self._aborted = True
-        if self._current is not None and not self._current.done():
-            self._current.cancel()
 
 
 @dataclass
@@ -81,11 +42,11 @@ class Selection:
 
     async def start(self, policy: RequestPolicy, req: ChatCompletionRequest, caller: CallContext) -> Any:
         """The running request: the embedded engine's, through the deployment's request policy (the API's own
-        admission, limits, timeout, moderation, metrics and access log), or a primed RemoteGeneration (the remote
+        admission, limits, timeout, moderation, metrics and access log), or the remote one, primed (the remote
         server applies its own)."""
         if self.remote is None:
             return await policy.run(req, caller)
-        return await RemoteGeneration(self.remote.stream(req)).prime()
+        return await self.remote.start(req)
 
 
 def refusal(url: str, settings: Any) -> str | None:
@@ -122,6 +83,7 @@ async def connect(kind: str, url: str, api_key: str, model: str, settings: Any =
     reason = refusal(url.strip(), settings)
     if reason is not None:
         raise ValueError(reason)
-    backend = await asyncio.to_thread(RemoteBackend, url.strip(), (model or "").strip() or None,
-                                      (api_key or "").strip() or None)  # fmt: skip
+    backend = await asyncio.to_thread(connect_backend, url.strip(), model=(model or "").strip() or None,
+                                      api_key=(api_key or "").strip() or None)  # fmt: skip
+    assert isinstance(backend, RemoteBackend)
     return Selection(backend)

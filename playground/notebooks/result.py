@@ -11,12 +11,15 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.protocol.response import ChatCompletionChunk, LogprobEntry
 from playground import stats as reply_stats
 from playground.render import Throttle
 from playground.reply import ChoiceView, ReplyView
+
+if TYPE_CHECKING:
+    from playground.backend import ChatBackend
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ class ToolCall:
 class ChatResult:
     view: ReplyView = field(default_factory=ReplyView)
     throttle: Throttle = field(default_factory=Throttle)
+
+    @classmethod
+    def of(cls, backend: ChatBackend) -> ChatResult:
+        """An empty result for one request of `backend` (its kind names what the statistics lack)."""
+        return cls(ReplyView(backend=backend.kind))
 
     def add(self, chunk: ChatCompletionChunk) -> bool:
         """Fold one chunk in; True when a live display should re-render now."""

@@ -86,7 +86,7 @@ class ChatPanel:
         reply = ReplyBox()
         self.turns.children = (*self.turns.children, w.HTML(f"<b>you</b>{text_html(text)}"), reply.widget)
         messages = ([{"role": "system", "content": self.system}] if self.system.strip() else []) + self.history
-        result = ChatResult()
+        result = ChatResult.of(self.backend)
         self.results.append(result)
         try:
             async for chunk in self.backend.stream(self.backend.request(messages, **self.params)):
@@ -169,7 +169,7 @@ class ParameterExplorer:
 
     async def _run(self) -> ChatResult:
         params = {**self.values(), **self.fixed, "logprobs": True, "top_logprobs": self.top_logprobs}
-        result = ChatResult()
+        result = ChatResult.of(self.backend)
         try:
             async for chunk in self.backend.stream(self.backend.request(self.messages, **params)):
                 if result.add(chunk):

@@ -1,0 +1,177 @@
+"""The seam's remote side: an OpenAI-compatible server (this app, MindIE, vLLM, ...) at a URL, its SSE parsed back
+into the same `ChatCompletionChunk`s the embedded engine yields.
+
+A remote stream carries no engine timeline, so each chunk is stamped with the time it arrived here (ms since the
+request was sent): its TTFT and tokens/s include the network, which is what a client of that server sees. What
+else it carries (usage; MindIE's per-token batch sizes and queue waits when the server sends perf stats) is read
+by the fold, playground/reply.py, like any chunk's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from engine.protocol.errors import ApiError
+from engine.protocol.request import ChatCompletionRequest
+from engine.protocol.response import ChatCompletionChunk, TokenTimeline
+from engine.serving.policy import CallContext
+from playground.backend import ChatBackend
+
+
+class RemoteError(ApiError):
+    """An error answer from a remote server, with its HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RemoteBackend(ChatBackend):
+    """An OpenAI-compatible server at `url` (with or without the /v1); `model` None: its first model."""
+
+    kind = "remote"
+
+    def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = 300) -> None:
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = timeout
+        self.model = model or self._first_model()
+
+    def _first_model(self) -> str:
+        r = httpx.get(f"{self.url}/v1/models", headers=self.headers, timeout=self.timeout)
+        if r.status_code != 200:
+            raise RemoteError(error_message(r.text), r.status_code)
+        return r.json()["data"][0]["id"]
+
+    async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> RemoteRun:
+        """The stream, primed: its first chunk is in, so a refusal (HTTP 4xx) raises here. The remote server
+        applies its own limits; `ctx` is not sent."""
+        return await RemoteRun(self._chunks(req)).prime()
+
+    async def _chunks(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+        body = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        parser = SSEChunks()
+        async with (
+            httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client,
+            client.stream("POST", f"{self.url}/v1/chat/completions", json=body) as r,
+        ):
+            if r.status_code != 200:
+                raise RemoteError(error_message((await r.aread()).decode("utf-8", "replace")), r.status_code)
+            async for line in r.aiter_lines():
+                chunk = parser.line(line)
+                if chunk is not None:
+                    yield chunk
+
+    def label(self) -> str:
+        return f"backend: remote {self.url} · {self.model}"
+
+    def __repr__(self) -> str:
+        return f"RemoteBackend(url={self.url!r}, model={self.model!r})"
+
+
+class RemoteRun:
+    """A remote stream with the embedded run's shape: iterate chunks, `abort()` from another task, `close()`.
+    Aborting cancels the read in progress, which closes the HTTP stream: the remote server sees the disconnect."""
+
+    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        self._it = chunks
+        self._first: list[ChatCompletionChunk] = []
+        self._current: asyncio.Future | None = None
+        self._aborted = False
+
+    async def prime(self) -> RemoteRun:
+        with contextlib.suppress(StopAsyncIteration):
+            self._first.append(await self.__anext__())
+        return self
+
+    def __aiter__(self) -> RemoteRun:
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        if self._first:
+            return self._first.pop()
+        if self._aborted:
+            raise StopAsyncIteration
+        self._current = asyncio.ensure_future(self._it.__anext__())
+        try:
+            return await self._current
+        except asyncio.CancelledError:
+            if self._aborted:
+                raise StopAsyncIteration from None
+            raise
+
+    def abort(self) -> None:
+        self._aborted = True
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    def close(self) -> None:
+        reading = self._current is not None and not self._current.done()
+        self.abort()
+        if not reading:  # between reads: close the stream's generator (and its HTTP response) now
+            with contextlib.suppress(RuntimeError):  # no running loop: it closes when collected
+                asyncio.ensure_future(self._it.aclose())  # type: ignore[attr-defined]
+
+
+def error_message(text: str) -> str:
+    """The message of a MindIE (`{"error": "..."}`) or OpenAI (`{"error": {"message": ...}}`) error body."""
+    try:
+        err = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return text[:500]
+    return err.get("message", str(err)) if isinstance(err, dict) else str(err)
+
+
+class SSEChunks:
+    """One /v1 SSE stream -> ChatCompletionChunk objects with a client-side timeline (arrival times).
+
+    Tokens per chunk: the logprob entries when present, else one per non-empty delta; the closing chunk is padded
+    up to the usage's completion_tokens when it carries usage (engines may pack several tokens per chunk).
+    """
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.count = 0
+
+    def line(self, line: str) -> ChatCompletionChunk | None:
+        if not line.startswith("data:"):
+            return None  # blank separators and ":" comments (keep-alives)
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            return None
+        obj = json.loads(payload)
+        if "error" in obj and "choices" not in obj:
+            raise RemoteError(error_message(payload), 500)
+        return self.chunk(obj)
+
+    def chunk(self, obj: dict[str, Any]) -> ChatCompletionChunk:
+        now = (time.perf_counter() - self.started) * 1000
+        usage = obj.get("usage")
+        if usage and usage.get("prompt_tokens_details") is None:
+            usage.pop("prompt_tokens_details", None)  # vLLM sends null
+        for choice in obj.get("choices", []):
+            for entry in (choice.get("logprobs") or {}).get("content") or []:
+                entry["bytes"] = entry.get("bytes") or []
+                for top in entry.get("top_logprobs") or []:
+                    top["bytes"] = top.get("bytes") or []
+        chunk = ChatCompletionChunk.model_validate(obj)
+        if not chunk.choices or chunk.choices[0].index != 0:
+            return chunk  # the timeline follows choice 0, as the UI's does
+        c = chunk.choices[0]
+        if c.logprobs is not None and c.logprobs.content:
+            count = len(c.logprobs.content)
+        else:
+            count = int(bool(c.delta.content or c.delta.reasoning_content or c.delta.tool_calls))
+        if c.finish_reason is not None and chunk.usage is not None:
+            count = max(0, chunk.usage.completion_tokens - self.count)
+        if count:
+            self.count += count
+            chunk.timeline = TokenTimeline(token_times_ms=[now] * count)
+        return chunk
