@@ -29,7 +29,9 @@ def apply_penalties(logits: torch.Tensor, row: Row) -> torch.Tensor:
     if p.repetition_penalty != 1.0:
         seen = torch.tensor(sorted(set(row.prompt_ids) | set(row.output_ids)), device=logits.device)
         vals = logits[seen]
-        logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        # A tiny penalty (the range is (0, 2]) would overflow float32 to inf, and inf makes softmax NaN.
+        raised = (vals / p.repetition_penalty).clamp(max=torch.finfo(vals.dtype).max)
+        logits[seen] = torch.where(vals > 0, raised, vals * p.repetition_penalty)
     if (p.presence_penalty or p.frequency_penalty) and row.output_ids:
         ids, counts = torch.tensor(row.output_ids, device=logits.device).unique(return_counts=True)
         logits[ids] -= p.frequency_penalty * counts.to(logits.dtype) + p.presence_penalty
@@ -56,7 +58,10 @@ def choose(logits: torch.Tensor, row: Row) -> int:
     logits = apply_penalties(logits, row)
     if p.greedy:
         return int(torch.argmax(logits))
-    logits = filter_top_k_top_p(logits / p.temperature, p.top_k, p.top_p)
+    scaled = logits / p.temperature
+    if not torch.isfinite(scaled.max()):  # a temperature so small it overflows float32: its limit is greedy
+        return int(torch.argmax(logits))
+    logits = filter_top_k_top_p(scaled, p.top_k, p.top_p)
     probs = logits.softmax(-1)
     return int(torch.multinomial(probs, 1, generator=row.generator))
 

@@ -1,19 +1,32 @@
-"""The OpenAPI document's chat routes: request bodies, responses and credentials as the routes really take them.
+"""The OpenAPI document: request bodies, responses and credentials as the routes really take and answer them.
 
 The chat routes read the raw body themselves (413 before parsing, 422/400 bodies of their own), so FastAPI cannot
 infer their schemas; they are attached here from the one pydantic request model, with each route's differences
 (§2.1, §2.2, §2.5): `model` required on /v1 and V2 only, `stream` also a string on Pangu routes, `role` optional
-on V1, and the narrower Pangu ranges when `pangu_strict_limits` is on.
+on V1, and the narrower Pangu ranges when `pangu_strict_limits` is on. openapi_rules.py adds what validation
+refuses beyond the fields' own types and ranges (per-role message rules, cross-field rules, server caps and, once
+the model is loaded, its name and input modalities); openapi_responses.py lists every status a route answers.
+The document is rebuilt until the model has loaded, then kept.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Callable
 from typing import Any
 
 from engine.config import Settings
-from engine.protocol.pangu import MAX_MESSAGES
-from engine.protocol.request import ChatCompletionRequest, Route
+from engine.http.openapi_responses import (
+    CHAT_ERROR_SCHEMAS,
+    ERROR_SCHEMAS,
+    SUCCESS_SCHEMAS,
+    chat_responses,
+    model_responses,
+)
+from engine.http.openapi_rules import Deployment, message_variants, ref, tighten_defs, tighten_request
+from engine.protocol.errors import ApiError, RequestValidationError
+from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 
 REF = "#/components/schemas/{model}"
 SCHEMA_NAMES: dict[Route, str] = {
@@ -26,46 +39,32 @@ SECURITY: dict[Route, list[dict[str, list[str]]]] = {
     "pangu_v2": [{"BearerKey": []}],
     "pangu_v1": [{"PanguAuthToken": []}, {"PanguAppCode": []}],
 }
-_V1_ERROR = {"type": "object", "required": ["error", "error_type"],
-             "properties": {"error": {"type": "string"}, "error_type": {"type": "string"}}}  # fmt: skip
-_ERRORS: dict[Route, dict[str, Any]] = {
-    "v1": _V1_ERROR,
-    "pangu_v2": {
-        "type": "object",
-        "required": ["error", "id"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "type", "message"],
-                "properties": {k: {"type": "string"} for k in ("code", "type", "message")},
-            },  # fmt: skip
-            "id": {"type": "string"},
-        },
-    },
-    "pangu_v1": {
-        "type": "object",
-        "required": ["error_code", "error_msg", "details"],
-        "properties": {
-            "error_code": {"type": "string"},
-            "error_msg": {"type": "string"},
-            "details": {"type": "array", "items": _V1_ERROR},
-        },  # fmt: skip
-    },
-}
-_STATUSES: dict[Route, dict[str, str]] = {
-    "v1": {"401": "Missing or wrong credentials", "413": "Body too large", "422": "Invalid request",
-           "429": "Too many concurrent requests from this client", "503": "Loading, draining or queue full"},
-    "pangu_v2": {"400": "Invalid request (PANGU.0010, .3278, .3320, .3321)", "401": "PANGU.0011 / PANGU.0012",
-                 "413": "Body too large (PANGU.0010)", "429": "Queue or client limit (PANGU.3267)",
-                 "500": "Inner service exception (PANGU.0031)"},
-}  # fmt: skip
-_STATUSES["pangu_v1"] = {**_STATUSES["pangu_v2"], "404": "Deployment does not exist (PANGU.3254)"}
+MODEL_PATHS = {"/v1/models": False, "/v1/models/{model_id}": True}
 
 
-def request_schemas(settings: Settings) -> dict[str, Any]:
+def deployment(settings: Settings, service: Any = None) -> Deployment:
+    """The server's caps, and the loaded model's facts when `service` (a ChatService) is given."""
+    caps = {"max_n": settings.max_n, "max_new_tokens": settings.max_new_tokens,
+            "pangu_strict": settings.pangu_strict_limits}  # fmt: skip
+    if service is None:
+        return Deployment(**caps)
+    probe = parse_chat_request({"model": service.served_name, "messages": [{"role": "user", "content": "hi"}],
+                                "tools": [{"type": "function", "function": {"name": "probe"}}]})  # fmt: skip
+    try:
+        service.tool_parser_for(probe)  # the check a request with tools meets (the model's own template)
+        tools = True
+    except RequestValidationError:
+        tools = False
+    return Deployment(**caps, model=service.served_name, modalities=tuple(service.input_modalities()), tools=tools,
+                      context_length=service.model.context_length)  # fmt: skip
+
+
+def request_schemas(settings: Settings, service: Any = None) -> dict[str, Any]:
     """Component schemas: the three route variants of the request and the models they reference."""
+    dep = deployment(settings, service)
     base = ChatCompletionRequest.model_json_schema(ref_template=REF)
     defs: dict[str, Any] = base.pop("$defs", {})
+    tighten_defs(defs)
     v1 = copy.deepcopy(base)
     v1["title"] = SCHEMA_NAMES["v1"]
     v1["required"] = ["model", "messages"]
@@ -76,66 +75,89 @@ def request_schemas(settings: Settings) -> dict[str, Any]:
         "default": False,
         "description": "A boolean, or the string 'true' / 'false' (any case) as the Pangu examples send it.",
     }
-    if settings.pangu_strict_limits:
-        props = v2["properties"]
-        props["messages"]["maxItems"] = MAX_MESSAGES
-        for name in ("temperature", "top_p"):
-            props[name]["anyOf"][0] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-        props["n"]["description"] = "1 or 2 without stream, 1 with stream."
-    v2["properties"]["n"].setdefault("description", "Must be 1 when stream is true.")
     pv1 = copy.deepcopy(v2)
     pv1["title"] = SCHEMA_NAMES["pangu_v1"]
     pv1["required"] = ["messages"]
     pv1["properties"]["model"]["description"] = "Ignored: the deployment in the path chooses the model."
-    message = copy.deepcopy(defs["Message"])
-    message["title"] = "PanguV1Message"
-    message["required"] = []
-    message["properties"]["role"]["description"] = "Optional on this route; absent means 'user'."
-    pv1["properties"]["messages"]["items"] = {"$ref": REF.format(model="PanguV1Message")}
-    defs["PanguV1Message"] = message
-    for name, schema in (("v1", v1), ("pangu_v2", v2), ("pangu_v1", pv1)):
-        defs[SCHEMA_NAMES[name]] = schema  # type: ignore[index]
-    for route in ("v1", "pangu_v2", "pangu_v1"):
-        defs[f"{SCHEMA_NAMES[route]}Error"] = _ERRORS[route]  # type: ignore[index]
-    return defs
+    strict = dep.pangu_strict
+    messages = {"Message": (v1, False, False), "PanguV1Message": (pv1, strict, True)}
+    if strict:  # V2 messages are text only
+        messages["PanguV2Message"] = (v2, True, False)
+    for name, (schema, text_only, role_optional) in messages.items():
+        message = copy.deepcopy(defs["Message"])
+        message["title"] = name
+        if role_optional:
+            message["required"] = []
+            message["properties"]["role"]["description"] = "Optional on this route; absent means 'user'."
+        message["anyOf"] = message_variants(dep.modalities, text_only=text_only, role_optional=role_optional)
+        defs[name] = message
+        schema["properties"]["messages"]["items"] = ref(name)
+    for route, schema in (("v1", v1), ("pangu_v2", v2), ("pangu_v1", pv1)):
+        tighten_request(schema, dep, pangu=route != "v1")
+        defs[SCHEMA_NAMES[route]] = schema  # type: ignore[index]
+    return {**defs, **ERROR_SCHEMAS, **SUCCESS_SCHEMAS}
 
 
 def route_extra(route: Route, summary: str) -> dict[str, Any]:
     """`openapi_extra` of one chat route: its request body, its responses and its credentials."""
-    name = SCHEMA_NAMES[route]
-    error = {"application/json": {"schema": {"$ref": REF.format(model=f"{name}Error")}}}
-    ok = {
-        "description": "A chat.completion object, or with `stream` an SSE stream of chat.completion.chunk events.",
-        "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {"schema": {"type": "string"}}},
-    }  # fmt: skip
-    responses: dict[str, Any] = {"200": ok}
-    responses.update({code: {"description": text, "content": error} for code, text in _STATUSES[route].items()})
+    assert route in CHAT_ERROR_SCHEMAS
     return {
         "summary": summary,
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"$ref": REF.format(model=name)}}},
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=SCHEMA_NAMES[route])}}},
         },
-        "responses": responses,
+        "responses": chat_responses(route),
         "security": SECURITY[route],
     }
 
 
-def install(app: Any, settings: Settings) -> None:
-    """Extend FastAPI's generated document with the request schemas and the security schemes."""
+def _service_getter(app: Any) -> Callable[[], Any] | None:
+    """How the app reaches its ChatService: its request policy's, else its metrics' getter (None while loading)."""
+    for holder, name in (("policy", "service"), ("metrics", "get_service")):
+        getter = getattr(getattr(app.state, holder, None), name, None)
+        if getter is not None:
+            return getter
+    return None
+
+
+def install(app: Any, settings: Settings, service: Callable[[], Any] | None = None) -> None:
+    """Extend FastAPI's generated document with the request schemas, every route's statuses and the security
+    schemes. `service` returns the ChatService (raising ApiError while loading); by default the app's policy's."""
     generate = app.openapi
 
+    def loaded() -> Any:
+        getter = service or _service_getter(app)
+        try:
+            return getter() if getter is not None else None
+        except ApiError:
+            return None
+
+    final: list[dict[str, Any]] = []  # the document once the model is known
+
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            doc = generate()
-            components = doc.setdefault("components", {})
-            components.setdefault("schemas", {}).update(request_schemas(settings))
-            components["securitySchemes"] = {
-                "BearerKey": {"type": "http", "scheme": "bearer", "description": "One of --api-keys."},
-                "PanguAuthToken": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"},
-                "PanguAppCode": {"type": "apiKey", "in": "header", "name": "X-Apig-AppCode"},
-            }
-            app.openapi_schema = doc
-        return app.openapi_schema
+        if final:
+            return final[0]
+        svc = loaded()
+        app.openapi_schema = None  # FastAPI's own cache of what generate() builds
+        doc = copy.deepcopy(generate())
+        for path, one in MODEL_PATHS.items():
+            for op in doc.get("paths", {}).get(path, {}).values():
+                op["responses"] = model_responses(one)
+                op["security"] = SECURITY["v1"]
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        if "HTTPValidationError" not in json.dumps(doc["paths"]):  # FastAPI's own 422, which no route answers
+            schemas.pop("HTTPValidationError", None)
+            schemas.pop("ValidationError", None)
+        schemas.update(request_schemas(settings, svc))
+        doc["components"]["securitySchemes"] = {
+            "BearerKey": {"type": "http", "scheme": "bearer", "description": "One of --api-keys."},
+            "PanguAuthToken": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"},
+            "PanguAppCode": {"type": "apiKey", "in": "header", "name": "X-Apig-AppCode"},
+        }
+        app.openapi_schema = doc
+        if svc is not None:
+            final.append(doc)
+        return doc
 
     app.openapi = openapi
