@@ -11,23 +11,24 @@ import gradio as gr
 
 from playground import attachments, capabilities
 from playground.attachments import BASE64, URL
+from playground.session import Session
 
 SEND_AS = [("base64 (data URL / input_audio)", BASE64), ("URL (pasted URL; file:// path of an upload)", URL)]
 VIDEO_TYPES = [".mp4", ".avi", ".wmv"]
 
 
 class AttachHandlers:
-    def __init__(self, get_service: Callable[[], Any], is_remote: Callable[[str], bool] = lambda key: False) -> None:
+    def __init__(self, get_service: Callable[[], Any]) -> None:
         self.get_service = get_service
-        self.is_remote = is_remote  # session hash -> whether that session chose a remote backend
 
-    async def attachment(self, part: dict[str, Any], name: str, key: str = "") -> dict[str, Any]:
+    async def attachment(self, part: dict[str, Any], name: str, remote: bool = False) -> dict[str, Any]:
         """{part, preview, summary, refused}: the part as it will be sent, what the server makes of it, and
-        whether the embedded model will refuse its kind (said now, before the user sends)."""
+        whether the embedded model will refuse its kind (said now, before the user sends; `remote`: the session
+        chose a remote backend, whose server decides)."""
         service = self.get_service()
         preview = await service.preview_media(part) if service is not None else {"error": "the model is loading"}
         line = attachments.summary(preview, part, name)
-        why = None if self.is_remote(key) else capabilities.refusal(service, attachments.kind_of_part(part))
+        why = None if remote else capabilities.refusal(service, attachments.kind_of_part(part))
         if why and not preview.get("error"):
             line += f" · ⚠️ {why}"
         cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
@@ -36,15 +37,15 @@ class AttachHandlers:
         return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
     async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]],
-                       key: str = "") -> tuple:  # fmt: skip
+                       remote: bool = False) -> tuple:  # fmt: skip
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
         part = attachments.file_part(path, kind, send_as)
-        item = {**await self.attachment(part, Path(path).name, key), "path": path}
+        item = {**await self.attachment(part, Path(path).name, remote), "path": path}
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), None  # the input clears, ready for the next one
 
-    async def add_url(self, url: str, pending: list[dict[str, Any]], request: gr.Request) -> tuple:
+    async def add_url(self, url: str, pending: list[dict[str, Any]], session: Session) -> tuple:
         url = (url or "").strip()
         kind = attachments.kind_of(url)
         if not url:
@@ -53,9 +54,7 @@ class AttachHandlers:
             exts = ", ".join(attachments.MIME_OF)
             warn = f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>'
             return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
-        item = await self.attachment(
-            attachments.url_part(url, kind), url.rsplit("/", 1)[-1], request.session_hash or ""
-        )
+        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote)
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), ""
 
@@ -65,13 +64,13 @@ class AttachHandlers:
 
 
 def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
-    async def add(path: str | None, send_as: str, pending: list[dict[str, Any]], request: gr.Request) -> tuple:
-        return await h.add_file(path, kind, send_as, pending, request.session_hash or "")
+    async def add(path: str | None, send_as: str, pending: list[dict[str, Any]], session: Session) -> tuple:
+        return await h.add_file(path, kind, send_as, pending, session.remote)
 
     return add
 
 
-def build(h: AttachHandlers, view: gr.HTML) -> tuple[gr.State, gr.HTML]:
+def build(h: AttachHandlers, view: gr.HTML, session: gr.State) -> tuple[gr.State, gr.HTML]:
     """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list and
     the line that says what the current model does with each kind (the page refreshes it with the backend)."""
     pending = gr.State([])
@@ -94,9 +93,10 @@ def build(h: AttachHandlers, view: gr.HTML) -> tuple[gr.State, gr.HTML]:
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
         event = comp.upload if kind == "video" else comp.input
-        event(_adder(h, kind), [comp, send_as, pending], [pending, view, comp], api_name=f"attach_{kind}",
+        event(_adder(h, kind), [comp, send_as, pending, session], [pending, view, comp], api_name=f"attach_{kind}",
               show_progress="minimal")  # fmt: skip
-    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending], [pending, view, audio], api_name=False)
-    gr.on([add.click, url.submit], h.add_url, [url, pending], [pending, view, url], api_name="attach_url")
+    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending, session], [pending, view, audio],
+                         api_name=False)  # fmt: skip
+    gr.on([add.click, url.submit], h.add_url, [url, pending, session], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
     return pending, note

@@ -14,11 +14,13 @@ import gradio as gr
 from engine.protocol.errors import ApiError
 from engine.protocol.request import parse_chat_request
 from playground import controls, stats, timeline
-from playground.chat import LOADING, ChatHandlers, Run, caller, check_text
+from playground.backend import Running
+from playground.chat import LOADING, ChatHandlers, check_text
 from playground.conversation import Conversation, Turn
 from playground.render import Throttle
 from playground.reply import ReplyView
 from playground.request_diff import request_diff, text_diff
+from playground.session import Run, Session, caller
 
 
 def side(view: ReplyView, label: str) -> tuple[str, str]:
@@ -32,7 +34,7 @@ def side(view: ReplyView, label: str) -> tuple[str, str]:
     return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="") + timeline.svg(c)
 
 
-async def run_together(start: Callable[[Any], Awaitable[Any]], bodies: list[dict[str, Any]], run: Run,
+async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,
                        backend: str = "embedded") -> AsyncIterator[list[ReplyView]]:  # fmt: skip
     """Start every body at once (`start`: a parsed request -> its running generation) and yield their views ~10
     times a second until all have finished."""
@@ -70,45 +72,42 @@ class CompareHandlers:
         self.chat = chat
 
     async def ab(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                 preset_b: str, request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+                 session: Session, preset_b: str, request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
         history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
         if not history or history[-1]["role"] == "assistant":
             yield "⚠️ Type a message (or end the chat on a user or tool turn) to compare.", *[gr.skip()] * 4
             return
         bodies = []
         for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):
-            body, problem = self.chat.build(history, system, tools_text, tool_choice, settings,
-                                            request.session_hash or "")  # fmt: skip
+            body, problem = self.chat.build(history, system, tools_text, tool_choice, settings, session)
             if body is None:
                 yield check_text(problem), *[gr.skip()] * 4
                 return
             bodies.append(body)
         labels = ("A · current settings", f"B · {preset_b}")
-        key = request.session_hash or ""
-        chosen, policy, who = self.chat.selection(key), self.chat.policy, caller(request, "ab")
-        with self.chat.running(key) as run:
-            async for views in run_together(lambda req: chosen.start(policy, req, who), bodies, run, chosen.kind):
+        chosen, who = self.chat.backend(session), caller(request, "ab")
+        with session.running() as run:
+            async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):
                 a, b = (side(v, label) for v, label in zip(views, labels))
                 yield "", *a, *b
 
-    async def replay(self, body_text: str, conv: Conversation, request: gr.Request) -> AsyncIterator[str]:
+    async def replay(self, body_text: str, conv: Conversation, session: Session,
+                     request: gr.Request) -> AsyncIterator[str]:  # fmt: skip
         """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
-        key = request.session_hash or ""
-        chosen = self.chat.selection(key)
-        service = self.chat.get_service()
+        chosen, service = self.chat.backend(session), self.chat.get_service()
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:
             yield f"⚠️ The request is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
             return
-        problem = LOADING if service is None and chosen.remote is None else controls.check(body)
+        problem = LOADING if service is None and chosen.kind == "embedded" else controls.check(body)
         if problem:
             yield check_text(problem)
             return
         original = conv.selected_reply()
-        policy, who = self.chat.policy, caller(request, "replay")
-        with self.chat.running(key) as run:
-            async for (view,) in run_together(lambda req: chosen.start(policy, req, who), [body], run, chosen.kind):
+        who = caller(request, "replay")
+        with session.running() as run:
+            async for (view,) in run_together(lambda req: chosen.start(req, who), [body], run, chosen.kind):
                 yield replay_report(view, body, original)
 
 

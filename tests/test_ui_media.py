@@ -204,16 +204,22 @@ def test_the_media_report_shows_under_the_users_turn_and_survives_export() -> No
 def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     """From the first chunk, not when the reply ends: the user sees what the model took before it answers."""
     import asyncio
+    from dataclasses import fields
     from types import SimpleNamespace
 
     from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
-    from playground.chat import OUTPUTS, ChatHandlers, caller
+    from playground.chat import ChatHandlers
+    from playground.chat_outputs import ChatOutputs
+    from playground.session import Session, caller
 
     part = attachments.url_part("data:image/png;base64,AAAA", "image")
     gate = asyncio.Event()
 
     class Gen:
         def abort(self) -> None:
+            gate.set()
+
+        def close(self) -> None:
             gate.set()
 
         async def __aiter__(self):
@@ -228,14 +234,15 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     async def run_request(req: object, ctx: object) -> Gen:  # a request policy whose one request is Gen
         return Gen()
 
-    h = ChatHandlers(SimpleNamespace(get_service=lambda: None, run=run_request))
+    outputs = ChatOutputs(**{f.name: object() for f in fields(ChatOutputs)})  # stand-ins: the updates' keys
+    h = ChatHandlers(SimpleNamespace(get_service=lambda: None, run=run_request), outputs)
     conv = Conversation([Turn("user", "What?", parts=[part], attachments=["🖼 a.png"])])
     body = {"model": "m", "messages": conv.messages(), "stream": True}
 
     async def run() -> list[str]:
         seen = []
-        async for out in h.stream(conv, body, "k", "", caller(None, "chat")):
-            chat = out[OUTPUTS.index("chatbot")]
+        async for out in h.stream(conv, body, Session(), "", caller(None, "chat")):
+            chat = out.get(outputs.chatbot)
             if isinstance(chat, list):
                 seen.append(" | ".join(str(m["content"]) for m in chat))
             gate.set()
@@ -250,7 +257,7 @@ def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> No
     """The Backend tab makes the server open the connection: on a public bind it must not become a way to probe
     the server's own network."""
     from engine.config import Settings
-    from playground.backend_select import refusal
+    from playground.backend_panel import refusal
 
     local = Settings(host="127.0.0.1")
     assert refusal("http://127.0.0.1:8000/v1", local) is None  # a loopback bind: this machine's own users

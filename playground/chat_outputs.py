@@ -1,0 +1,69 @@
+"""What a chat event updates: the chat, the input row and the side panels, as a `{component: value}` dict of only the
+components that change (Gradio leaves the others as they are)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gradio as gr
+
+from playground import attachments, heatmap, snippets, stats, timeline
+from playground.conversation import Conversation, Turn
+from playground.reply import ReplyView
+
+NO_REPLY = '<div class="pg-empty">No reply yet.</div>'
+Update = dict[Any, Any]
+
+
+@dataclass(eq=False)
+class ChatOutputs:
+    """The components every chat event (chat, regenerate, edit, tool_result, undo, clear, select) lists as its
+    outputs, in this order: gradio_client returns them by index, State and layout blocks left out (the order
+    tests/test_ui.py's CHATBOT, BOX, CHECK, ... count on)."""
+
+    chatbot: gr.Chatbot
+    conv: gr.State
+    box: gr.Textbox
+    check: gr.Markdown
+    stats: gr.HTML
+    timeline: gr.HTML
+    heat: gr.HTML
+    cands: gr.HTML
+    req_json: gr.Code
+    curl: gr.Code
+    python: gr.Code
+    raw: gr.Code
+    tool_row: gr.Group
+    tool_call: gr.Dropdown
+    pending: gr.State
+    pending_view: gr.HTML
+
+    def all(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def panels(self, turn: Turn | None, base_url: str, *, final: bool = True) -> Update:
+        """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty."""
+        if turn is None or turn.reply is None:
+            out: Update = {self.stats: NO_REPLY, self.timeline: timeline.svg(ReplyView().first)}
+            if final:
+                out |= {self.heat: heatmap.tokens_html([]), self.cands: heatmap.candidates_html(ReplyView()),
+                        self.req_json: "", self.raw: "", self.curl: "", self.python: ""}  # fmt: skip
+            return out
+        reply = turn.reply
+        out = {self.stats: stats.table_html(reply.stats()), self.timeline: timeline.svg(reply.first)}
+        if final:
+            body = turn.request or {}
+            short = attachments.elide(body)  # copy-paste views: media elided to placeholders
+            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs), self.cands: heatmap.candidates_html(reply),
+                    self.req_json: snippets.as_json(body) if body else "", self.raw: "\n".join(reply.raw),
+                    self.curl: snippets.as_curl(short, base_url) if body else "",
+                    self.python: snippets.as_python(short, base_url) if body else ""}  # fmt: skip
+        return out
+
+    def tool_prompt(self, conv: Conversation) -> Update:
+        """The tool-result row: shown, with the calls waiting for a result, while the last reply has any."""
+        pending = conv.pending_calls()
+        choices = [(f"{name} · {cid}", cid) for cid, name in pending]
+        return {self.tool_row: gr.update(visible=bool(pending)),
+                self.tool_call: gr.update(choices=choices, value=choices[0][1] if choices else None)}  # fmt: skip

@@ -1,0 +1,193 @@
+"""The page's panels, one small builder each, as Gradio's own demos build theirs: each lays out its components
+(inside whatever Row, Column or Tab it is called in) and returns them; playground/ui.py wires the events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from playground import attach_panel, controls, tools_panel
+from playground.attach_panel import AttachHandlers
+from playground.capabilities import header_html
+from playground.i18n import t
+
+SERVICE_HELP = (
+    "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
+    "Click any reply to see its statistics, timeline, tokens and exact request on the right."
+)
+
+
+@dataclass(eq=False)
+class Header:
+    html: gr.HTML
+    dark: gr.Button
+
+
+def header_row() -> Header:
+    with gr.Row():
+        html = gr.HTML(header_html(None))
+        dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
+    return Header(html, dark)
+
+
+@dataclass(eq=False)
+class ToolRow:
+    """Shown while the last reply's tool calls wait for their results."""
+
+    group: gr.Group
+    call: gr.Dropdown
+    saved: gr.Dropdown
+    text: gr.Textbox
+    send: gr.Button
+
+
+def tool_row() -> ToolRow:
+    with gr.Group(visible=False, elem_id="pg-tool-row") as group:
+        gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.", padding=True)
+        with gr.Row():
+            call = gr.Dropdown(label=t("call"), scale=3, choices=[])
+            saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label=t("saved_result"), scale=2)
+        with gr.Row(equal_height=True):
+            text = gr.Textbox(label=t("result"), scale=5, elem_id="pg-tool-result")
+            send = gr.Button(t("send_result"), variant="primary", scale=1, elem_id="pg-tool-send")
+    saved.change(lambda name: tools_panel.SAVED_RESULTS.get(name, gr.skip()), saved, text, api_name=False)
+    return ToolRow(group, call, saved, text, send)
+
+
+@dataclass(eq=False)
+class ChatColumn:
+    chatbot: gr.Chatbot
+    box: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    pending_view: gr.HTML
+    check: gr.Markdown
+    tools: ToolRow
+    regen: gr.Button
+    clear: gr.Button
+    download: gr.DownloadButton
+    upload: gr.UploadButton
+    pending: gr.State
+    caps_note: gr.HTML
+    system: gr.Textbox
+
+
+def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
+    """The chat, its input row, the tool-result row, the chat's own buttons, attachments and the system prompt."""
+    chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat", placeholder=SERVICE_HELP,
+                         buttons=["copy", "copy_all"], feedback_options=None)  # fmt: skip
+    with gr.Row():
+        box = gr.Textbox(placeholder=t("placeholder"), show_label=False, scale=6, lines=1, max_lines=8,
+                         elem_id="pg-input")  # fmt: skip
+        send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
+        stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+    pending_view = gr.HTML("", elem_id="pg-attach-list")
+    check = gr.Markdown("", elem_id="pg-check")
+    tools = tool_row()
+    with gr.Row():
+        regen = gr.Button(t("regenerate"), size="sm")
+        clear = gr.Button(t("clear"), size="sm")
+        download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
+        upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
+    pending, caps_note = attach_panel.build(attach, pending_view, session)
+    system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
+    return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
+                      caps_note, system)  # fmt: skip
+
+
+@dataclass(eq=False)
+class StatsTab:
+    stats: gr.HTML
+    timeline: gr.HTML
+    heat: gr.HTML
+    cands: gr.HTML
+
+
+def stats_tab() -> StatsTab:
+    stats = gr.HTML('<div class="pg-empty">No reply yet.</div>', elem_id="pg-stats")
+    plot = gr.HTML("", elem_id="pg-timeline")
+    with gr.Accordion(t("tokens"), open=True):
+        heat = gr.HTML("", elem_id="pg-heat")
+        cands = gr.HTML("", elem_id="pg-cands")
+    return StatsTab(stats, plot, heat, cands)
+
+
+@dataclass(eq=False)
+class ToolsTab:
+    note: gr.Markdown
+    example: gr.Dropdown
+    code: gr.Code
+    check: gr.Markdown
+    choice: gr.Dropdown
+
+
+def tools_tab() -> ToolsTab:
+    note = gr.Markdown("", elem_id="pg-tools-note")
+    example = gr.Dropdown(list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example")
+    code = gr.Code("", language="json", label=t("tools_json"), lines=12, elem_id="pg-tools")
+    check = gr.Markdown("", elem_id="pg-tools-check")
+    choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto", label="tool_choice", allow_custom_value=False)
+    example.change(lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(), example, code,
+                   api_name=False)  # fmt: skip
+    code.change(tools_changed, [code, choice], [check, choice], api_name=False)
+    return ToolsTab(note, example, code, check, choice)
+
+
+def tools_changed(text: str, current: str | None) -> tuple[str, Any]:
+    """The tools JSON checked as it is typed, and tool_choice's options: auto, none, required and each tool."""
+    tools, problem = tools_panel.parse_tools(text)
+    options = tools_panel.choice_options(tools)
+    value = current if current in options else "auto"
+    message = f"⚠️ {problem}" if problem else (f"✓ {len(tools)} tool(s) valid" if tools else "No tools.")
+    return message, gr.update(choices=options, value=value)
+
+
+@dataclass(eq=False)
+class AbTab:
+    preset_b: gr.Radio
+    go: gr.Button
+    check: gr.Markdown
+    a_md: gr.Markdown
+    a_html: gr.HTML
+    b_md: gr.Markdown
+    b_html: gr.HTML
+
+    def outputs(self) -> list[gr.Component]:
+        return [self.check, self.a_md, self.a_html, self.b_md, self.b_html]
+
+
+def ab_tab() -> AbTab:
+    gr.Markdown("The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
+                "together so the engine batches them. The chat itself is unchanged.")  # fmt: skip
+    with gr.Row():
+        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label=t("b_uses"), scale=3)
+        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+    check = gr.Markdown("", elem_id="pg-ab-check")
+    with gr.Row():
+        with gr.Column(min_width=200):
+            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+        with gr.Column(min_width=200):
+            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+    return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html)
+
+
+@dataclass(eq=False)
+class RequestTab:
+    req_json: gr.Code
+    replay: gr.Button
+    replay_out: gr.Markdown
+    curl: gr.Code
+    python: gr.Code
+    raw: gr.Code
+
+
+def request_tab() -> RequestTab:
+    req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")
+    replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
+    replay_out = gr.Markdown("", elem_id="pg-replay-out")
+    curl = gr.Code("", language="shell", label=t("curl"), lines=4)
+    python = gr.Code("", language="python", label=t("python"), lines=8)
+    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20)
+    return RequestTab(req_json, replay, replay_out, curl, python, raw)

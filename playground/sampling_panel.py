@@ -1,0 +1,73 @@
+"""The Sampling tab: presets, then the request fields (playground/controls.py's knobs) grouped by what they do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from playground import controls
+from playground.controls import Knob
+from playground.i18n import t
+
+GROUPS = (("acc_sampling", controls.SAMPLING, True), ("acc_length", controls.LENGTH, True),
+          ("acc_candidates", controls.CANDIDATES, False), ("acc_format", controls.FORMAT, False),
+          ("acc_thinking", controls.THINKING, False))  # fmt: skip
+
+
+@dataclass(eq=False)
+class SamplingTab:
+    knobs: dict[str, Any]  # request field -> its control
+    preset: gr.Radio
+    thinking_note: gr.Markdown
+
+
+def knob_component(k: Knob) -> gr.Component:
+    label, elem_id = k.label or k.name, f"pg-{k.name}"
+    if k.kind == "slider":
+        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "int":  # no min/max here: an out-of-range number gets the API's own message before sending
+        return gr.Number(value=k.default, precision=0, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "check":
+        return gr.Checkbox(value=k.default, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "choice":
+        return gr.Radio(list(k.choices), value=k.default, label=label, info=k.help, elem_id=elem_id)
+    if k.kind == "code":
+        return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
+    return gr.Textbox(value=k.default, label=label, info=k.help, lines=2 if k.kind == "lines" else 1,
+                      max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
+
+
+def sampling_tab() -> SamplingTab:
+    """The tab's controls; a preset sets the sampling fields it names."""
+    knobs: dict[str, Any] = {}
+    note = None
+    preset = gr.Radio(list(controls.PRESETS), label=t("preset"), value=None, info="Sets the sampling fields below.",
+                      elem_id="pg-preset")  # fmt: skip
+    for title, group, open_ in GROUPS:
+        with gr.Accordion(t(title), open=open_):
+            if group is controls.THINKING:
+                note = gr.Markdown("")
+            for row in rows(group):
+                with gr.Row(equal_height=True):
+                    for k in row:
+                        knobs[k.name] = knob_component(k)
+    assert note is not None
+    preset.change(lambda p: [controls.PRESETS[p][f] for f in controls.PRESET_FIELDS] if p else gr.skip(), preset,
+                  [knobs[f] for f in controls.PRESET_FIELDS], api_name=False)  # fmt: skip
+    return SamplingTab(knobs, preset, note)
+
+
+def rows(group: tuple[Knob, ...]) -> list[list[Knob]]:
+    """Two controls a row, so the whole panel fits a laptop screen; code boxes alone."""
+    out: list[list[Knob]] = []
+    for k in group:
+        last = out[-1] if out else None
+        fits = last is not None and k.kind != "code" and last[0].kind != "code"
+        same = fits and (k.kind == "check") == (last[0].kind == "check")
+        if last is not None and same and len(last) < 2:
+            last.append(k)
+        else:
+            out.append([k])
+    return out

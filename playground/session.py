@@ -1,0 +1,80 @@
+"""One browser session's own state, kept in a `gr.State` (so Gradio holds one per session and drops it with the
+session): the backend its Backend tab chose, and its replies in progress, so Stop (another event) can abort them.
+Also the request context of a page event, which the embedded backend hands to the request policy."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from engine.serving.policy import CallContext, client_of
+from playground.backend import ChatBackend, Running
+
+
+@dataclass
+class Run:
+    """One session's replies in progress (one, or A/B's two), so Stop can abort their requests."""
+
+    gens: list[Running] = field(default_factory=list)
+    stopped: bool = False  # by the user
+
+    def abort(self) -> None:
+        for gen in self.gens:
+            gen.abort()
+
+    def close(self) -> None:
+        """Release every request of the run (the engine slot and the client's admission), finished or not."""
+        for gen in self.gens:
+            gen.close()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.abort()
+
+
+@dataclass
+class Session:
+    backend: ChatBackend | None = None  # chosen on the Backend tab; None: the embedded engine
+    run: Run | None = None
+
+    @property
+    def remote(self) -> bool:
+        return self.backend is not None and self.backend.kind != "embedded"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Run]:
+        """This session's run, reachable from Stop while the block runs."""
+        run = self.run = Run()
+        try:
+            yield run
+        finally:
+            if self.run is run:
+                self.run = None
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.stop()
+
+
+def caller(request: gr.Request | None, endpoint: str) -> CallContext:
+    """The request context of a page event: who asks (the login, else the address, as the API counts an
+    anonymous client) and which Gradio endpoint, for the metrics' route label and the access line."""
+    user = getattr(request, "username", None) if request is not None else None
+    client = getattr(request, "client", None) if request is not None else None
+    return CallContext(client_of(user, getattr(client, "host", None)), f"page:/{endpoint}", "v1", "page")
+
+
+def base_url_of(request: gr.Request | None) -> str:
+    try:
+        return str(request.request.base_url) if request is not None and request.request is not None else ""
+    except AttributeError:
+        return ""
+
+
+def session_key(request: Any) -> str:
+    """The session's name on disk (its download folder)."""
+    return getattr(request, "session_hash", None) or "anonymous"
