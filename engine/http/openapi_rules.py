@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.protocol.messages import FUNCTION_NAME_RE, MEDIA_MODALITY
 from engine.protocol.pangu import MAX_MESSAGES
-from engine.protocol.request import INT32_MAX, MAX_MEDIA_ITEMS, RESERVED_TEMPLATE_KWARGS
+from engine.protocol.request_parts import INT32_MAX, MAX_MEDIA_ITEMS, RESERVED_TEMPLATE_KWARGS
 from engine.protocol.tools import MAX_TOOLS, MAX_TOOLS_DEPTH
 from engine.serving.params import BEAM_MAX_TOKENS
 

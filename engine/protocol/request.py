@@ -9,21 +9,16 @@ chat-template path handling and media decoding.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
 
-from engine.media import sources as media_limits
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.messages import (
     MEDIA_MODALITY,
@@ -42,6 +37,17 @@ from engine.protocol.messages import (
     fail,
     show,
     to_request_error,
+)
+from engine.protocol.request_parts import (
+    INT32_MAX,
+    MAX_CHAT_TEMPLATE_BYTES,
+    RESERVED_TEMPLATE_KWARGS,
+    ModerationConfig,
+    ResponseFormat,
+    Route,
+    StreamOptions,
+    _range,
+    check_media_limits,
 )
 from engine.protocol.tools import (
     MAX_TOOLS,
@@ -76,72 +82,6 @@ __all__ = [
     "json_depth",
     "parse_chat_request",
 ]
-
-Route = Literal["v1", "pangu_v1", "pangu_v2"]
-INT32_MAX = 2_147_483_647
-MAX_CHAT_TEMPLATE_BYTES = 1 << 20
-RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
-                            "chat_template")  # fmt: skip
-
-
-class _Range:
-    """Range check from its label: "[0.0, 2.0]", "(1e-6, 1.0]"; a bracket is inclusive, a parenthesis exclusive.
-    Also writes the bounds into the JSON schema, so the OpenAPI document states the same ranges."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        lo_text, hi_text = (s.strip() for s in label[1:-1].split(","))
-        self.lo, self.hi = (float(t) if any(c in t for c in ".e") else int(t) for t in (lo_text, hi_text))
-
-    def check(self, value: float) -> float:
-        above = value > self.lo if self.label[0] == "(" else value >= self.lo
-        below = value < self.hi if self.label[-1] == ")" else value <= self.hi
-        if not (above and below):  # written this way so NaN fails too
-            raise fail(f"must be in {self.label}, got {show(value)}.")
-        return value
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        out = handler(schema)
-        out["exclusiveMinimum" if self.label[0] == "(" else "minimum"] = self.lo
-        out["exclusiveMaximum" if self.label[-1] == ")" else "maximum"] = self.hi
-        return out
-
-
-_range = _Range
-
-
-class StreamOptions(StrictModel):
-    include_usage: bool = False
-    continuous_usage_stats: bool = False
-
-
-class JSONSchemaFormat(StrictModel):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    schema_: dict[str, Any] = Field(alias="schema")
-    description: str | None = None
-    strict: bool | None = None
-
-
-class ResponseFormat(StrictModel):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JSONSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise fail("", sub="json_schema", missing=True)
-        return self
-
-
-class ModerationConfig(StrictModel):
-    black_glossary_names: list[str] | None = None
-    white_glossary_names: list[str] | None = None
-    question_moderation: bool = True
-    answer_moderation: bool = True
-    show_result: bool = False
 
 
 class ChatCompletionRequest(StrictModel):
@@ -275,7 +215,7 @@ class ChatCompletionRequest(StrictModel):
                     raise bad(f"Parameter {field} is not supported when tools are used (tool_choice is not 'none').")
         if self.thinking_budget is not None and self.enable_thinking and (multi or beam):
             raise bad("chat_template_kwargs.thinking_budget cannot be combined with n or best_of > 1 or beam search.")
-        _check_media_limits(self.messages)
+        check_media_limits(self.messages)
         return self
 
     # ---- derived values the engine uses -------------------------------------------------------------------
@@ -358,46 +298,6 @@ class ChatCompletionRequest(StrictModel):
                 item["tool_calls"] = [_tool_call_dict(call) for call in message.tool_calls]
             out.append(item)
         return out
-
-
-# The limits of spec §2.3, owned by engine/media (which enforces them again on the decoded bytes).
-MAX_MEDIA_ITEMS = media_limits.MAX_ITEMS
-MAX_MEDIA_BYTES = {part: media_limits.MAX_BYTES[kind] for part, kind in media_limits.PART_KINDS.items()}
-MAX_MEDIA_TOTAL = media_limits.MAX_TOTAL_BYTES
-
-
-def _inline_bytes(part: Any) -> int:
-    """Decoded size of inline base64 media (data URL, raw base64 image, input_audio) from its length alone;
-    0 for a URL or a path, whose size is only known once fetched."""
-    if isinstance(part, InputAudioPart):
-        data = part.input_audio.data
-    else:
-        source = getattr(part, part.type)
-        url = source if isinstance(source, str) else source.url
-        if url.startswith("data:"):
-            data = url.partition(",")[2]
-        elif part.type == "image_url" and not url.startswith(("http://", "https://", "file://", "/", ".")):
-            data = url
-        else:
-            return 0
-    return len(data) * 3 // 4 - len(data) + len(data.rstrip("="))
-
-
-def _check_media_limits(messages: list[Message]) -> None:
-    """§2.3: at most 20 media items per request, each and all of them within their decoded-size limits."""
-    parts = [(i, j, part) for i, m in enumerate(messages) if isinstance(m.content, list)
-             for j, part in enumerate(m.content) if not isinstance(part, TextPart)]  # fmt: skip
-    if len(parts) > MAX_MEDIA_ITEMS:
-        raise RequestValidationError(f"A request may carry at most {MAX_MEDIA_ITEMS} media items, got {len(parts)}.")
-    total = 0
-    for i, j, part in parts:
-        size = _inline_bytes(part)
-        if size > MAX_MEDIA_BYTES[part.type]:
-            limit = MAX_MEDIA_BYTES[part.type] >> 20
-            raise RequestValidationError(f"messages[{i}].content[{j}] must be at most {limit} MiB decoded, got {size}.")
-        total += size
-    if total > MAX_MEDIA_TOTAL:
-        raise RequestValidationError(f"All media of a request must be at most 1000 MiB decoded, got {total}.")
 
 
 def _tool_call_dict(call: ToolCall) -> dict[str, Any]:
