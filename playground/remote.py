@@ -162,6 +162,7 @@ class SSEChunks:
                 for top in entry.get("top_logprobs") or []:
                     top["bytes"] = top.get("bytes") or []
         chunk = ChatCompletionChunk.model_validate(obj)
+        chunk.replaces = obj.get("suggestion") == "block"  # an interception chunk: its reply replaces the choice's text
         if not chunk.choices or chunk.choices[0].index != 0:
             return chunk  # the timeline follows choice 0, as the UI's does
         c = chunk.choices[0]

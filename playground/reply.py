@@ -40,7 +40,9 @@ class ChoiceView:
     engine_timeline: bool = False  # the engine's per-token facts came: ids, batch sizes, waits, preparation
     _before_answer: int = 0
 
-    def add(self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None) -> None:
+    def add(self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None,
+            replaces: bool = False) -> None:  # fmt: skip
+        """One chunk of this choice; `replaces`: a moderation interception, whose text replaces what was said."""
         d = c.delta
         if d.reasoning_content is not None:
             self.reasoning_part = True
@@ -57,7 +59,7 @@ class ChoiceView:
                 self.prepare_ms = timeline.prepare_ms
             if self.answer_at is None:
                 self._before_answer += len(timeline.token_ids)
-        self.content += d.content or ""
+        self.content = (d.content or "") if replaces else self.content + (d.content or "")
         for call in d.tool_calls or []:
             merge_tool_call(self.tool_calls, call)
         if c.logprobs is not None:
@@ -179,7 +181,7 @@ class ReplyView:
             return
         for c in chunk.choices:
             view = self.choices.setdefault(c.index, ChoiceView(c.index))
-            view.add(c, chunk.timeline if len(chunk.choices) == 1 else None, chunk.usage)
+            view.add(c, chunk.timeline if len(chunk.choices) == 1 else None, chunk.usage, chunk.replaces)
 
     @property
     def first(self) -> ChoiceView:

@@ -140,3 +140,18 @@ def test_notebook_calls_go_through_the_same_policy(service: Any) -> None:
     finally:
         held.close()
     assert strict.chat(QUESTION, max_tokens=3, temperature=0).reply
+
+
+def test_the_pages_fold_takes_an_interception_as_the_whole_reply() -> None:
+    """As the service's fold does (engine/serving/fold.py): what the choice said before the block is replaced."""
+    from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
+    from playground.reply import ReplyView
+
+    def chunk(text: str, **extra: Any) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id="c", created=0, model="m", choices=[ChunkChoice(index=0, delta=Delta(content=text))],
+                                   **extra)  # fmt: skip
+
+    view = ReplyView()
+    for c in (chunk("The capital of France is"), chunk("Sorry, I can't help with that.", replaces=True)):
+        view.add(c)
+    assert view.first.content == "Sorry, I can't help with that."
