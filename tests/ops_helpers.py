@@ -29,10 +29,11 @@ def small_service(service: Any, settings: Any, **limits: Any) -> Iterator[Any]:
     """A second ChatService on the session's model with its own engine and tight limits (max_queue=2, ...)."""
     from engine.core.engine import Engine, EngineLimits
     from engine.serving.service import ChatService
+    from tests.test_engine import pool_tokens
 
     core = service.engine
-    engine = Engine(core.runner, core.tokenizer, set(core.eos_ids),
-                    EngineLimits(max_model_len=service.model.context_length, **limits))  # fmt: skip
+    lim = EngineLimits(max_model_len=service.model.context_length, **limits)
+    engine = Engine(core.runner.sibling(pool_tokens(lim)), core.tokenizer, set(core.eos_ids), lim)
     engine.start()
     try:
         yield ChatService(engine, service.tokenizer, service.model, settings)

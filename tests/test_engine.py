@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine.core.engine import Engine, EngineLimits
+from engine.core.kv import PAGE
 from engine.core.types import EngineError, EngineRequest, SamplingParams
 
 
@@ -36,13 +37,19 @@ class Collector:
         return sum(len(d.token_ids) for d in self.deltas)
 
 
+def pool_tokens(limits: EngineLimits) -> int:
+    """KV pool of a test engine's own runner: its budget plus a partly filled last page per sequence (as app.py)."""
+    return limits.kv_cache_tokens + PAGE * (limits.max_num_seqs + 1)
+
+
 @pytest.fixture
 def make_engine(service):
     engines: list[Engine] = []
 
     def make(**limits: Any) -> Engine:
         core = service.engine
-        e = Engine(core.runner, core.tokenizer, set(core.eos_ids), EngineLimits(max_model_len=8192, **limits))
+        lim = EngineLimits(max_model_len=8192, **limits)
+        e = Engine(core.runner.sibling(pool_tokens(lim)), core.tokenizer, set(core.eos_ids), lim)
         e.start()
         engines.append(e)
         return e

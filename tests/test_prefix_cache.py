@@ -7,7 +7,7 @@ import pytest
 from engine.core.engine import Engine, EngineLimits
 from engine.core.prefix_cache import BLOCK, PrefixCache
 from engine.core.types import EngineRequest, SamplingParams
-from tests.test_engine import Collector
+from tests.test_engine import Collector, pool_tokens
 
 SYSTEM = "You are a careful assistant who answers in one sentence. " * 12
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
@@ -17,7 +17,11 @@ GREEDY = SamplingParams(temperature=0, max_tokens=12)
 def cached_engine(service):
     core = service.engine
     e = Engine(
-        core.runner, core.tokenizer, set(core.eos_ids), EngineLimits(max_model_len=8192), prefix_cache=PrefixCache(4096)
+        core.runner.sibling(pool_tokens(EngineLimits())),
+        core.tokenizer,
+        set(core.eos_ids),
+        EngineLimits(max_model_len=8192),
+        prefix_cache=PrefixCache(4096),
     )
     e.start()
     yield e
@@ -58,7 +62,10 @@ def test_shared_system_prompt_is_reused_by_another_question(service, cached_engi
     text_hit, cached = run(cached_engine, b, SamplingParams(temperature=0.8, seed=3, max_tokens=12))
     assert cached == common_prefix(a, b) // BLOCK * BLOCK > 0
     service_alone = Engine(
-        cached_engine.runner, cached_engine.tokenizer, set(cached_engine.eos_ids), EngineLimits(max_model_len=8192)
+        cached_engine.runner.sibling(pool_tokens(EngineLimits())),
+        cached_engine.tokenizer,
+        set(cached_engine.eos_ids),
+        EngineLimits(max_model_len=8192),
     )
     service_alone.start()
     try:

@@ -34,6 +34,10 @@ class HFRunner:
         # (a 30 s clip is 750 tokens of 151k logits each). Only for media models, whose head is a plain lm_head.
         self._split_head = not self._keep_last and hasattr(model.config, "audio_config") and hasattr(model, "lm_head")
 
+    def sibling(self, kv_tokens: int) -> HFRunner:
+        """A runner for a second engine on the same model (its caches live in the sequences, not here)."""
+        return self
+
     def reserve(self, cache: KVCache, tokens: int) -> None:
         pass
 

@@ -9,7 +9,6 @@ block, so a cached block is one page, and it sizes the pool's slack for partly f
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,8 +65,7 @@ class PagePool:
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.k[:, 0].zero_()
         self.v[:, 0].zero_()
-        self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first
-        self._lock = threading.Lock()  # engines of the tests share a runner
+        self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first (one engine thread)
 
     @property
     def free_pages(self) -> int:
@@ -78,18 +76,16 @@ class PagePool:
         need = pages_for(tokens) - len(cache.pages)
         if need <= 0:
             return
-        with self._lock:
-            if need > len(self._free):
-                raise RuntimeError("KV cache pool exhausted")
-            new = [self._free.pop() for _ in range(need)]
+        if need > len(self._free):
+            raise RuntimeError("KV cache pool exhausted")
+        new = [self._free.pop() for _ in range(need)]
         idx = torch.tensor(new, device=self.device)
         self.k[:, idx] = 0  # fresh pages may hold anything: a NaN in a masked slot would still poison attention
         self.v[:, idx] = 0
         cache.pages.extend(new)
 
     def release(self, cache: KVCache) -> None:
-        with self._lock:
-            self._free.extend(reversed(cache.pages))
+        self._free.extend(reversed(cache.pages))
         cache.pages, cache.length = [], 0
 
     def fork(self, cache: KVCache) -> KVCache:

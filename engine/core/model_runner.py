@@ -13,6 +13,7 @@ Qwen3), reusing the HF model's own modules and weights; tests check its logits a
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -125,9 +126,19 @@ class DecoderRunner:
             with torch.inference_mode():
                 self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
-        self.pool = PagePool(len(self.layers), kv_tokens, self.n_kv, self.head_dim, self.dtype, device)
+        self._own_pool(kv_tokens)
+
+    def _own_pool(self, kv_tokens: int) -> None:
+        self.pool = PagePool(len(self.layers), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device)
         self.pages = self.pool  # what the prefix cache copies pages out of and into
         self.k, self.v = self.pool.k, self.pool.v
+
+    def sibling(self, kv_tokens: int) -> DecoderRunner:
+        """A runner on the same (read-only) weights with a KV pool of its own, for a second engine in the
+        process: a runner, and its pool, belong to one engine thread."""
+        other = copy.copy(self)
+        other._own_pool(kv_tokens)
+        return other
 
     @property
     def free_pages(self) -> int:

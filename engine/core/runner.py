@@ -49,3 +49,8 @@ class Runner(Protocol):
     def fork(self, cache: KVCache) -> KVCache:
         """A new cache holding a copy of `cache`'s keys and values."""
         ...
+
+    def sibling(self, kv_tokens: int) -> Runner:
+        """A runner on the same weights for another engine of the process, with KV memory of its own: a runner is
+        driven by one engine thread, so nothing in it is locked."""
+        ...
