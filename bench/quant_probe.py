@@ -54,14 +54,15 @@ def timed(fn, repeat: int = 5) -> float:
 def speed(model, batches: list[int]) -> dict:
     import torch
 
-    from engine.core.model_runner import _fuse_layer
     from engine.core.projection import Projection
+    from engine.core.weights import fuse_layer
 
     weights = []
     for layer in model.model.layers:
-        w_qkv, _, w_gate_up = _fuse_layer(layer)
+        w_qkv, _, w_gate_up = fuse_layer(layer, torch.float32)
         weights += [w_qkv, layer.self_attn.o_proj.weight, w_gate_up, layer.mlp.down_proj.weight]
     weights.append(model.lm_head.weight)
+    weights = [w.float() for w in weights]  # the runner's fp32 path, whatever dtype the checkpoint loaded in
     w8, w8a8 = [], []
     for w in weights:
         scale = w.float().abs().amax(dim=1).clamp_min(1e-12) / 127
