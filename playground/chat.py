@@ -70,6 +70,20 @@ class ChatHandlers:
                                 tool_choice, knobs, session)  # fmt: skip
         return check_text(problem)
 
+    def preview_request(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
+                        session: Session, request: gr.Request, **knobs: Any) -> Update:  # fmt: skip
+        """While a message is typed, the Request tab shows the exact request Send would send (JSON, curl,
+        Python), refreshed as the text or a control changes; nothing is sent. An empty input leaves the tab as it
+        is (the selected reply's request)."""
+        unchanged = {c: gr.skip() for c in (self.out.req_json, self.out.curl, self.out.python)}
+        if not (message or "").strip():
+            return unchanged
+        body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
+                             tool_choice, knobs, session)  # fmt: skip
+        if body is None:  # the check line says why
+            return unchanged
+        return self.out.request_views(body, self.backend(session).url or base_url_of(request))
+
     # ---- streaming one reply ------------------------------------------------------------------------------
     async def stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None = None) -> AsyncIterator[Update]:  # fmt: skip

@@ -53,13 +53,16 @@ class ChatOutputs:
         reply = turn.reply
         out = {self.stats: stats.table_html(reply.stats()), self.timeline: timeline.svg(reply.first)}
         if final:
-            body = turn.request or {}
-            short = attachments.elide(body)  # copy-paste views: media elided to placeholders
             out |= {self.heat: heatmap.tokens_html(reply.first.logprobs), self.cands: heatmap.candidates_html(reply),
-                    self.req_json: snippets.as_json(body) if body else "", self.raw: "\n".join(reply.raw),
-                    self.curl: snippets.as_curl(short, base_url) if body else "",
-                    self.python: snippets.as_python(short, base_url) if body else ""}  # fmt: skip
+                    self.raw: "\n".join(reply.raw), **self.request_views(turn.request or {}, base_url)}  # fmt: skip
         return out
+
+    def request_views(self, body: dict[str, Any], base_url: str) -> Update:
+        """The Request tab for one body: the exact JSON, and curl / Python with media elided to placeholders."""
+        short = attachments.elide(body)
+        return {self.req_json: snippets.as_json(body) if body else "",
+                self.curl: snippets.as_curl(short, base_url) if body else "",
+                self.python: snippets.as_python(short, base_url) if body else ""}  # fmt: skip
 
     def tool_prompt(self, conv: Conversation) -> Update:
         """The tool-result row: shown, with the calls waiting for a result, while the last reply has any."""

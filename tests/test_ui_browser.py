@@ -190,6 +190,24 @@ def test_a_page_message_over_the_clients_limit_gets_the_apis_refusal_and_is_kept
         page.close()
 
 
+def test_the_request_tab_shows_what_send_would_send_while_typing(browser: Any, live: Any) -> None:
+    page = open_page(browser, live.url)
+    steps = live.service.engine.steps
+    page.get_by_role("tab", name="Sampling").click()
+    set_number(page, "max_tokens", 33)
+    page.locator("#pg-input textarea").press_sequentially("What is 2 + 2?")
+    open_tab(page, "Request")
+    body = page.locator("#pg-request .cm-content")
+    sync_api.expect(body).to_contain_text('"content": "What is 2 + 2?"')
+    sync_api.expect(body).to_contain_text('"max_tokens": 33')
+    sync_api.expect(page.locator("#pg-curl .cm-content")).to_contain_text(live.url + "/v1/chat/completions")
+    shot(page, "3c-request-before-sending")
+    assert live.service.engine.steps == steps  # nothing was sent
+    page.locator("#pg-input textarea").press_sequentially(" And 3 + 3?")
+    sync_api.expect(body).to_contain_text('"content": "What is 2 + 2? And 3 + 3?"')
+    page.close()
+
+
 def test_tiny_qwen_thinks_beside_the_answer_and_calls_a_tool(browser: Any, qwen_live: Any) -> None:
     page = open_page(browser, qwen_live.url)
     precise(page)  # the tiny model's replies are its greedy ones
