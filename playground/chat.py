@@ -73,7 +73,7 @@ class ChatHandlers:
     def preview_request(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
                         session: Session, request: gr.Request, **knobs: Any) -> Update:  # fmt: skip
         """While a message is typed, the Request tab shows the exact request Send would send (JSON, curl,
-        Python), refreshed as the text or a control changes; nothing is sent. An empty input leaves the tab as it
+        Python) with the controls as they are, refreshed at each keystroke; nothing is sent. An empty input leaves the tab as it
         is (the selected reply's request)."""
         unchanged = {c: gr.skip() for c in (self.out.req_json, self.out.curl, self.out.python)}
         if not (message or "").strip():

@@ -73,7 +73,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([c.change for c in watched], h.preview, common, chat.check, inputs_kwargs=sampling.knobs,
               api_name=False, show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         # The user's typing only (`input`, not the box being cleared or refilled): the request Send would send.
-        gr.on([chat.box.input, *(c.change for c in watched)], h.preview_request, [chat.box, *common],
+        # Not on every control's change: a restored conversation sets ~30 controls at once.
+        gr.on([chat.box.input], h.preview_request, [chat.box, *common],
               [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         wire_load(demo, h, header, chat, tools, sampling, session)
