@@ -32,11 +32,12 @@ REFERENCE = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "t
 
 
 @contextlib.contextmanager
-def local_server() -> Iterator[str]:
+def local_server(*flags: str) -> Iterator[str]:
+    """The real app in this process, capped at 4 tokens (and `flags`), on a free loopback port; its URL."""
     import engine  # noqa: F401  (process settings that must precede `import torch`)
     from app import build_service, serve_in_thread, settings_from
 
-    cfg = settings_from(["--no-ui", "--max-new-tokens", "4", "--max-n", "4"])
+    cfg = settings_from(["--no-ui", "--max-new-tokens", "4", "--max-n", "4", *flags])
     service = build_service(cfg)
     server = serve_in_thread(cfg, service)
     try:

@@ -31,7 +31,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +64,11 @@ FIGURES = ("valid_refused", "refused_as_documented", "invalid_accepted")
 CREDENTIALS = st.sampled_from(["ok"] * 8 + ["missing", "wrong"])
 
 
-@contextlib.contextmanager
-def local_server() -> Iterator[str]:
-    import engine  # noqa: F401  (process settings that must precede `import torch`)
-    from app import build_service, serve_in_thread, settings_from
+def local_server() -> contextlib.AbstractContextManager[str]:
+    """fuzz_api.py's in-process server, with credentials on every route family."""
+    from bench.fuzz_api import local_server as capped_server
 
-    cfg = settings_from(["--no-ui", "--max-new-tokens", "4", "--max-n", "4",
-                         "--api-keys", API_KEY, "--pangu-auth-tokens", PANGU_TOKEN])  # fmt: skip
-    service = build_service(cfg)
-    server = serve_in_thread(cfg, service)
-    try:
-        yield server.url
-    finally:
-        server.stop()
-        service.engine.shutdown()
+    return capped_server("--api-keys", API_KEY, "--pangu-auth-tokens", PANGU_TOKEN)
 
 
 def credential_headers(path: str, kind: str, key: str, token: str) -> dict[str, str]:
