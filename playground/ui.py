@@ -26,7 +26,12 @@ from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.sampling_panel import SamplingTab, sampling_tab
 from playground.session import Session
 
-CSS = (Path(__file__).parent / "style.css").read_text(encoding="utf-8")
+HERE = Path(__file__).parent
+# The page's style and scripts: style.css first, then each panel's own sheet and script (playground/*.css, *.js).
+CSS = "\n".join(
+    p.read_text(encoding="utf-8") for p in sorted(HERE.glob("*.css"), key=lambda p: (p.name != "style.css", p.name))
+)
+HEAD = "".join(f"<script>\n{p.read_text(encoding='utf-8')}\n</script>" for p in sorted(HERE.glob("*.js")))
 
 
 def build_ui(policy: RequestPolicy) -> gr.Blocks:
@@ -132,4 +137,4 @@ def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
     it (None = open)."""
     demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    return gr.mount_gradio_app(app, demo, path="/", css=CSS, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    return gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)

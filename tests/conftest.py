@@ -30,7 +30,7 @@ MODEL = "SmolLM2-135M-Instruct"
 #   unit       none of that: seconds for the whole set (`pytest -m unit`)
 SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http"}
 MODEL_FIXTURES = {"service", "tiny_qwen_dir"}
-BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}
+BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
 MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
@@ -42,8 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.stem
         names = set(getattr(item, "fixturenames", ()))
-        if module in BY_MODULE:
-            mark = BY_MODULE[module]
+        if module in BY_MODULE or module.startswith("test_ui_browser_"):
+            mark = BY_MODULE.get(module, "browser")
         elif names & SERVERS or module.startswith(API_MODULES):
             mark = "api"
         elif names & MODEL_FIXTURES or module.startswith(MODEL_MODULES):
@@ -83,6 +83,17 @@ def extra_server(settings: Any, service: Any = None, **changes: Any) -> Iterator
     """A second real server on its own port with other settings; `service=None` = the model still loading."""
     with serving(settings.replace(**changes), service) as server, server.client() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for every browser test module; each test opens its own page (its own session)."""
+    from tests.browser_helpers import launch, sync_api
+
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="session")
