@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground import stats
+from playground import heatmap, stats
 from playground.attachments import media_line
 from playground.render import message_of
 from playground.reply import ChoiceView, ReplyView
@@ -173,6 +173,7 @@ def reply_messages(turn: Turn) -> list[dict[str, Any]]:
         s = reply.stats()
         meta = {"title": "📊 " + stats.summary(s), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s), "metadata": meta})
+    out += heatmap.chat_messages(c)
     return out
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import Any
 
 from engine.protocol.response import LogprobEntry
-from playground.reply import ReplyView
+from playground.reply import ChoiceView, ReplyView
 
 
 def _color(p: float) -> str:
@@ -37,6 +38,11 @@ def tokens_html(entries: list[LogprobEntry]) -> str:
     head = (f'<div class="pg-note">{len(entries)} tokens · mean p {mean:.1%} · {low} below 50% · hover a token for '
             "its alternatives</div>")  # fmt: skip
     return head + '<div class="pg-heat">' + "".join(spans) + "</div>"
+
+
+def chat_messages(c: ChoiceView) -> list[dict[str, Any]]:
+    """The reply itself as a heatmap in the chat: Chatbot messages shown under the answer (none for now)."""
+    return []
 
 
 def candidates_html(view: ReplyView) -> str:

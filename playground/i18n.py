@@ -49,6 +49,14 @@ TEXTS: dict[str, tuple[str, str]] = {
 I18N = gr.I18n(en={k: en for k, (en, _) in TEXTS.items()}, zh={k: zh for k, (_, zh) in TEXTS.items()})
 
 
+def lang_of(request: gr.Request | None) -> str:
+    """ "zh" for a browser that prefers Chinese (its Accept-Language), else "en": the language of the text the
+    server renders (statistics, notes, messages), as Gradio's own labels follow the browser's language."""
+    headers = getattr(request, "headers", None) or {}
+    first = str(headers.get("accept-language", "")).split(",")[0].strip().lower()
+    return "zh" if first.startswith("zh") else "en"
+
+
 def t(key: str) -> gr.i18n.I18nData:
     """A label translated in the browser."""
     assert key in TEXTS, key

@@ -15,7 +15,7 @@ from playground.i18n import t
 
 SERVICE_HELP = (
     "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
-    "Click any reply to see its statistics, timeline, tokens and exact request on the right."
+    "Click any reply to see its statistics, timeline, tokens and exact request in the side panel."
 )
 
 

@@ -21,7 +21,7 @@ from playground.chat import ChatHandlers
 from playground.chat_outputs import ChatOutputs
 from playground.compare import CompareHandlers
 from playground.conversation import Conversation
-from playground.i18n import I18N, t
+from playground.i18n import I18N, lang_of, t
 from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.sampling_panel import SamplingTab, sampling_tab
 from playground.session import Session
@@ -42,9 +42,9 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         session = gr.State(Session())  # the Backend tab's choice and the replies in progress, per browser session
         saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
-            with gr.Column(scale=3, min_width=360):
+            with gr.Column(scale=3, min_width=360, elem_id="pg-main"):
                 chat = layout.chat_column(AttachHandlers(policy.get_service), session)
-            with gr.Column(scale=2, min_width=340), gr.Tabs():
+            with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
                     stats = layout.stats_tab()
                 with gr.Tab(t("tab_sampling"), id="sampling"):
@@ -68,7 +68,10 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
-        header.dark.click(None, js="() => document.body.classList.toggle('dark')")
+        # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
+        header.dark.click(
+            None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
+        )
 
         restored = persist.Restored(chat.chatbot, conv, chat.system, tools.code, tools.choice, chat.check,
                                     sampling.knobs)  # fmt: skip
@@ -117,13 +120,14 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
               sampling: SamplingTab, session: gr.State) -> None:  # fmt: skip
     """What the page shows of the model once it is loaded, and what it does with media on the chosen backend."""
 
-    def on_load() -> tuple:
+    def on_load(session: Session, request: gr.Request) -> tuple:
+        session.lang = lang_of(request)
         service = h.get_service()
         tools_text, thinking_text = model_notes(service)
         cap = service.settings.max_new_tokens if service is not None else gr.skip()
         return header_html(service), tools_text, thinking_text, gr.update(maximum=cap)
 
-    demo.load(on_load, None, [header.html, tools.note, sampling.thinking_note, sampling.knobs["max_tokens"]],
+    demo.load(on_load, session, [header.html, tools.note, sampling.thinking_note, sampling.knobs["max_tokens"]],
               api_name=False)  # fmt: skip
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
