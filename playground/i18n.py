@@ -57,6 +57,13 @@ def lang_of(request: gr.Request | None) -> str:
     return "zh" if first.startswith("zh") else "en"
 
 
+def say(text: tuple[str, str], lang: str, **values: object) -> str:
+    """Server-rendered text in the session's language: `text` is its (English, Chinese) pair, kept beside the code
+    that renders it; `values` fill its {placeholders}."""
+    chosen = text[1] if lang == "zh" else text[0]
+    return chosen.format(**values) if values else chosen
+
+
 def t(key: str) -> gr.i18n.I18nData:
     """A label translated in the browser."""
     assert key in TEXTS, key
