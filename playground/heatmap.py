@@ -1,60 +1,150 @@
-"""The reply as tokens coloured by the engine's probability for each, with the top alternatives on hover; and the n>1
-candidates side by side with their cumulative log-probabilities."""
+"""The reply as tokens coloured by the engine's probability for each, with a colour legend; a click or tap on a token
+opens its alternatives (playground/tokens.js); and the n>1 candidates side by side with their cumulative
+log-probabilities.
+
+One markup serves the Stats panel (a gr.HTML) and the chat (a Chatbot message, which Gradio sanitizes: it keeps
+class, style, title, tabindex, role and hidden but drops every data-* and aria-* attribute). So a heatmap is a
+`.pg-heatmap` box of `<span class="pg-tok pg-pN">` tokens (N: the probability's tenth, coloured by tokens.css)
+followed by one hidden `.pg-tokdata` span holding the numbers as JSON: {"k": top-k, "l": the popover's labels in
+the session's language, "t": [[token, logprob, rank of the chosen token among the alternatives (1-based, 0: not
+among them), [[alternative, logprob], ...]], ...]}. The script finds a token's entry by its position in the box.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from html import escape
 from typing import Any
 
 from engine.protocol.response import LogprobEntry
+from playground.i18n import say
 from playground.reply import ChoiceView, ReplyView
 
+BUCKETS = 10  # colour classes pg-p0 (p < 10%) .. pg-p9 (p >= 90%), in tokens.css
+CHAT_TOKENS = 600  # the chat's heatmap shows a long reply's first tokens only; the Stats panel shows them all
+CHAT_ALTS = 5  # and at most this many alternatives per token
+FLOOR = -9999.0  # a logprob of -inf, as JSON has no infinity
 
-def _color(p: float) -> str:
-    """Confident tokens stay clear; unlikely ones turn red (hue 0) through amber (hue 45)."""
-    alpha = 0.08 + 0.6 * (1 - p)
-    hue = 45 * p
-    return f"hsla({hue:.0f}, 90%, 55%, {alpha:.2f})"
+HINT = ("click or tap a token for its alternatives", "点击或轻触 token 查看候选")
+LABELS = {
+    "token": ("token {i}", "第 {i} 个 token"),
+    "rank": ("rank {r} of the top {k}", "在前 {k} 名中排第 {r}"),
+    "notin": ("not in the top {k}", "不在前 {k} 名内"),
+    "chosen": ("chosen", "已选"),
+    "noalts": ("no alternatives: set top_logprobs in Sampling", "没有候选：请在「采样」中设置 top_logprobs"),
+}
+
+
+def bucket(p: float) -> int:
+    return min(BUCKETS - 1, max(0, int(p * BUCKETS)))
+
+
+def _lp(x: float) -> float:
+    return round(x, 4) if math.isfinite(x) else FLOOR
 
 
 def _shown(token: str) -> str:
-    return escape(token).replace("\n", "↵<br>") if token else '<span class="pg-special">∅</span>'
+    if not token:
+        return '<span class="pg-special">∅</span>'
+    return escape(token).replace("\r", "").replace("\n", "↵<br>")
 
 
-def tokens_html(entries: list[LogprobEntry]) -> str:
-    if not entries:
-        return ('<div class="pg-empty">Turn on <b>logprobs</b> (and top_logprobs for alternatives) in Sampling to '
-                "see each token's probability here.</div>")  # fmt: skip
+def _tip(e: LogprobEntry) -> str:
+    """The native tooltip (the Stats panel's, for a page without the script: tokens.js takes it off on hover), with
+    the first CHAT_ALTS alternatives."""
+    alts = "\n".join(f"{a.token!r}  {math.exp(a.logprob):.1%}" for a in e.top_logprobs[:CHAT_ALTS])
+    more = len(e.top_logprobs) - CHAT_ALTS
+    tip = f"{e.token!r}  p={math.exp(e.logprob):.1%}  logprob={e.logprob:.3f}"
+    return tip + (f"\n— top alternatives —\n{alts}" if alts else "") + (f"\n+{more}" if more > 0 else "")
+
+
+def rank(e: LogprobEntry) -> int:
+    """The chosen token's place among its alternatives, 1-based; 0 when it is not among them."""
+    return next((j + 1 for j, a in enumerate(e.top_logprobs) if a.token == e.token), 0)
+
+
+def _data(entries: list[LogprobEntry], lang: str, alts: int | None) -> str:
+    k = max((len(e.top_logprobs) for e in entries), default=0)
+    labels = {name: say(text, lang, k=k, i="{i}", r="{r}") for name, text in LABELS.items()}
+    rows = [[e.token, _lp(e.logprob), rank(e), [[a.token, _lp(a.logprob)] for a in e.top_logprobs[:alts]]]
+            for e in entries]  # fmt: skip
+    text = json.dumps({"k": k, "l": labels, "t": rows}, ensure_ascii=False, separators=(",", ":"))
+    # Escaped for HTML; `$` as \u0024 so that the chat's LaTeX pass finds no $$ pair in it.
+    return escape(text.replace("$", "\\u0024"), quote=False)
+
+
+def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool = True, alts: int | None = None) -> str:
+    """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many."""
     spans = []
     for e in entries:
-        p = math.exp(e.logprob)
-        alts = "\n".join(f"{a.token!r}  {math.exp(a.logprob):.1%}" for a in e.top_logprobs)
-        tip = f"{e.token!r}  p={p:.1%}  logprob={e.logprob:.3f}" + (f"\n— top alternatives —\n{alts}" if alts else "")
-        spans.append(f'<span class="pg-tok" style="background:{_color(p)}" title="{escape(tip)}">'
-                     f"{_shown(e.token)}</span>")  # fmt: skip
+        tip = f' title="{escape(_tip(e))}"' if titles else ""
+        spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}"{tip}>{_shown(e.token)}</span>')
+    data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts)}</span>'
+    return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{"".join(spans)}{data}</div>'
+
+
+def legend_html(lang: str = "en") -> str:
+    chips = "".join(f'<span class="pg-lg pg-p{b}" title="{b * 10}–{b * 10 + 10}%"></span>' for b in range(BUCKETS))
+    label = say(("token probability", "token 概率"), lang)
+    return (f'<div class="pg-legend"><span class="pg-lg-label">{label}</span><span class="pg-lg-end">0%</span>'
+            f'<span class="pg-lg-bar">{chips}</span><span class="pg-lg-end">100%</span></div>')  # fmt: skip
+
+
+def _summary(entries: list[LogprobEntry], lang: str) -> str:
     low = sum(1 for e in entries if e.logprob < math.log(0.5))
     mean = sum(math.exp(e.logprob) for e in entries) / len(entries)
-    head = (f'<div class="pg-note">{len(entries)} tokens · mean p {mean:.1%} · {low} below 50% · hover a token for '
-            "its alternatives</div>")  # fmt: skip
-    return head + '<div class="pg-heat">' + "".join(spans) + "</div>"
+    return say(("{n} tokens · mean p {mean:.1%} · {low} below 50%", "{n} 个 token · 平均 p {mean:.1%} · {low} 个低于 50%"),
+               lang, n=len(entries), mean=mean, low=low)  # fmt: skip
 
 
-def chat_messages(c: ChoiceView) -> list[dict[str, Any]]:
-    """The reply itself as a heatmap in the chat: Chatbot messages shown under the answer (none for now)."""
-    return []
+def tokens_html(entries: list[LogprobEntry], lang: str = "en") -> str:
+    if not entries:
+        return ('<div class="pg-empty">' + say(("Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
+                "Sampling to see each token's probability here.", "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
+                "top_logprobs），即可在这里看到每个 token 的概率。"), lang) + "</div>")  # fmt: skip
+    head = f'<div class="pg-note">{_summary(entries, lang)} · {say(HINT, lang)}</div>'
+    return head + legend_html(lang) + heatmap_html(entries, lang)
 
 
-def candidates_html(view: ReplyView) -> str:
+def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None) -> list[dict[str, Any]]:
+    """The reply itself as a heatmap in the chat: one collapsed message under the answer, once the reply is final
+    (`done`; by default when the choice has its finish reason), so streaming re-renders carry none of it. A long
+    reply shows its first CHAT_TOKENS tokens with CHAT_ALTS alternatives each, and no native tooltips."""
+    if not c.logprobs or not (c.finish_reason is not None if done is None else done):
+        return []
+    shown = c.logprobs[:CHAT_TOKENS]
+    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS)
+    if len(shown) < len(c.logprobs):
+        body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in 📊 Stats.",
+            "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「📊 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip
+    body += f'<div class="pg-note">{say(HINT, lang)}</div>'
+    title = "🔥 " + say(("Tokens by probability", "按概率着色的 token"), lang) + " · " + _summary(c.logprobs, lang)
+    return [{"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}}]
+
+
+def candidates_html(view: ReplyView, lang: str = "en") -> str:
     if len(view.choices) < 2:
-        return '<div class="pg-empty">Set <b>n</b> > 1 (with temperature > 0) to compare candidates here.</div>'
-    cols = []
+        return '<div class="pg-empty">' + say(("Set <b>n</b> > 1 (with temperature > 0) to compare candidates here.",
+                                              "把 <b>n</b> 设为大于 1（且 temperature > 0），即可在这里比较候选。"), lang) + "</div>"  # fmt: skip
     ranked = sorted(view.choices.values(), key=lambda c: -(c.cumulative_logprob or -math.inf))
-    for rank, c in enumerate(ranked):
+    scored = any(c.cumulative_logprob is not None for c in ranked)
+    if scored:
+        head = say(("{n} candidates, best cumulative logprob first", "{n} 个候选，累计 logprob 最高的在前"), lang,
+                   n=len(ranked))  # fmt: skip
+    else:
+        head = say(("{n} candidates · turn on <b>logprobs</b> in Sampling to rank them by cumulative logprob",
+                    "{n} 个候选 · 在「采样」中打开 <b>logprobs</b> 即可按累计 logprob 排序"), lang, n=len(ranked))  # fmt: skip
+    cols = []
+    for place, c in enumerate(ranked):
         lp = c.cumulative_logprob
-        score = "cumulative logprob: turn on logprobs" if lp is None else f"cumulative logprob {lp:.2f}"
-        badge = " 🏆" if rank == 0 and lp is not None else ""
-        cols.append(f'<div class="pg-cand"><div class="pg-note">choice {c.index}{badge} · {len(c.times_ms)} tokens · '
-                    f"{escape(score)} · {escape(c.finish_reason or '…')}</div>"
-                    f'<div class="pg-cand-text">{escape(c.content)}</div></div>')  # fmt: skip
-    return '<div class="pg-cands">' + "".join(cols) + "</div>"
+        facts = [say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" 🏆" if place == 0 and lp is not None else ""),
+                 say(("{n} tokens", "{n} 个 token"), lang, n=len(c.times_ms))]  # fmt: skip
+        if lp is not None:
+            facts.append(say(("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),
+                             lang, lp=lp, per=lp / len(c.logprobs)))  # fmt: skip
+        facts.append(escape(c.finish_reason or "…"))
+        text = heatmap_html(c.logprobs, lang) if c.logprobs else escape(c.content)
+        cols.append(f'<div class="pg-cand"><div class="pg-note">{" · ".join(facts)}</div>'
+                    f'<div class="pg-cand-text">{text}</div></div>')  # fmt: skip
+    return f'<div class="pg-note">{head}</div><div class="pg-cands">' + "".join(cols) + "</div>"
