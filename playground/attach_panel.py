@@ -11,9 +11,10 @@ import gradio as gr
 
 from playground import attachments, capabilities
 from playground.attachments import BASE64, URL
+from playground.i18n import choices, say, t
 from playground.session import Session
 
-SEND_AS = [("base64 (data URL / input_audio)", BASE64), ("URL (pasted URL; file:// path of an upload)", URL)]
+SEND_AS = {BASE64: "send_as_base64", URL: "send_as_url"}  # the radio's value -> its shown label's key
 VIDEO_TYPES = [".mp4", ".avi", ".wmv"]
 
 
@@ -21,27 +22,31 @@ class AttachHandlers:
     def __init__(self, get_service: Callable[[], Any]) -> None:
         self.get_service = get_service
 
-    async def attachment(self, part: dict[str, Any], name: str, remote: bool = False) -> dict[str, Any]:
+    async def attachment(self, part: dict[str, Any], name: str, remote: bool = False,
+                         lang: str = "en") -> dict[str, Any]:  # fmt: skip
         """{part, preview, summary, refused}: the part as it will be sent, what the server makes of it, and
         whether the embedded model will refuse its kind (said now, before the user sends; `remote`: the session
-        chose a remote backend, whose server decides)."""
+        chose a remote backend, whose server decides), in `lang`."""
         service = self.get_service()
-        preview = await service.preview_media(part) if service is not None else {"error": "the model is loading"}
+        loading = {"error": say(("the model is loading", "模型加载中"), lang)}
+        preview = await service.preview_media(part) if service is not None else loading
         line = attachments.summary(preview, part, name)
-        why = None if remote else capabilities.refusal(service, attachments.kind_of_part(part))
+        why = None if remote else capabilities.refusal(service, attachments.kind_of_part(part), lang)
         if why and not preview.get("error"):
             line += f" · ⚠️ {why}"
         cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
         if cap and len(attachments.source_of(part)) > cap << 20:  # the page sends in-process; an HTTP client can't
-            line += f" · ⚠️ over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413"
+            line += " · ⚠️ " + say(("over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413",
+                                    "超过服务器 {cap} MiB 的 HTTP 请求体上限：此请求的 curl 副本会得到 413"), lang,
+                                   cap=cap)  # fmt: skip
         return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
     async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]],
-                       remote: bool = False) -> tuple:  # fmt: skip
+                       remote: bool = False, lang: str = "en") -> tuple:  # fmt: skip
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
         part = attachments.file_part(path, kind, send_as)
-        item = {**await self.attachment(part, Path(path).name, remote), "path": path}
+        item = {**await self.attachment(part, Path(path).name, remote, lang), "path": path}
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), None  # the input clears, ready for the next one
 
@@ -52,9 +57,13 @@ class AttachHandlers:
             return gr.skip(), gr.skip(), gr.skip()
         if kind is None:
             exts = ", ".join(attachments.MIME_OF)
-            warn = f'<div class="pg-attach bad">⚠️ The URL must end in one of {exts}.</div>'
+            must = say(
+                ("The URL must end in one of {exts}.", "URL 必须以下列之一结尾：{exts}。"), session.lang, exts=exts
+            )
+            warn = f'<div class="pg-attach bad">⚠️ {must}</div>'
             return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
-        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote)
+        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote,
+                                     session.lang)  # fmt: skip
         items = [*(pending or []), item]
         return items, attachments.pending_html(items), ""
 
@@ -65,7 +74,7 @@ class AttachHandlers:
 
 def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
     async def add(path: str | None, send_as: str, pending: list[dict[str, Any]], session: Session) -> tuple:
-        return await h.add_file(path, kind, send_as, pending, session.remote)
+        return await h.add_file(path, kind, send_as, pending, session.remote, session.lang)
 
     return add
 
@@ -74,21 +83,21 @@ def build(h: AttachHandlers, view: gr.HTML, session: gr.State) -> tuple[gr.State
     """The attachment accordion; `view` (placed under the input) lists what waits. Returns the pending list and
     the line that says what the current model does with each kind (the page refreshes it with the backend)."""
     pending = gr.State([])
-    with gr.Accordion("📎 Attach image · audio · video · URL", open=False, elem_id="pg-attach-panel"):
-        note = gr.HTML(capabilities.attach_note(None), elem_id="pg-attach-caps")
-        send_as = gr.Radio(SEND_AS, value=BASE64, label="send uploads as", elem_id="pg-send-as")
+    with gr.Accordion(t("attach"), open=False, elem_id="pg-attach-panel"):
+        note = gr.HTML(t("attach_loading"), elem_id="pg-attach-caps")  # until the page knows the model
+        send_as = gr.Radio(choices(SEND_AS), value=BASE64, label=t("send_as"), elem_id="pg-send-as")
         with gr.Row():
-            image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png", label="image",
-                             height=190, min_width=160, elem_id="pg-attach-image")  # fmt: skip
-            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label="audio",
+            image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png",
+                             label=t("attach_image"), height=190, min_width=160, elem_id="pg-attach-image")  # fmt: skip
+            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label=t("attach_audio"),
                              min_width=160, elem_id="pg-attach-audio")  # fmt: skip
-            video = gr.File(file_types=VIDEO_TYPES, label="video (.mp4 .avi .wmv)", height=190, min_width=160,
+            video = gr.File(file_types=VIDEO_TYPES, label=t("video_types"), height=190, min_width=160,
                             elem_id="pg-attach-video")  # fmt: skip
         with gr.Row():
-            url = gr.Textbox(placeholder="https://host/cat.png or file:///data/clip.mp4 (sent as a URL)",
-                             show_label=False, scale=5, elem_id="pg-attach-url")  # fmt: skip
-            add = gr.Button("Attach URL", size="sm", scale=1, min_width=90, elem_id="pg-attach-url-add")
-            clear = gr.Button("✕ Remove all", size="sm", scale=1, min_width=90, elem_id="pg-attach-clear")
+            url = gr.Textbox(label=t("attach_url"), placeholder=t("attach_url_placeholder"), show_label=False,
+                             scale=5, elem_id="pg-attach-url")  # fmt: skip
+            add = gr.Button(t("attach_url_add"), size="sm", scale=1, min_width=90, elem_id="pg-attach-url-add")
+            clear = gr.Button(t("attach_clear"), size="sm", scale=1, min_width=90, elem_id="pg-attach-clear")
     # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):

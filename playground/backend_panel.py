@@ -14,16 +14,23 @@ import httpx
 
 from engine.protocol.errors import ApiError
 from playground.backend import ChatBackend, connect
+from playground.capabilities import backend_label
 from playground.chat import ChatHandlers
+from playground.i18n import choices, say, t
 from playground.session import Session
 
+# The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"
-HELP = ("A remote server (MindIE, vLLM, vLLM-Ascend, or this app on another machine) answers through the same "
-        "request and the same rendering. Its stream carries no engine timeline, and batch sizes and queue waits "
-        "only when it sends MindIE's perf stats: the statistics say what it did not send instead of guessing.")  # fmt: skip
+OUTSIDE = ("this server is reachable beyond this machine, so its page connects only to the base URLs given with "
+           "--remote-backend-urls (none are)",
+           "此服务器可从本机之外访问，因此它的页面只连接 --remote-backend-urls 给出的基础 URL（目前没有给出）")  # fmt: skip
+INVALID = ("not a valid URL", "不是有效的 URL")
+NOT_ALLOWED = ("not one of the URLs this server's --remote-backend-urls allows",
+               "不在此服务器的 --remote-backend-urls 允许的 URL 之中")  # fmt: skip
+NO_URL = ("enter the remote server's URL, e.g. http://host:8000/v1", "请输入远程服务器的 URL，例如 http://host:8000/v1")
 
 
-def refusal(url: str, settings: Any) -> str | None:
+def refusal(url: str, settings: Any, lang: str = "en") -> str | None:
     """Why this server's page may not connect to `url`, or None. The Backend tab makes the server itself open the
     connection, so a page reachable from outside would otherwise let anyone probe the server's own network
     (loopback, metadata, private addresses): there only the `--remote-backend-urls` bases are allowed (same
@@ -32,48 +39,56 @@ def refusal(url: str, settings: Any) -> str | None:
     if not allowed:
         if settings is not None and not settings.reachable_from_outside:
             return None
-        return ("this server is reachable beyond this machine, so its page connects only to the base URLs given "
-                "with --remote-backend-urls (none are)")  # fmt: skip
+        return say(OUTSIDE, lang)
     try:
         target = httpx.URL(url)
     except (httpx.InvalidURL, TypeError):
-        return "not a valid URL"
+        return say(INVALID, lang)
     for base in allowed:
         b = httpx.URL(base)
         same = (target.scheme, target.host, target.port) == (b.scheme, b.host, b.port)
         under = target.path.rstrip("/") + "/" if target.path else "/"
         if same and under.startswith(b.path.rstrip("/") + "/"):
             return None
-    return "not one of the URLs this server's --remote-backend-urls allows"
+    return say(NOT_ALLOWED, lang)
 
 
-async def chosen_backend(kind: str, url: str, api_key: str, model: str, settings: Any = None) -> ChatBackend | None:
+async def chosen_backend(kind: str, url: str, api_key: str, model: str, settings: Any = None,
+                         lang: str = "en") -> ChatBackend | None:  # fmt: skip
     """The form's backend (None: the embedded engine). A remote one asks the server's /v1/models when no model is
-    named, and raises RemoteError or httpx.HTTPError when it cannot be reached, ValueError when it may not be used."""
+    named, and raises RemoteError or httpx.HTTPError when it cannot be reached, ValueError when it may not be used
+    (its message in `lang`)."""
     if kind != REMOTE:
         return None
     url = (url or "").strip()
     if not url:
-        raise ValueError("enter the remote server's URL, e.g. http://host:8000/v1")
-    reason = refusal(url, settings)
+        raise ValueError(say(NO_URL, lang))
+    reason = refusal(url, settings, lang)
     if reason is not None:
         raise ValueError(reason)
     return await asyncio.to_thread(connect, url, model=(model or "").strip() or None,
                                    api_key=(api_key or "").strip() or None)  # fmt: skip
 
 
-def connector(h: ChatHandlers, header: Callable[[Any, str], str]) -> Callable[..., Any]:
+def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callable[..., Any]:
+    """`header(service, backend label, lang)`: the page header's HTML (capabilities.header_html)."""
+
     async def use(kind: str, url: str, api_key: str, model: str, session: Session) -> tuple[Any, str]:
-        """Switch this browser session's backend; the header names the one in use."""
+        """Switch this browser session's backend; the header names the one in use. A server's or a connection's
+        own error message is quoted as it came."""
+        lang = session.lang
         try:
             service = h.get_service()
-            session.backend = await chosen_backend(kind, url, api_key, model, getattr(service, "settings", None))
+            session.backend = await chosen_backend(kind, url, api_key, model, getattr(service, "settings", None),
+                                                   lang)  # fmt: skip
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-            return gr.skip(), f"⚠️ **Not connected:** {message}"
+            return gr.skip(), say(("⚠️ **Not connected:** {message}", "⚠️ **未连接：** {message}"), lang,
+                                  message=message)  # fmt: skip
         label = h.backend(session).label()
-        note = "✓ Embedded engine." if not session.remote else f"✓ Connected: {label}."
-        return header(h.get_service(), label), note
+        note = (say(("✓ Embedded engine.", "✓ 内置引擎。"), lang) if not session.remote else
+                say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=backend_label(label, lang)))  # fmt: skip
+        return header(h.get_service(), label, lang), note
 
     return use
 
@@ -87,19 +102,23 @@ class BackendForm:
     go: gr.Button
     status: gr.Markdown
 
-    def wire(self, h: ChatHandlers, session: gr.State, header_comp: gr.HTML, header: Callable[[Any, str], str]) -> None:
+    def wire(self, h: ChatHandlers, session: gr.State, header_comp: gr.HTML,
+             header: Callable[[Any, str, str], str]) -> None:  # fmt: skip
         """The "Use this backend" button: the `/backend` API endpoint (kind, url, api_key, model)."""
         self.go.click(connector(h, header), [self.kind, self.url, self.key, self.model, session],
                       [header_comp, self.status], api_name="backend")  # fmt: skip
 
 
 def build() -> BackendForm:
-    gr.Markdown(HELP)
+    gr.Markdown(t("backend_help"))
+    kinds = choices({EMBEDDED: "backend_embedded", REMOTE: "backend_remote"})
     return BackendForm(
-        kind=gr.Radio([EMBEDDED, REMOTE], value=EMBEDDED, label="backend", elem_id="pg-backend"),
-        url=gr.Textbox(label="URL", placeholder="http://host:8000/v1", elem_id="pg-backend-url"),
-        key=gr.Textbox(label="API key", type="password", placeholder="(none)", elem_id="pg-backend-key"),
-        model=gr.Textbox(label="model", placeholder="(the server's first model)", elem_id="pg-backend-model"),
-        go=gr.Button("Use this backend", variant="primary", size="sm", elem_id="pg-backend-go"),
+        kind=gr.Radio(kinds, value=EMBEDDED, label=t("backend"), elem_id="pg-backend"),
+        url=gr.Textbox(label=t("url"), placeholder="http://host:8000/v1", elem_id="pg-backend-url"),
+        key=gr.Textbox(
+            label=t("api_key"), type="password", placeholder=t("none_placeholder"), elem_id="pg-backend-key"
+        ),  # fmt: skip
+        model=gr.Textbox(label=t("model"), placeholder=t("first_model"), elem_id="pg-backend-model"),
+        go=gr.Button(t("use_backend"), variant="primary", size="sm", elem_id="pg-backend-go"),
         status=gr.Markdown("", elem_id="pg-backend-status"),
     )

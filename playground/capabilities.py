@@ -14,12 +14,18 @@ from typing import Any
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from playground import tools_panel
+from playground.i18n import TEXTS, say
 
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"
 ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
-DEMO = ("Try the tiny demo model: `python app.py --model $(python -c 'from demo_models.tiny_qwen import "
-        "build_tiny_qwen; print(build_tiny_qwen())')`")  # fmt: skip
+KIND_ZH = {"image": "图像", "video": "视频", "audio": "音频"}
+CAPS = {"reasoning": ("reasoning", "推理"), "tools": ("tools", "工具调用")}
+TITLE = "LLM Playground"  # the product's name, in both languages
+
+
+def kind_name(kind: str, lang: str) -> str:
+    return KIND_ZH.get(kind, kind) if lang == "zh" else kind
 
 
 def capabilities(service: Any) -> dict[str, bool]:
@@ -48,72 +54,110 @@ def _badge(text: str, on: bool = True, why: str = "") -> str:
     return f'<span class="pg-badge{"" if on else " off"}"{title}>{html.escape(text)}</span>'
 
 
-def media_badges(service: Any) -> str:
+def media_badges(service: Any, lang: str = "en") -> str:
     name = service.served_name
     out = ""
     for kind, mode in media_modes(service).items():
+        shown = kind_name(kind, lang)
         if mode == TAKES:
-            out += _badge(kind, why=f"{name} takes {kind} input itself")
+            out += _badge(shown, why=say(("{name} takes {kind} input itself", "{name} 自己读取{kind}输入"), lang,
+                                         name=name, kind=shown))  # fmt: skip
         elif mode == TRANSCRIBES:
-            out += _badge(f"{kind} → text (Whisper)", why=f"{name} has no audio input: the server transcribes audio "
-                          "with Whisper and the model reads the text")  # fmt: skip
+            out += _badge(say(("{kind} → text (Whisper)", "{kind} → 文本（Whisper）"), lang, kind=shown),
+                          why=say(("{name} has no audio input: the server transcribes audio with Whisper and the "
+                                   "model reads the text",
+                                   "{name} 没有音频输入：服务器用 Whisper 把音频转写成文本，模型读取文本"), lang,
+                                  name=name))  # fmt: skip
         else:
-            out += _badge(kind, on=False, why=f"{name} has no {kind} input: the API refuses {kind} parts")
+            out += _badge(shown, on=False, why=say(("{name} has no {kind} input: the API refuses {kind} parts",
+                                                    "{name} 没有{kind}输入：API 会拒绝{kind}部分"), lang,
+                                                   name=name, kind=shown))  # fmt: skip
     return out
 
 
-def header_html(service: Any, backend: str = "backend: embedded engine") -> str:
+def backend_label(label: str, lang: str) -> str:
+    """The header's backend badge (ChatBackend.label(), English) in `lang`."""
+    if lang != "zh":
+        return label
+    if label == "backend: embedded engine":
+        return "后端：内置引擎"
+    return "后端：远程 " + label.removeprefix("backend: remote ") if label.startswith("backend: remote ") else label
+
+
+def header_html(service: Any, backend: str = "backend: embedded engine", lang: str = "en") -> str:
     if service is None and backend.startswith("backend: embedded"):
-        return '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>'
+        return say(TEXTS["header_loading"], lang)
+    h1 = f"<h1>{TITLE}</h1>"
+    shown = backend_label(backend, lang)
     if not backend.startswith("backend: embedded"):  # a remote server: name it, claim nothing about its engine
-        return f'<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge remote">{backend}</span></div>'
+        return f'<div class="pg-header">{h1}<span class="pg-badge remote">{shown}</span></div>'
     engine = getattr(service, "engine", None)
     device = str(getattr(engine, "device", "?"))
     dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
-    badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", "device · dtype"), (backend, ""),
-              (f"context {getattr(service.model, 'context_length', '?'):,}", "")]  # fmt: skip
+    context = say(("context {n:,}", "上下文 {n:,}"), lang, n=getattr(service.model, "context_length", "?"))
+    badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", say(("device · dtype", "设备 · 数据类型"),
+              lang)), (shown, ""), (context, "")]  # fmt: skip
     out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
-    for name, on in capabilities(service).items():
-        out += _badge(name, on, "" if on else "this model cannot")
-    return f'<div class="pg-header"><h1>LLM Playground</h1>{out}{media_badges(service)}</div>'
+    for cap, on in capabilities(service).items():
+        out += _badge(say(CAPS[cap], lang), on, "" if on else say(("this model cannot", "此模型不支持"), lang))
+    return f'<div class="pg-header">{h1}{out}{media_badges(service, lang)}</div>'
 
 
-def model_notes(service: Any) -> tuple[str, str]:
-    """What to tell the user in the Tools and thinking sections when this model cannot use them."""
+def model_notes(service: Any, lang: str = "en") -> tuple[str, str]:
+    """What to tell the user in the Tools and thinking sections when this model cannot use them: said plainly,
+    and nothing for a page user to run (which model is served is the operator's choice)."""
     if service is None:
         return "", ""
     caps = capabilities(service)
     name = service.served_name
-    tools = "" if caps["tools"] else f"⚠️ {name} has no tool-call format, so tools are rejected. {DEMO}"
-    thinking = "" if caps["reasoning"] else f"ℹ️ {name} does not reason; thinking has no effect. {DEMO}"
+    tools = "" if caps["tools"] else say(NO_TOOLS, lang, name=name)
+    thinking = "" if caps["reasoning"] else say((
+        "ℹ️ {name} does not reason; thinking has no effect.",
+        "ℹ️ {name} 不会推理；思考模式不起作用。"), lang, name=name)  # fmt: skip
     return tools, thinking
 
 
-SAYS = {TAKES: "✓ the model sees it", TRANSCRIBES: "→ transcribed by Whisper, the model reads the text",
-        REFUSES: "✗ refused (no {kind} input)"}  # fmt: skip
+NO_TOOLS = ("⚠️ **{name} cannot call tools.** It has no tool-call format, so tools are rejected: a message sent "
+            "with tools is refused. You can still write tools here and check their JSON.",
+            "⚠️ **{name} 不能调用工具。** 它没有工具调用格式，因此工具会被拒绝：带工具发送的消息会被拒收。"
+            "你仍然可以在这里编写工具并检查其 JSON。")  # fmt: skip
+SAYS = {TAKES: ("✓ the model sees it", "✓ 模型能看到"),
+        TRANSCRIBES: ("→ transcribed by Whisper, the model reads the text", "→ 由 Whisper 转写，模型读取文本"),
+        REFUSES: ("✗ refused (no {kind} input)", "✗ 会被拒绝（没有{kind}输入）")}  # fmt: skip
 
 
-def attach_note(service: Any, remote: bool = False) -> str:
+def attach_note(service: Any, remote: bool = False, lang: str = "en") -> str:
     """The attach panel's line: what the current model does with each kind, before anything is sent."""
     if remote:
-        return '<div class="pg-caps">A remote backend: the server decides which media it takes.</div>'
+        text = say(("A remote backend: the server decides which media it takes.", "远程后端：由服务器决定接受哪些媒体。"),
+                   lang)  # fmt: skip
+        return f'<div class="pg-caps">{text}</div>'
     if service is None:
-        return '<div class="pg-caps">The model is loading…</div>'
+        return say(TEXTS["attach_loading"], lang)
     modes = media_modes(service)
     bits = []
     for kind, mode in modes.items():
-        label = f"{ICON[kind]} <s>{kind}</s>" if mode == REFUSES else f"{ICON[kind]} {kind}"
-        bits.append(f'<span class="pg-cap {mode}" data-kind="{kind}">{label} {SAYS[mode].format(kind=kind)}</span>')
+        shown = kind_name(kind, lang)
+        label = f"{ICON[kind]} <s>{shown}</s>" if mode == REFUSES else f"{ICON[kind]} {shown}"
+        says = say(SAYS[mode], lang, kind=shown)
+        bits.append(f'<span class="pg-cap {mode}" data-kind="{kind}">{label} {says}</span>')
     hint = ""
     if REFUSES in (modes["image"], modes["video"]):
-        hint = (' <span class="pg-cap-hint">(the tiny Qwen2-VL demo model takes both: '
-                "<code>python -m demo_models.tiny_mm vl</code> builds it)</span>")  # fmt: skip
+        hint = " " + say(('<span class="pg-cap-hint">(the tiny Qwen2-VL demo model takes both: '
+                          "<code>python -m demo_models.tiny_mm vl</code> builds it)</span>",
+                          '<span class="pg-cap-hint">（小型 Qwen2-VL 演示模型两者都接受：'
+                          "<code>python -m demo_models.tiny_mm vl</code> 可构建它）</span>"), lang)  # fmt: skip
     name = html.escape(service.served_name)
-    return f'<div class="pg-caps">With <b>{name}</b>: {" · ".join(bits)}{hint}</div>'
+    sep = " · "
+    return say(('<div class="pg-caps">With <b>{name}</b>: {bits}{hint}</div>',
+                '<div class="pg-caps">使用 <b>{name}</b> 时：{bits}{hint}</div>'), lang, name=name,
+               bits=sep.join(bits), hint=hint)  # fmt: skip
 
 
-def refusal(service: Any, kind: str) -> str | None:
+def refusal(service: Any, kind: str, lang: str = "en") -> str | None:
     """Why the embedded model will refuse an attachment of this kind, or None when it will take it."""
     if service is None or media_modes(service).get(kind, TAKES) != REFUSES:
         return None
-    return f"{getattr(service, 'served_name', 'the model')} has no {kind} input: the API will refuse this message"
+    name = getattr(service, "served_name", None) or say(("the model", "该模型"), lang)
+    return say(("{name} has no {kind} input: the API will refuse this message",
+                "{name} 没有{kind}输入：API 会拒绝这条消息"), lang, name=name, kind=kind_name(kind, lang))  # fmt: skip

@@ -17,21 +17,25 @@ from playground import controls, stats, timeline
 from playground.backend import Running
 from playground.chat import LOADING, ChatHandlers, check_text
 from playground.conversation import Conversation, Turn
+from playground.i18n import preset_name, say
 from playground.render import Throttle
 from playground.reply import ReplyView
 from playground.request_diff import request_diff, text_diff
 from playground.session import Run, Session, caller
+from playground.tools_panel import json_error
 
 
-def side(view: ReplyView, label: str) -> tuple[str, str]:
+def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
     """(the answer as Markdown, its stats and timeline as HTML) for one side."""
     c = view.first
-    text = c.content or ("…" if not view.done else "*(empty)*")
+    text = c.content or ("…" if not view.done else say(("*(empty)*", "*（空）*"), lang))
     if c.reasoning:
-        text = f"> 💭 *{c.reasoning_tokens} reasoning tokens*\n\n{text}"
+        text = (
+            say(("> 💭 *{n} reasoning tokens*", "> 💭 *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
+        )
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
-    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="") + timeline.svg(c)
+    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c)
 
 
 async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,
@@ -73,9 +77,11 @@ class CompareHandlers:
 
     async def ab(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
                  session: Session, preset_b: str, request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+        lang = session.lang
         history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
         if not history or history[-1]["role"] == "assistant":
-            yield "⚠️ Type a message (or end the chat on a user or tool turn) to compare.", *[gr.skip()] * 4
+            yield say(("⚠️ Type a message (or end the chat on a user or tool turn) to compare.",
+                       "⚠️ 请输入一条消息（或让对话以用户或工具轮次结束）再进行对比。"), lang), *[gr.skip()] * 4  # fmt: skip
             return
         bodies = []
         for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):
@@ -84,21 +90,22 @@ class CompareHandlers:
                 yield check_text(problem), *[gr.skip()] * 4
                 return
             bodies.append(body)
-        labels = ("A · current settings", f"B · {preset_b}")
+        labels = (say(("A · current settings", "A · 当前设置"), lang), f"B · {preset_name(preset_b, lang)}")
         chosen, who = self.chat.backend(session), caller(request, "ab")
         with session.running() as run:
             async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):
-                a, b = (side(v, label) for v, label in zip(views, labels))
+                a, b = (side(v, label, lang) for v, label in zip(views, labels))
                 yield "", *a, *b
 
     async def replay(self, body_text: str, conv: Conversation, session: Session,
                      request: gr.Request) -> AsyncIterator[str]:  # fmt: skip
         """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
-        chosen, service = self.chat.backend(session), self.chat.get_service()
+        chosen, service, lang = self.chat.backend(session), self.chat.get_service(), session.lang
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:
-            yield f"⚠️ The request is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            yield say(("⚠️ The request is not valid JSON: {where}.", "⚠️ 请求不是有效的 JSON：{where}。"), lang,
+                      where=json_error(exc, lang))  # fmt: skip
             return
         problem = LOADING if service is None and chosen.kind == "embedded" else controls.check(body)
         if problem:
@@ -108,23 +115,31 @@ class CompareHandlers:
         who = caller(request, "replay")
         with session.running() as run:
             async for (view,) in run_together(lambda req: chosen.start(req, who), [body], run, chosen.kind):
-                yield replay_report(view, body, original)
+                yield replay_report(view, body, original, lang)
 
 
-def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None) -> str:
+def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None, lang: str = "en") -> str:
     """Replay's verdict: the request diff (identical or what changed), then the reply, or its diff."""
     new = view.first.content
-    head = f"**Replay** · {stats.summary(view.stats())}"
+    head = say(("**Replay** · {summary}", "**重放** · {summary}"), lang, summary=stats.summary(view.stats(), lang))
     if view.error:
         return f"{head}\n\n⚠️ {view.error}"
     if original is None or original.request is None or original.reply is None:
-        return f"{head} · there is no original reply to compare with.\n\n{new}"
+        return (
+            head
+            + say((" · there is no original reply to compare with.", " · 没有可供比较的原始回复。"), lang)
+            + f"\n\n{new}"
+        )
     changed = request_diff(original.request, body)
-    req = ("**Request:** ✓ identical to the original request." if changed is None else
-           f"**Request:** modified — diff of the exact request JSON:\n\n```diff\n{changed}\n```")  # fmt: skip
+    req = (say(("**Request:** ✓ identical to the original request.", "**请求：** ✓ 与原始请求完全相同。"), lang)
+           if changed is None else
+           say(("**Request:** modified — diff of the exact request JSON:", "**请求：** 已修改 — 完整请求 JSON 的差异："),
+               lang) + f"\n\n```diff\n{changed}\n```")  # fmt: skip
     if not view.done:
         return f"{head}\n\n{req}\n\n{new}"
     reply = text_diff(original.reply.first.content, new)
     if reply is None:
-        return f"{head}\n\n{req}\n\n**Reply:** ✓ identical to the original reply.\n\n{new}"
-    return f"{head}\n\n{req}\n\n**Reply:** differs from the original reply:\n\n```diff\n{reply}\n```"
+        same = say(("**Reply:** ✓ identical to the original reply.", "**回复：** ✓ 与原始回复完全相同。"), lang)
+        return f"{head}\n\n{req}\n\n{same}\n\n{new}"
+    differs = say(("**Reply:** differs from the original reply:", "**回复：** 与原始回复不同："), lang)
+    return f"{head}\n\n{req}\n\n{differs}\n\n```diff\n{reply}\n```"

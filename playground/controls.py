@@ -103,10 +103,11 @@ def _typed(text: str) -> Any:
         return text
 
 
-def request_fields(values: dict[str, Any]) -> dict[str, Any]:
+def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     """Control values (by knob name) -> request fields, leaving out every field at its spec default.
 
-    Raises RequestValidationError when a box holds text that cannot become a field at all (broken JSON)."""
+    Raises RequestValidationError when a box holds text that cannot become a field at all (broken JSON), its
+    message in `lang`."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = BY_NAME.get(name)
@@ -131,28 +132,32 @@ def request_fields(values: dict[str, Any]) -> dict[str, Any]:
             out[name] = value
     if "include_stop_str_in_output" in out and not ("stop" in out or "stop_token_ids" in out):
         del out["include_stop_str_in_output"]  # ignored by the API then; keep the request honest
-    out.update(_format(values.get("response_format") or "text", values.get("json_schema") or ""))
+    out.update(_format(values.get("response_format") or "text", values.get("json_schema") or "", lang))
     kwargs = _thinking(values.get("enable_thinking") or "model default", _integral(values.get("thinking_budget") or 0))
     if kwargs:
         out["chat_template_kwargs"] = kwargs
     return out
 
 
-def _format(kind: str, schema_text: str) -> dict[str, Any]:
+def _format(kind: str, schema_text: str, lang: str = "en") -> dict[str, Any]:
     if kind == "text":
         return {}
     if kind == "json_schema":
         try:
             schema = json.loads(schema_text)
         except ValueError as exc:
+            if lang == "zh":
+                raise RequestValidationError(f"json_schema 框中不是有效的 JSON：{_where(exc, lang)}。") from None
             raise RequestValidationError(f"The JSON schema box is not valid JSON: {_where(exc)}.") from None
         return {"response_format": {"type": "json_schema", "json_schema": schema}}
     return {"response_format": {"type": kind}}
 
 
-def _where(exc: ValueError) -> str:
+def _where(exc: ValueError, lang: str = "en") -> str:
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        from playground.tools_panel import json_error  # here: tools_panel's i18n reads this module's knobs
+
+        return json_error(exc, lang)
     return str(exc)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground import controls
+
 TEXTS: dict[str, tuple[str, str]] = {
     "chat": ("Chat", "对话"),
     "placeholder": (
@@ -42,9 +44,107 @@ TEXTS: dict[str, tuple[str, str]] = {
     "request_body": ("the exact request body (edit it to replay a variant)", "完整请求体（可编辑后重放）"),
     "replay": ("▶ Replay this request", "▶ 重放此请求"),
     "curl": ("curl", "curl"),
-    "python": ("Python (openai)", "Python（openai）"),
+    "python": ("Python (openai)", "Python 代码（openai）"),
     "raw": ("streamed chunks (raw)", "流式数据块（原始）"),
+    # the chat column
+    "message": ("Message", "消息"),
+    "service_help": (
+        "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
+        "Click any reply to see its statistics, timeline, tokens and exact request in the side panel.",
+        "由内置引擎运行；同一个引擎也在本端口响应 `POST /v1/chat/completions`。"
+        "点击任意一条回复，即可在侧栏查看它的统计、时间线、token 和完整请求。",
+    ),
+    "tool_called": (
+        "🛠 **The model called a tool.** Type (or pick) its result to continue.",
+        "🛠 **模型调用了工具。** 输入（或选择）调用结果以继续。",
+    ),
+    "none_placeholder": ("(none)", "（无）"),
+    "header_loading": (
+        '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>',
+        '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">模型加载中…</span></div>',
+    ),
+    "attach_loading": ('<div class="pg-caps">The model is loading…</div>', '<div class="pg-caps">模型加载中…</div>'),
+    "no_reply_html": ('<div class="pg-empty">No reply yet.</div>', '<div class="pg-empty">还没有回复。</div>'),
+    # the attach panel
+    "attach": ("📎 Attach image · audio · video · URL", "📎 附加图像 · 音频 · 视频 · URL"),
+    "send_as": ("send uploads as", "上传文件的发送方式"),
+    "send_as_base64": ("base64 (data URL / input_audio)", "base64 编码（data URL / input_audio）"),
+    "send_as_url": ("URL (pasted URL; file:// path of an upload)", "URL（粘贴的 URL；上传文件的 file:// 路径）"),
+    "attach_image": ("image", "图像"),
+    "attach_audio": ("audio", "音频"),
+    "video_types": ("video (.mp4 .avi .wmv)", "视频（.mp4 .avi .wmv）"),
+    "attach_url": ("media URL", "媒体 URL"),
+    "attach_url_placeholder": (
+        "https://host/cat.png or file:///data/clip.mp4 (sent as a URL)",
+        "https://host/cat.png 或 file:///data/clip.mp4（以 URL 发送）",
+    ),
+    "attach_url_add": ("Attach URL", "附加 URL"),
+    "attach_clear": ("✕ Remove all", "✕ 全部移除"),
+    # the Sampling tab
+    "preset_info": ("Sets the sampling fields below.", "设置下方的采样参数。"),
+    "preset_precise": ("Precise (greedy)", "精确（贪心）"),
+    "preset_balanced": ("Balanced", "均衡"),
+    "preset_creative": ("Creative", "创意"),
+    "thinking": ("thinking", "思考模式"),
+    "thinking_default": ("model default", "模型默认"),
+    "thinking_on": ("on", "开启"),
+    "thinking_off": ("off", "关闭"),
+    # the A/B tab
+    "ab_help": (
+        "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
+        "together so the engine batches them. The chat itself is unchanged.",
+        "把对话加上输入框中的消息，分别按当前设置（A）和一个预设（B）同时发送，让引擎把它们放在同一批次中处理。"
+        "对话本身不变。",
+    ),
+    # the Backend tab
+    "backend_help": (
+        "A remote server (MindIE, vLLM, vLLM-Ascend, or this app on another machine) answers through the same "
+        "request and the same rendering. Its stream carries no engine timeline, and batch sizes and queue waits "
+        "only when it sends MindIE's perf stats: the statistics say what it did not send instead of guessing.",
+        "远程服务器（MindIE、vLLM、vLLM-Ascend，或另一台机器上的本应用）使用同样的请求和同样的显示方式作答。"
+        "它的流不带引擎时间线；只有当它发送 MindIE 的性能统计时才有批大小和排队等待：统计会标明它没有发送的项，"
+        "而不是去猜测。",
+    ),
+    "backend": ("backend", "后端"),
+    "backend_embedded": ("Embedded", "内置引擎"),
+    "backend_remote": ("Remote (OpenAI-compatible URL)", "远程（兼容 OpenAI 的 URL）"),
+    "url": ("URL", "URL 地址"),
+    "api_key": ("API key", "API 密钥"),
+    "model": ("model", "模型"),
+    "first_model": ("(the server's first model)", "（服务器的第一个模型）"),
+    "use_backend": ("Use this backend", "使用此后端"),
 }
+
+# The Sampling tab's help under each request field (playground/controls.py holds the English): the field names
+# and their values stay as the API spells them.
+KNOB_HELP_ZH = {
+    "temperature": "0 = 贪心。范围 [0, 2]；API 默认 1。",
+    "top_p": "核采样；1 = 关闭。范围 (1e-6, 1]。",
+    "top_k": "只保留概率最高的 k 个；-1 或 0 = 关闭。范围 -1、0、[1, 2³¹−1]。",
+    "presence_penalty": "抑制已出现过的 token；0 = 关闭。[-2, 2]。",
+    "frequency_penalty": "随 token 出现次数增大；0 = 关闭。[-2, 2]。",
+    "repetition_penalty": "作用于提示或输出中出现过的 token；1 = 关闭。(0, 2]。",
+    "seed": "留空 = 随机；相同的 seed 复现同一回复。范围 [0, 2⁶⁴−1]。",
+    "max_tokens": "包括推理部分；受服务器上限约束。范围 [1, 2³¹−1]。",
+    "stop": "停止字符串，每行一个（1..1024 个字符）；不能与束搜索同用。",
+    "stop_token_ids": "逗号分隔的 token id；超出 [0, 2³¹−1] 的 id 被忽略。",
+    "include_stop_str_in_output": "在回复末尾保留匹配到的停止字符串。",
+    "ignore_eos": "越过序列结束符继续生成，直到 max_tokens。",
+    "skip_special_tokens": "从文本中去掉特殊 token。",
+    "n": "回复条数；> 1 需要 temperature > 0 且不带工具。范围 [1, 8192] 且 ≤ max_n。",
+    "best_of": "0 = n；流式输出要求 best_of = n。范围 [1, 128]。",
+    "use_beam_search": "束宽 max(n, best_of)；不能有停止字符串；max_tokens ≤ 128。",
+    "logprobs": "每个 token 的对数概率（热力图）。不能与工具同用。",
+    "top_logprobs": "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
+    "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
+    "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
+    "object、null）。",
+    "enable_thinking": "chat_template_kwargs.enable_thinking：推理模型的思考模式。",
+    "thinking_budget": "chat_template_kwargs.thinking_budget：推理 token 的上限；0 = 不限。范围 [1, 2³¹−1]。",
+}
+TEXTS.update({f"help_{k.name}": (k.help, KNOB_HELP_ZH[k.name]) for k in controls.KNOBS})
+# A preset's shown name; the value the page and the `/ab` endpoint use stays the English name.
+PRESET_KEYS = {"Precise (greedy)": "preset_precise", "Balanced": "preset_balanced", "Creative": "preset_creative"}
 
 I18N = gr.I18n(en={k: en for k, (en, _) in TEXTS.items()}, zh={k: zh for k, (_, zh) in TEXTS.items()})
 
@@ -68,3 +168,15 @@ def t(key: str) -> gr.i18n.I18nData:
     """A label translated in the browser."""
     assert key in TEXTS, key
     return I18N(key)
+
+
+def choices(pairs: dict[str, str]) -> list[tuple[gr.i18n.I18nData, str]]:
+    """A Radio's or Dropdown's (shown label, value) pairs from {value: key}: the label translated in the browser,
+    the value (what handlers and the endpoints see) unchanged."""
+    return [(t(key), value) for value, key in pairs.items()]
+
+
+def preset_name(preset: str, lang: str) -> str:
+    """A preset's name as shown in `lang` (server-rendered text such as the A/B side's title)."""
+    key = PRESET_KEYS.get(preset)
+    return say(TEXTS[key], lang) if key else preset

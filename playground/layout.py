@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from playground import attach_panel, controls, tools_panel
+from playground import attach_panel, tools_panel
 from playground.attach_panel import AttachHandlers
-from playground.capabilities import header_html
-from playground.i18n import t
-
-SERVICE_HELP = (
-    "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
-    "Click any reply to see its statistics, timeline, tokens and exact request in the side panel."
-)
+from playground.capabilities import capabilities
+from playground.i18n import PRESET_KEYS, choices, say, t
+from playground.session import Session
 
 
 @dataclass(eq=False)
@@ -27,7 +24,7 @@ class Header:
 
 def header_row() -> Header:
     with gr.Row():
-        html = gr.HTML(header_html(None))
+        html = gr.HTML(t("header_loading"))  # until the page knows the model (capabilities.header_html)
         dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
     return Header(html, dark)
 
@@ -45,7 +42,7 @@ class ToolRow:
 
 def tool_row() -> ToolRow:
     with gr.Group(visible=False, elem_id="pg-tool-row") as group:
-        gr.Markdown("🛠 **The model called a tool.** Type (or pick) its result to continue.", padding=True)
+        gr.Markdown(t("tool_called"), padding=True)
         with gr.Row():
             call = gr.Dropdown(label=t("call"), scale=3, choices=[])
             saved = gr.Dropdown(list(tools_panel.SAVED_RESULTS), label=t("saved_result"), scale=2)
@@ -76,11 +73,11 @@ class ChatColumn:
 
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     """The chat, its input row, the tool-result row, the chat's own buttons, attachments and the system prompt."""
-    chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat", placeholder=SERVICE_HELP,
-                         buttons=["copy", "copy_all"], feedback_options=None)  # fmt: skip
+    chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat",
+                         placeholder=t("service_help"), buttons=["copy", "copy_all"], feedback_options=None)  # fmt: skip
     with gr.Row():
-        box = gr.Textbox(placeholder=t("placeholder"), show_label=False, scale=6, lines=1, max_lines=8,
-                         elem_id="pg-input")  # fmt: skip
+        box = gr.Textbox(label=t("message"), placeholder=t("placeholder"), show_label=False, scale=6, lines=1,
+                         max_lines=8, elem_id="pg-input")  # fmt: skip
         send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
         stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
     pending_view = gr.HTML("", elem_id="pg-attach-list")
@@ -92,7 +89,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
         download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
         upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
     pending, caps_note = attach_panel.build(attach, pending_view, session)
-    system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder="(none)")
+    system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"))
     return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
                       caps_note, system)  # fmt: skip
 
@@ -106,7 +103,7 @@ class StatsTab:
 
 
 def stats_tab() -> StatsTab:
-    stats = gr.HTML('<div class="pg-empty">No reply yet.</div>', elem_id="pg-stats")
+    stats = gr.HTML(t("no_reply_html"), elem_id="pg-stats")
     plot = gr.HTML("", elem_id="pg-timeline")
     with gr.Accordion(t("tokens"), open=True):
         heat = gr.HTML("", elem_id="pg-heat")
@@ -123,7 +120,9 @@ class ToolsTab:
     choice: gr.Dropdown
 
 
-def tools_tab() -> ToolsTab:
+def tools_tab(session: gr.State | None = None, get_service: Callable[[], Any] | None = None) -> ToolsTab:
+    """The Tools tab; with the page's `session` and `get_service`, the JSON check speaks the session's language
+    and says first when the model cannot call tools at all."""
     note = gr.Markdown("", elem_id="pg-tools-note")
     example = gr.Dropdown(list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example")
     code = gr.Code("", language="json", label=t("tools_json"), lines=12, elem_id="pg-tools")
@@ -131,16 +130,42 @@ def tools_tab() -> ToolsTab:
     choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto", label="tool_choice", allow_custom_value=False)
     example.change(lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(), example, code,
                    api_name=False)  # fmt: skip
-    code.change(tools_changed, [code, choice], [check, choice], api_name=False)
+    if session is None:
+        code.change(tools_changed, [code, choice], [check, choice], api_name=False)
+    else:
+        code.change(session_tools_check(get_service), [code, choice, session], [check, choice], api_name=False)
     return ToolsTab(note, example, code, check, choice)
 
 
-def tools_changed(text: str, current: str | None) -> tuple[str, Any]:
-    """The tools JSON checked as it is typed, and tool_choice's options: auto, none, required and each tool."""
-    tools, problem = tools_panel.parse_tools(text)
+def session_tools_check(get_service: Callable[[], Any] | None) -> Callable[..., tuple[str, Any]]:
+    """tools_changed in the session's language, naming the embedded model when it has no tool-call format (a
+    remote backend's server decides for itself)."""
+
+    def changed(text: str, current: str | None, session: Session) -> tuple[str, Any]:
+        service = None if session.remote or get_service is None else get_service()
+        cannot = service is not None and not capabilities(service)["tools"]
+        return tools_changed(text, current, session.lang, service.served_name if cannot else None)
+
+    return changed
+
+
+def tools_changed(text: str, current: str | None, lang: str = "en", cannot: str | None = None) -> tuple[str, Any]:
+    """The tools JSON checked as it is typed, and tool_choice's options: auto, none, required and each tool.
+    `cannot`: the name of a model without a tool-call format, which the message then says first."""
+    tools, problem = tools_panel.parse_tools(text, lang)
     options = tools_panel.choice_options(tools)
     value = current if current in options else "auto"
-    message = f"⚠️ {problem}" if problem else (f"✓ {len(tools)} tool(s) valid" if tools else "No tools.")
+    if problem:
+        message = f"⚠️ {problem}"
+    elif not tools:
+        message = say(("No tools.", "没有工具。"), lang)
+    elif cannot:
+        message = say(("⚠️ {name} cannot call tools: a message sent with them is refused. The JSON itself is fine: "
+                       "{n} tool(s) valid.",
+                       "⚠️ {name} 不能调用工具：带这些工具发送的消息会被拒收。JSON 本身没有问题：{n} 个工具有效。"),
+                      lang, name=cannot, n=len(tools))  # fmt: skip
+    else:
+        message = say(("✓ {n} tool(s) valid", "✓ {n} 个工具有效"), lang, n=len(tools))
     return message, gr.update(choices=options, value=value)
 
 
@@ -159,10 +184,9 @@ class AbTab:
 
 
 def ab_tab() -> AbTab:
-    gr.Markdown("The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
-                "together so the engine batches them. The chat itself is unchanged.")  # fmt: skip
+    gr.Markdown(t("ab_help"))
     with gr.Row():
-        preset_b = gr.Radio(list(controls.PRESETS), value="Creative", label=t("b_uses"), scale=3)
+        preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
         go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():

@@ -9,7 +9,7 @@ import gradio as gr
 
 from playground import controls
 from playground.controls import Knob
-from playground.i18n import t
+from playground.i18n import PRESET_KEYS, choices, t
 
 GROUPS = (("acc_sampling", controls.SAMPLING, True), ("acc_length", controls.LENGTH, True),
           ("acc_candidates", controls.CANDIDATES, False), ("acc_format", controls.FORMAT, False),
@@ -23,19 +23,26 @@ class SamplingTab:
     thinking_note: gr.Markdown
 
 
+# A choice shown in words of the page's language; its value stays what the request code reads.
+SHOWN_CHOICES = {"model default": "thinking_default", "on": "thinking_on", "off": "thinking_off"}
+
+
 def knob_component(k: Knob) -> gr.Component:
-    label, elem_id = k.label or k.name, f"pg-{k.name}"
+    """A request field's control: labelled with the field's API name (a UI-only knob with its own translated
+    label), its help (range and meaning) translated in the browser."""
+    label, info, elem_id = t(k.label) if k.label else k.name, t(f"help_{k.name}"), f"pg-{k.name}"
     if k.kind == "slider":
-        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=k.help, elem_id=elem_id)
+        return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=info, elem_id=elem_id)
     if k.kind == "int":  # no min/max here: an out-of-range number gets the API's own message before sending
-        return gr.Number(value=k.default, precision=0, label=label, info=k.help, elem_id=elem_id)
+        return gr.Number(value=k.default, precision=0, label=label, info=info, elem_id=elem_id)
     if k.kind == "check":
-        return gr.Checkbox(value=k.default, label=label, info=k.help, elem_id=elem_id)
+        return gr.Checkbox(value=k.default, label=label, info=info, elem_id=elem_id)
     if k.kind == "choice":
-        return gr.Radio(list(k.choices), value=k.default, label=label, info=k.help, elem_id=elem_id)
+        shown = [(t(SHOWN_CHOICES[c]), c) if c in SHOWN_CHOICES else (c, c) for c in k.choices]
+        return gr.Radio(shown, value=k.default, label=label, info=info, elem_id=elem_id)
     if k.kind == "code":
         return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
-    return gr.Textbox(value=k.default, label=label, info=k.help, lines=2 if k.kind == "lines" else 1,
+    return gr.Textbox(value=k.default, label=label, info=info, lines=2 if k.kind == "lines" else 1,
                       max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
 
 
@@ -43,7 +50,7 @@ def sampling_tab() -> SamplingTab:
     """The tab's controls; a preset sets the sampling fields it names."""
     knobs: dict[str, Any] = {}
     note = None
-    preset = gr.Radio(list(controls.PRESETS), label=t("preset"), value=None, info="Sets the sampling fields below.",
+    preset = gr.Radio(choices(PRESET_KEYS), label=t("preset"), value=None, info=t("preset_info"),
                       elem_id="pg-preset")  # fmt: skip
     for title, group, open_ in GROUPS:
         with gr.Accordion(t(title), open=open_):

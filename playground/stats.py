@@ -1,11 +1,52 @@
 """One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/reply.py) reads
-them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks."""
+them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks.
+
+Each statistic's English name is its key (the `data-stat` attribute, the notebooks' label); the page shows it
+and its meaning in the session's language (`lang`, playground/i18n.py)."""
 
 from __future__ import annotations
 
 import html
 
 from playground.reply import ReplyStats
+
+# English name -> (Chinese name, (English meaning, Chinese meaning)); also the names `not_provided` lists.
+NAMES: dict[str, tuple[str, tuple[str, str]]] = {
+    "prompt tokens": ("提示 token 数", ("tokens of the templated conversation", "套用对话模板后的 token 数")),
+    "media tokens": ("媒体 token 数", ("of the prompt: the image, video and audio parts the model took itself",
+                                      "提示中由模型自己读取的图像、视频和音频部分")),
+    "cached tokens": ("缓存 token 数", ("prompt tokens reused from the prefix cache", "从前缀缓存复用的提示 token")),
+    "completion tokens": ("生成 token 数", ("tokens generated, reasoning included", "生成的 token，包括推理部分")),
+    "reasoning tokens": ("推理 token 数", ("of those, inside the thinking block", "其中位于思考块内的部分")),
+    "time to first token": ("首 token 时间", ("accepted → first token (preparation + queue + prefill)",
+                                             "接受请求 → 第一个 token（准备 + 排队 + 预填充）")),
+    "preparation": ("准备", ("validation, media loading or transcription, template, tokens",
+                             "校验、加载或转写媒体、套用模板、分词")),
+    "queue wait": ("排队等待", ("handed to the engine → its first step for this request",
+                                "交给引擎 → 引擎为该请求执行第一步")),
+    "prefill": ("预填充", ("the first step: prompt in, first token out", "第一步：读入提示，输出第一个 token")),
+    "decode speed": ("解码速度", ("tokens after the first, over their time", "第一个之后的 token 数除以它们的用时")),
+    "end to end": ("端到端", ("accepted → last token", "接受请求 → 最后一个 token")),
+    "batch size (max)": ("批大小（最大）", ("most sequences decoded together with this one",
+                                          "与本请求一同解码的最多序列数")),
+    "finish reason": ("结束原因", ("stop, length, tool_calls, …", "stop、length、tool_calls、…")),
+    "engine timeline": ("引擎时间线", ("", "")),
+    "token ids": ("token id", ("", "")),
+}  # fmt: skip
+NOT_PROVIDED = ("not provided", "未提供")
+STREAMING = ("streaming…", "生成中…")
+BACKENDS = {"remote": "远程", "embedded": "内置引擎"}
+
+
+def say(text: tuple[str, str], lang: str, **values: object) -> str:
+    """playground.i18n.say without its import of gradio (the notebooks read these statistics too)."""
+    chosen = text[1] if lang == "zh" else text[0]
+    return chosen.format(**values) if values else chosen
+
+
+def name(key: str, lang: str = "en") -> str:
+    """A statistic's name as shown in `lang`."""
+    return NAMES[key][0] if lang == "zh" and key in NAMES else key
 
 
 def _ms(value: float | None) -> str:
@@ -18,36 +59,38 @@ def _n(value: int | None) -> str:
     return "–" if value is None else f"{value:,}"
 
 
-def rows(s: ReplyStats) -> list[tuple[str, str, str]]:
-    """(label, value, what it means) in display order; what the backend did not provide says so, not '–'."""
-    out = _rows(s)
-    if not s.not_provided:
-        return out
-    return [(k, "not provided", why) if k in s.not_provided else (k, v, why) for k, v, why in out]
+def rows(s: ReplyStats, lang: str = "en") -> list[tuple[str, str, str]]:
+    """(name, value, what it means) in display order, in `lang`; what the backend did not provide says so, not
+    '–'."""
+    return [(name(k, lang), v, why) for k, v, why in _keyed(s, lang)]
 
 
-def _rows(s: ReplyStats) -> list[tuple[str, str, str]]:
-    media = [] if s.media_tokens is None else [("media tokens", _n(s.media_tokens), "of the prompt: the image, "
-                                                 "video and audio parts the model took itself")]  # fmt: skip
+def _keyed(s: ReplyStats, lang: str) -> list[tuple[str, str, str]]:
+    """(English name, value, meaning in `lang`)."""
+    missing = say(NOT_PROVIDED, lang)
+    return [(k, missing if k in s.not_provided else v, say(NAMES[k][1], lang)) for k, v in _values(s, lang)]
+
+
+def _values(s: ReplyStats, lang: str) -> list[tuple[str, str]]:
+    media = [] if s.media_tokens is None else [("media tokens", _n(s.media_tokens))]
     return [
-        ("prompt tokens", _n(s.prompt_tokens), "tokens of the templated conversation"),
+        ("prompt tokens", _n(s.prompt_tokens)),
         *media,
-        ("cached tokens", _n(s.cached_tokens), "prompt tokens reused from the prefix cache"),
-        ("completion tokens", _n(s.completion_tokens), "tokens generated, reasoning included"),
-        ("reasoning tokens", _n(s.reasoning_tokens), "of those, inside the thinking block"),
-        ("time to first token", _ms(s.ttft_ms), "accepted → first token (preparation + queue + prefill)"),
-        ("preparation", _ms(s.prepare_ms), "validation, media loading or transcription, template, tokens"),
-        ("queue wait", _ms(s.queue_ms), "handed to the engine → its first step for this request"),
-        ("prefill", _ms(s.prefill_ms), "the first step: prompt in, first token out"),
-        ("decode speed", "–" if s.decode_tps is None else f"{s.decode_tps:.1f} tok/s", "tokens after the first, "
-         "over their time"),
-        ("end to end", _ms(s.e2e_ms), "accepted → last token"),
-        ("batch size (max)", _n(s.max_batch), "most sequences decoded together with this one"),
-        ("finish reason", s.finish_reason or ("streaming…" if s.streaming else "–"), "stop, length, tool_calls, …"),
-    ]  # fmt: skip
+        ("cached tokens", _n(s.cached_tokens)),
+        ("completion tokens", _n(s.completion_tokens)),
+        ("reasoning tokens", _n(s.reasoning_tokens)),
+        ("time to first token", _ms(s.ttft_ms)),
+        ("preparation", _ms(s.prepare_ms)),
+        ("queue wait", _ms(s.queue_ms)),
+        ("prefill", _ms(s.prefill_ms)),
+        ("decode speed", "–" if s.decode_tps is None else f"{s.decode_tps:.1f} tok/s"),
+        ("end to end", _ms(s.e2e_ms)),
+        ("batch size (max)", _n(s.max_batch)),
+        ("finish reason", s.finish_reason or (say(STREAMING, lang) if s.streaming else "–")),
+    ]
 
 
-def summary(s: ReplyStats) -> str:
+def summary(s: ReplyStats, lang: str = "en") -> str:
     """One line for the transcript: tokens · speed · TTFT · total · finish."""
     parts = [f"{s.completion_tokens} tok"]
     if s.decode_tps is not None:
@@ -56,25 +99,33 @@ def summary(s: ReplyStats) -> str:
         parts.append(f"TTFT {_ms(s.ttft_ms)}")
     if s.e2e_ms is not None:
         parts.append(_ms(s.e2e_ms))
-    parts.append(s.finish_reason or "streaming…")
+    parts.append(s.finish_reason or say(STREAMING, lang))
     return " · ".join(parts)
 
 
-def markdown(s: ReplyStats) -> str:
-    return "| statistic | value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v, _ in rows(s))
+def markdown(s: ReplyStats, lang: str = "en") -> str:
+    head = say(("| statistic | value |", "| 统计 | 值 |"), lang)
+    return head + "\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v, _ in rows(s, lang))
 
 
-def table_html(s: ReplyStats, caption: str | None = None) -> str:
+def table_html(s: ReplyStats, caption: str | None = None, lang: str = "en") -> str:
+    """The Stats tab's table; each value cell's `data-stat` is the statistic's English name in every language."""
     body = "".join(
-        f'<tr title="{html.escape(why)}"><th>{html.escape(k)}</th><td data-stat="{html.escape(k)}">'
+        f'<tr title="{html.escape(why)}"><th>{html.escape(name(k, lang))}</th><td data-stat="{html.escape(k)}">'
         f"{html.escape(v)}</td></tr>"
-        for k, v, why in rows(s)
+        for k, v, why in _keyed(s, lang)
     )
     if caption is None:
-        caption = "this reply, streaming…" if s.streaming else "the selected reply · click any reply to inspect it"
+        caption = say(("this reply, streaming…", "本条回复，生成中…") if s.streaming else
+                      ("the selected reply · click any reply to inspect it", "所选回复 · 点击任意回复即可查看"),
+                      lang)  # fmt: skip
     note = ""
     if s.not_provided:
-        note = (f'<p class="pg-missing" data-stat="not provided">Not provided by the {html.escape(s.backend)} '
-                f"backend: {html.escape(', '.join(s.not_provided))}. Times are when chunks arrived here "
-                "(network included), not engine times.</p>")  # fmt: skip
+        backend = BACKENDS.get(s.backend, s.backend) if lang == "zh" else s.backend
+        missing = ("、" if lang == "zh" else ", ").join(name(k, lang) for k in s.not_provided)
+        text = say(("Not provided by the {backend} backend: {missing}. Times are when chunks arrived here (network "
+                    "included), not engine times.",
+                    "{backend}后端未提供：{missing}。时间是数据块到达此处的时刻（含网络），不是引擎时间。"),
+                   lang, backend=backend, missing=missing)  # fmt: skip
+        note = f'<p class="pg-missing" data-stat="not provided">{html.escape(text)}</p>'
     return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>{note}'

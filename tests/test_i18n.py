@@ -1,0 +1,129 @@
+"""The page's two languages without a browser: every label has its Chinese, and the text the server renders
+(statistics, notes, checks) comes out in the session's language with the English unchanged."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from playground import capabilities, controls, i18n, stats, tools_panel
+from playground.i18n import TEXTS, say
+from playground.reply import ReplyStats
+
+# The top-level keys of Gradio 6.31's own catalogue: a label key of that name would get Gradio's whole section
+# (the page showed "[object Object]" for an image labelled with the key "image").
+GRADIO_SECTIONS = {"annotated_image", "audio", "blocks", "chat_interface", "chatbot", "checkbox", "code",
+                   "color_picker", "common", "dataframe", "dropdown", "errors", "file", "highlighted_text", "image",
+                   "image_editor", "label", "login", "number", "plot", "radio", "slider", "status", "upload_text",
+                   "video"}  # fmt: skip
+SAME_IN_BOTH = {"curl"}  # a tool's name, the same in both languages
+
+
+@pytest.mark.parametrize("key", sorted(TEXTS))
+def test_every_label_has_a_chinese_entry_of_its_own(key: str) -> None:
+    en, zh = TEXTS[key]
+    assert en.strip() and zh.strip(), key
+    if re.search("[A-Za-z]", en) and key not in SAME_IN_BOTH:
+        assert zh != en, f"{key}: the Chinese entry is the English one"
+        assert re.search("[\u4e00-\u9fff]", zh), f"{key}: no Chinese in {zh!r}"
+    assert set(re.findall(r"\{\w+\}", en)) == set(re.findall(r"\{\w+\}", zh)), f"{key}: placeholders differ"
+
+
+def test_no_label_key_is_one_of_gradios_own_sections() -> None:
+    assert not GRADIO_SECTIONS & set(TEXTS)
+    assert not [k for k in TEXTS if "." in k]  # a dotted key would read as a path into Gradio's catalogue
+
+
+def test_every_request_field_and_preset_has_its_translated_help_and_name() -> None:
+    for knob in controls.KNOBS:
+        assert TEXTS[f"help_{knob.name}"][0] == knob.help
+    assert set(i18n.PRESET_KEYS) == set(controls.PRESETS)
+    assert i18n.preset_name("Creative", "zh") == "创意" and i18n.preset_name("Creative", "en") == "Creative"
+    # the request fields a help names stay as the API spells them
+    for knob in controls.KNOBS:
+        fields = set(re.findall(r"\b[a-z]+_[a-z_.]+\b", knob.help))
+        assert fields <= set(re.findall(r"\b[a-z]+_[a-z_.]+\b", TEXTS[f"help_{knob.name}"][1])), knob.name
+
+
+def test_say_picks_the_language_and_fills_the_values() -> None:
+    assert say(("{n} tool(s)", "{n} 个工具"), "zh", n=2) == "2 个工具"
+    assert say(("{n} tool(s)", "{n} 个工具"), "en", n=2) == "2 tool(s)"
+
+
+def test_statistics_keep_their_english_keys_and_show_chinese_names() -> None:
+    s = ReplyStats(completion_tokens=8, prompt_tokens=30, ttft_ms=50, finish_reason="length", backend="remote",
+                   not_provided=["engine timeline", "prefill"])  # fmt: skip
+    zh, en = stats.table_html(s, lang="zh"), stats.table_html(s)
+    assert '<th>结束原因</th><td data-stat="finish reason">length</td>' in zh
+    assert '<th>预填充</th><td data-stat="prefill">未提供</td>' in zh and 'data-stat="not provided"' in zh
+    assert "远程后端未提供：引擎时间线、预填充。" in zh and "prefill" not in re.sub(r'data-stat="[^"]*"', "", zh)
+    assert '<th>finish reason</th><td data-stat="finish reason">length</td>' in en
+    assert "Not provided by the remote backend: engine timeline, prefill." in en
+    assert stats.rows(s)[0] == ("prompt tokens", "30", "tokens of the templated conversation")  # the notebooks'
+    assert stats.rows(s, "zh")[0] == ("提示 token 数", "30", "套用对话模板后的 token 数")
+    assert stats.markdown(s, "zh").startswith("| 统计 | 值 |")
+    streaming = ReplyStats(completion_tokens=1, streaming=True)
+    assert stats.summary(streaming, "zh").endswith("生成中…") and stats.summary(streaming).endswith("streaming…")
+
+
+def service(tools: bool) -> SimpleNamespace:
+    def parser(_req: object) -> object:
+        if not tools:
+            raise AttributeError("no tool-call format")
+        return object()
+
+    return SimpleNamespace(served_name="m", model=SimpleNamespace(modalities=frozenset(), context_length=4096),
+                           settings=SimpleNamespace(audio_transcription=True), tool_parser_for=parser,
+                           reasoning=SimpleNamespace(available=False))  # fmt: skip
+
+
+def test_a_model_without_tools_is_said_plainly_and_no_command_is_given() -> None:
+    for lang in ("en", "zh"):
+        note, thinking = capabilities.model_notes(service(tools=False), lang)
+        assert note and thinking and "python" not in (note + thinking).lower()
+    note = capabilities.model_notes(service(tools=False))[0]
+    assert note.startswith("⚠️ **m cannot call tools.**") and "has no tool-call format, so tools are rejected" in note
+    assert capabilities.model_notes(service(tools=False), "zh")[0].startswith("⚠️ **m 不能调用工具。**")
+    assert capabilities.model_notes(service(tools=True))[0] == ""
+
+
+def test_the_tools_check_says_first_that_the_model_cannot_call_tools() -> None:
+    from playground.layout import tools_changed
+
+    text = tools_panel.dumps([tools_panel.GET_WEATHER])
+    assert tools_changed(text, None)[0] == "✓ 1 tool(s) valid"
+    assert tools_changed(text, None, "zh")[0] == "✓ 1 个工具有效"
+    cannot = tools_changed(text, None, "en", cannot="m")[0]
+    assert cannot.startswith("⚠️ m cannot call tools") and cannot.endswith("1 tool(s) valid.")
+    assert tools_changed(text, None, "zh", cannot="m")[0].startswith("⚠️ m 不能调用工具")
+    assert tools_changed("[{", None, "zh")[0].startswith("⚠️ 工具不是有效的 JSON：")
+    assert tools_changed("", None, "zh")[0] == "没有工具。"
+
+
+def test_tool_arguments_and_json_errors_in_chinese() -> None:
+    tools = [tools_panel.GET_WEATHER]
+    assert tools_panel.check_arguments(tools, "get_weather", '{"city": 3, "x": 1}', "zh") == [
+        "'city' 应为 string，实际为 3", "多余的参数 'x'"]  # fmt: skip
+    assert tools_panel.check_arguments(tools, "get_weather", '{"city": 3}') == ["'city' should be string, got 3"]
+    assert (
+        tools_panel.parse_tools("[{", "zh")[1] == "工具不是有效的 JSON：此处应为双引号括起的属性名（第 1 行第 3 列）。"
+    )
+    with pytest.raises(Exception, match="json_schema 框中不是有效的 JSON"):
+        controls.request_fields({"response_format": "json_schema", "json_schema": "{x"}, "zh")
+
+
+def test_the_header_and_the_attach_line_in_chinese() -> None:
+    svc = service(tools=False)
+    svc.engine = SimpleNamespace(device="cpu", runner=SimpleNamespace(dtype="torch.float32"))
+    zh = capabilities.header_html(svc, lang="zh")
+    assert "后端：内置引擎" in zh and "上下文 4,096" in zh and ">推理</span>" in zh and ">工具调用</span>" in zh
+    assert "backend: embedded engine" in capabilities.header_html(svc) and "context 4,096" in capabilities.header_html(
+        svc
+    )
+    assert capabilities.backend_label("backend: remote http://h:1 · m", "zh") == "后端：远程 http://h:1 · m"
+    assert "模型加载中" in capabilities.header_html(None, lang="zh")
+    note = capabilities.attach_note(svc, lang="zh")
+    assert 'data-kind="image"' in note and "✗ 会被拒绝（没有图像输入）" in note and "由 Whisper 转写" in note
+    assert capabilities.refusal(svc, "video", "zh") == "m 没有视频输入：API 会拒绝这条消息"
