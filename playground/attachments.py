@@ -13,6 +13,9 @@ import base64
 import html
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+from playground.i18n import say
 
 # §3.3: the extensions each kind accepts and their MIME types.
 MIME_OF = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".mp4": "video/mp4",
@@ -104,13 +107,75 @@ def media_line(report: dict[str, Any]) -> str:
     return " · ".join(bits)
 
 
-def pending_html(items: list[dict[str, Any]]) -> str:
-    """The attachments waiting to go with the next message."""
+PENDING_TITLE = ("Attached to the next message", "随下一条消息发送的附件")
+PREVIEW_ALT = ("preview of {name}", "{name} 的预览")
+KIND_NAMES = {"image": ("image", "图片"), "video": ("video", "视频"), "audio": ("audio", "音频")}
+INLINE_PREVIEW_MAX = 512 << 10  # characters: a longer inline payload gets no preview rather than a second copy
+AUDIO_MIME = {"mp3": "audio/mpeg", "wav": "audio/wav", "flac": "audio/flac"}
+
+
+def preview_src(item: dict[str, Any]) -> str | None:
+    """Where the browser can load a pending attachment's preview from: an upload's own file, served by Gradio's
+    file route (which serves its uploads), so the list does not carry the bytes again; else a pasted http(s) URL;
+    else the inline payload itself when it is small. None: nothing the browser can load (a file:// URL, a large
+    payload whose file is gone)."""
+    path = item.get("path")
+    if path and _served(Path(path)):
+        return "gradio_api/file=" + quote(str(path), safe="/")  # relative: the page's own root, however mounted
+    part = item.get("part") or {}
+    source = source_of(part)
+    if source.startswith(("http://", "https://")):
+        return source
+    if len(source) > INLINE_PREVIEW_MAX:
+        return None
+    if part.get("type") == "input_audio":
+        mime = AUDIO_MIME.get(str((part.get("input_audio") or {}).get("format")), "audio/wav")
+        return f"data:{mime};base64,{source}"
+    return source if source.startswith("data:") else None
+
+
+def _served(path: Path) -> bool:
+    """Whether Gradio's file route serves this file: one of its uploads (recordings and snapshots are too)."""
+    from gradio.utils import get_upload_folder
+
+    try:
+        return path.is_file() and path.resolve().is_relative_to(Path(get_upload_folder()).resolve())
+    except OSError:
+        return False
+
+
+def preview_html(item: dict[str, Any], lang: str = "en") -> str:
+    """A thumbnail (an image; a video's first frame) or a player (audio) of a pending attachment, or ""."""
+    part = item.get("part") or {}
+    src = preview_src(item)
+    if src is None:
+        return ""
+    kind = kind_of_part(part)
+    esc = html.escape(src, quote=True)
+    name = Path(item["path"]).name if item.get("path") else say(KIND_NAMES.get(kind, (kind, kind)), lang)
+    alt = html.escape(say(PREVIEW_ALT, lang, name=name), quote=True)
+    if kind == "image":
+        return f'<img class="pg-thumb" src="{esc}" alt="{alt}" loading="lazy" referrerpolicy="no-referrer">'
+    if kind == "video":
+        frame = "" if src.startswith("data:") else "#t=0.1"  # a frame past the start: some clips open on black
+        return (f'<video class="pg-thumb" src="{esc}{frame}" preload="metadata" muted playsinline '
+                f'aria-label="{alt}"></video>')  # fmt: skip
+    if kind == "audio":
+        return f'<audio class="pg-player" src="{esc}" controls preload="metadata" aria-label="{alt}"></audio>'
+    return ""
+
+
+def pending_html(items: list[dict[str, Any]], lang: str = "en") -> str:
+    """The attachments waiting to go with the next message: each one's line, with a thumbnail or a player."""
     if not items:
         return ""
-    rows = "".join(f'<li class="{"bad" if a["preview"].get("error") or a.get("refused") else ""}">{html.escape(a["summary"])}</li>'
-                   for a in items)  # fmt: skip
-    return f'<div class="pg-attach"><b>Attached to the next message</b><ul>{rows}</ul></div>'
+    rows = []
+    for a in items:
+        bad = " bad" if a["preview"].get("error") or a.get("refused") else ""
+        media = preview_html(a, lang)
+        rows.append(f'<li class="pg-attach-item{bad}">{media}<span class="pg-attach-line">'
+                    f"{html.escape(a['summary'])}</span></li>")  # fmt: skip
+    return f'<div class="pg-attach"><b>{html.escape(say(PENDING_TITLE, lang))}</b><ul>{"".join(rows)}</ul></div>'
 
 
 def placeholder(part: dict[str, Any]) -> str | None:
