@@ -48,7 +48,7 @@ class AttachHandlers:
         part = attachments.file_part(path, kind, send_as)
         item = {**await self.attachment(part, Path(path).name, remote, lang), "path": path}
         items = [*(pending or []), item]
-        return items, attachments.pending_html(items), None  # the input clears, ready for the next one
+        return items, attachments.pending_html(items, lang), None  # the input clears, ready for the next one
 
     async def add_url(self, url: str, pending: list[dict[str, Any]], session: Session) -> tuple:
         url = (url or "").strip()
@@ -61,11 +61,11 @@ class AttachHandlers:
                 ("The URL must end in one of {exts}.", "URL 必须以下列之一结尾：{exts}。"), session.lang, exts=exts
             )
             warn = f'<div class="pg-attach bad">⚠️ {must}</div>'
-            return gr.skip(), attachments.pending_html(pending or []) + warn, gr.skip()
+            return gr.skip(), attachments.pending_html(pending or [], session.lang) + warn, gr.skip()
         item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote,
                                      session.lang)  # fmt: skip
         items = [*(pending or []), item]
-        return items, attachments.pending_html(items), ""
+        return items, attachments.pending_html(items, session.lang), ""
 
     @staticmethod
     def clear() -> tuple:

@@ -8,6 +8,8 @@ only the components it changes (ChatOutputs).
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,14 +21,18 @@ from engine.serving.policy import CallContext, RequestPolicy
 from playground import attachments, controls
 from playground.backend import ChatBackend, LocalBackend
 from playground.chat_outputs import ChatOutputs, Update
-from playground.conversation import Conversation, Turn, display
+from playground.controls import BY_NAME
+from playground.conversation import Conversation, Turn, display, strip_marks
+from playground.i18n import lang_of, say
 from playground.render import throttled
 from playground.reply import ReplyView
 from playground.session import Session, base_url_of, caller
 from playground.tools_panel import choice_value, parse_tools
 
 UPDATE_EVERY_S = 0.1
-LOADING = "The model is still loading; try again in a moment."
+LOADING = ("The model is still loading; try again in a moment.", "模型仍在加载，请稍后再试。")
+NO_CALL_WAITING = ("There is no tool call waiting for a result.", "没有等待结果的工具调用。")
+REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：** {error}")
 
 
 class ChatHandlers:
@@ -44,13 +50,14 @@ class ChatHandlers:
               knobs: dict[str, Any], session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
         """(the exact body, None) or (None, why it would be rejected) — nothing is sent either way."""
         service, chosen = self.get_service(), self.backend(session)
+        lang = session.lang if session is not None else "en"
         if service is None and chosen.kind == "embedded":
-            return None, LOADING
-        tools, problem = parse_tools(tools_text or "")
+            return None, say(LOADING, lang)
+        tools, problem = parse_tools(tools_text or "", lang)
         if problem:
             return None, problem
         try:
-            fields = controls.request_fields(knobs)
+            fields = controls.request_fields(knobs, lang)
         except RequestValidationError as exc:
             return None, exc.message
         head = [{"role": "system", "content": system}] if system and system.strip() else []
@@ -68,7 +75,7 @@ class ChatHandlers:
         """The check line under the input, refreshed whenever a control changes."""
         _, problem = self.build(conv.messages() + [{"role": "user", "content": "…"}], system, tools_text,
                                 tool_choice, knobs, session)  # fmt: skip
-        return check_text(problem)
+        return check_text(problem, sent=False, lang=session.lang)
 
     def preview_request(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
                         session: Session, request: gr.Request, **knobs: Any) -> Update:  # fmt: skip
@@ -90,16 +97,17 @@ class ChatHandlers:
         """Stream one reply into the conversation, through the session's backend as `who`. `restore` (the typed
         text and attachments of a new message): if the API refuses the request before it starts, the message
         goes back to the input, explained."""
-        o, chosen = self.out, self.backend(session)
+        o, chosen, lang = self.out, self.backend(session), session.lang
         base_url = chosen.url or base_url  # curl / Python name the server used
+        conv.lang = lang
         turn = Turn("assistant", reply=ReplyView(backend=chosen.kind), request=body)
         reply = turn.reply
         assert reply is not None
-        conv.turns.append(turn)
+        conv.adopt(turn)
         conv.selected = len(conv.turns) - 1
         shown = lambda: display(conv)[0]  # noqa: E731
-        yield {o.chatbot: shown(), o.conv: conv, o.box: "", o.check: "", o.tool_row: gr.update(visible=False),
-               o.pending: [], o.pending_view: "", **o.panels(turn, base_url)}  # fmt: skip
+        yield {o.chatbot: shown(), o.conv: conv, o.check: "", o.tool_row: gr.update(visible=False),
+               o.pending: [], o.pending_view: "", **o.panels(turn, base_url, lang=lang)}  # fmt: skip
         started = False
         with session.running() as run:
             try:
@@ -112,7 +120,7 @@ class ChatHandlers:
                 async for _ in throttled(gen, reply.add, UPDATE_EVERY_S):
                     if not reported and (reply.media or reply.transcription):  # the first chunk: under the turn now
                         reported = self.report_media(conv, body, reply)
-                    yield {o.chatbot: shown(), **o.panels(turn, base_url, final=False)}
+                    yield {o.chatbot: shown(), **o.panels(turn, base_url, final=False, lang=lang)}
             except ApiError as exc:
                 reply.error = exc.message
             finally:
@@ -121,14 +129,14 @@ class ChatHandlers:
             del conv.turns[-2:]
             conv.selected = None
             text, pending = restore
-            yield {o.chatbot: shown(), o.conv: conv, o.box: text, o.check: f"⚠️ **Refused by the API:** {reply.error}",
-                   o.pending: pending, o.pending_view: attachments.pending_html(pending),
-                   **o.panels(conv.selected_reply(), base_url)}  # fmt: skip
+            yield {o.chatbot: shown(), o.conv: conv, o.box: text, o.check: say(REFUSED, lang, error=reply.error),
+                   o.pending: pending, o.pending_view: attachments.pending_html(pending, lang=lang),
+                   **o.panels(conv.selected_reply(), base_url, conv=conv, lang=lang)}  # fmt: skip
             return
         reply.stopped, reply.done = run.stopped, True
         self.report_media(conv, body, reply)
         yield {o.chatbot: shown(), o.conv: conv, o.check: f"⚠️ {reply.error}" if reply.error else "",
-               **o.panels(turn, base_url), **o.tool_prompt(conv)}  # fmt: skip
+               **o.panels(turn, base_url, conv=conv, lang=lang), **o.tool_prompt(conv)}  # fmt: skip
 
     @staticmethod
     def report_media(conv: Conversation, body: dict[str, Any], reply: ReplyView) -> bool:
@@ -144,22 +152,31 @@ class ChatHandlers:
         if not (message or "").strip() and not pending:
             yield gr.skip()
             return
+        if session.run is not None:  # Enter while a reply streams: this message waits for it, and says so
+            yield {self.out.check: say(QUEUED, session.lang)}
+            while session.run is not None:
+                await asyncio.sleep(0.05)
         user = Turn("user", message or "", parts=[a["part"] for a in pending],
                     attachments=[a["summary"] for a in pending])  # fmt: skip
         body, problem = self.build(conv.messages() + [{"role": "user", "content": user.content_value()}], system,
                                    tools_text, tool_choice, knobs, session)  # fmt: skip
-        if body is None:  # explained, and nothing is sent: the message stays in the box
-            yield {self.out.check: check_text(problem)}
+        if body is None:  # explained, and nothing is sent: the message goes back to the box (the page emptied it)
+            yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
             return
-        conv.turns.append(user)
+        conv.adopt(user)
         async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat"),
                                      restore=(message or "", pending)):  # fmt: skip
             yield out
 
     async def regenerate(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
                          session: Session, request: gr.Request, **knobs: Any) -> AsyncIterator[Update]:  # fmt: skip
-        conv.truncate_before_last_reply()
-        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "regenerate"):
+        """A new version of the last reply; the one it replaces stays, one "‹" away."""
+        at = conv.regenerate_at()
+        if at is None:
+            yield {self.out.check: check_text(say(NOTHING_TO_REGENERATE, session.lang), lang=session.lang)}
+            return
+        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "regenerate",
+                                     at=at):  # fmt: skip
             yield out
 
     async def edit(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
@@ -171,12 +188,12 @@ class ChatHandlers:
             yield {self.out.chatbot: display(conv)[0]}
             return
         old = conv.turns[turn_at]
-        value = str(data.value)
-        del conv.turns[turn_at:]
+        value = strip_marks(str(data.value))
         if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
-        conv.turns.append(Turn("user", value, parts=old.parts, attachments=old.attachments))
-        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit"):
+        edited = Turn("user", value, parts=old.parts, attachments=old.attachments)
+        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit",
+                                     at=turn_at, new=edited):  # fmt: skip
             yield out
 
     async def tool_result(self, result: str, call_id: str | None, conv: Conversation, system: str, tools_text: str,
@@ -184,7 +201,7 @@ class ChatHandlers:
                           **knobs: Any) -> AsyncIterator[Update]:  # fmt: skip
         pending = dict(conv.pending_calls())
         if call_id not in pending:
-            yield {self.out.check: check_text("There is no tool call waiting for a result.")}
+            yield {self.out.check: check_text(say(NO_CALL_WAITING, session.lang), lang=session.lang)}
             return
         conv.turns.append(Turn("tool", result, tool_call_id=call_id, tool_name=pending[call_id]))
         if len(pending) > 1:  # answer every call of the reply before the model continues
@@ -194,15 +211,22 @@ class ChatHandlers:
             yield out
 
     async def _rerun(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                     session: Session, request: gr.Request, knobs: dict[str, Any],
-                     endpoint: str) -> AsyncIterator[Update]:  # fmt: skip
+                     session: Session, request: gr.Request, knobs: dict[str, Any], endpoint: str,
+                     at: int | None = None, new: Turn | None = None) -> AsyncIterator[Update]:  # fmt: skip
+        """Ask for the next reply. With `at`: a new version of the turns from `at` on (an edit's `new` user turn
+        first, or, for a regenerate, just the reply); the old version is kept in the turn's fork."""
         if not conv.turns:
             yield {self.out.chatbot: []}
             return
-        body, problem = self.build(conv.messages(), system, tools_text, tool_choice, knobs, session)
-        if body is None:
-            yield {self.out.chatbot: display(conv)[0], self.out.check: check_text(problem)}
+        messages = conv.messages(upto=at) + ([{"role": "user", "content": new.content_value()}] if new else [])
+        body, problem = self.build(messages, system, tools_text, tool_choice, knobs, session)
+        if body is None:  # nothing changes: the old version stays as it was
+            yield {self.out.chatbot: display(conv)[0], self.out.check: check_text(problem, lang=session.lang)}
             return
+        if at is not None:
+            conv.branch(at, "edit" if new is not None else "regenerate")
+            if new is not None:
+                conv.adopt(new)
         async for out in self.stream(conv, body, session, base_url_of(request), caller(request, endpoint)):
             yield out
 
@@ -211,19 +235,21 @@ class ChatHandlers:
     def stop(session: Session) -> None:
         session.stop()
 
-    def undo(self, conv: Conversation) -> Any:
+    def undo(self, conv: Conversation, request: gr.Request) -> Any:
         """Take back the last user message (and its reply) and put its text back in the box."""
         last_user = max((i for i, t in enumerate(conv.turns) if t.role == "user"), default=None)
         if last_user is None:
             return gr.skip()
         text = conv.turns[last_user].content
-        del conv.turns[last_user:]
-        return {self.out.chatbot: display(conv)[0], self.out.conv: conv, self.out.box: text,
-                **self.out.tool_prompt(conv)}  # fmt: skip
+        conv.forget_after(last_user)
+        o, conv.lang = self.out, lang_of(request)  # the side panel no longer describes a reply that is gone
+        return {o.chatbot: display(conv)[0], o.conv: conv, o.box: text, **o.tool_prompt(conv),
+                **o.panels(conv.selected_reply(), base_url_of(request), conv=conv, lang=conv.lang)}  # fmt: skip
 
-    def clear(self) -> Update:
-        conv, o = Conversation(), self.out
-        return {o.chatbot: [], o.conv: conv, o.box: "", o.check: "", **o.panels(None, ""), **o.tool_prompt(conv)}
+    def clear(self, request: gr.Request) -> Update:
+        conv, o = Conversation(lang=lang_of(request)), self.out
+        return {o.chatbot: [], o.conv: conv, o.box: "", o.check: "", **o.panels(None, "", lang=conv.lang),
+                **o.tool_prompt(conv)}  # fmt: skip
 
     def select(self, conv: Conversation, session: Session, data: gr.SelectData, request: gr.Request) -> Any:
         """Clicking a message shows its reply's statistics, timeline, tokens and request in the side panel."""
@@ -233,11 +259,50 @@ class ChatHandlers:
             return gr.skip()
         at = next((i for i in range(owner[index], len(conv.turns)) if conv.turns[i].role == "assistant"), None)
         conv.selected = at
-        turn = conv.turns[at] if at is not None else None
+        return self._shown(conv, session, request)
+
+    def version(self, action: str, conv: Conversation, session: Session, request: gr.Request) -> Any:
+        """ "‹" / "›" on a turn with versions (the page's script sends "<turn>:prev|next[:nonce]"): show that
+        version, with everything that followed it, and describe its reply in the side panel."""
+        at, _, step = (action or "").partition(":")
+        if not at.isdigit() or session.run is not None:  # not while a reply streams into the conversation
+            return gr.skip()
+        if not conv.switch(int(at), -1 if step.startswith("prev") else 1):
+            return gr.skip()
+        return {self.out.chatbot: display(conv)[0], **self._shown(conv, session, request),
+                **self.out.tool_prompt(conv)}  # fmt: skip
+
+    def _shown(self, conv: Conversation, session: Session, request: gr.Request) -> Update:
+        """The selected reply in the side panel, and the chat re-drawn with it highlighted."""
+        turn, conv.lang = conv.selected_reply(), session.lang
         remote = self.backend(session).url
         url = remote if remote and turn and turn.reply and turn.reply.backend != "embedded" else None
-        return {self.out.conv: conv, **self.out.panels(turn, url or base_url_of(request))}
+        return {self.out.chatbot: display(conv)[0], self.out.conv: conv,
+                **self.out.panels(turn, url or base_url_of(request), conv=conv, lang=conv.lang)}  # fmt: skip
 
 
-def check_text(problem: str | None) -> str:
-    return f"⚠️ **Not sent:** {problem}" if problem else ""
+QUEUED = ("⏳ **Queued:** your message is sent when the reply in progress ends (Stop ends it now).",
+          "⏳ **已排队：** 当前回复结束后发送您的消息（点“停止”可立即结束）。")  # fmt: skip
+NOTHING_TO_REGENERATE = ("there is no reply to regenerate yet.", "还没有可以重新生成的回复。")
+NOT_SENT = ("⚠️ **Not sent:** {problem}", "⚠️ **未发送：** {problem}")
+WOULD_REFUSE = ("⚠️ **Send would be refused:** {problem}", "⚠️ **发送将被拒绝：** {problem}")
+# API messages that name something the page does not show, with what to change on the page instead.
+PAGE_HINTS = {
+    "when stream is true": (
+        " (the page always streams: set `best_of` equal to `n`, or clear `best_of`)",
+        "（页面总是流式输出：请把 `best_of` 设为与 `n` 相同，或清空 `best_of`）",
+    ),  # fmt: skip
+}
+KNOB = re.compile(r"(?<![`\w.])(" + "|".join(sorted(map(re.escape, BY_NAME), key=len, reverse=True)) + r")(?![`\w])")
+
+
+def on_page(problem: str, lang: str = "en") -> str:
+    """An API message in the page's words: the settings it names in `code` (the page's script outlines those
+    controls, playground/versions.js) and, where it names something the page does not show, what to do."""
+    hint = "".join(say(h, lang) for key, h in PAGE_HINTS.items() if key in problem)
+    return KNOB.sub(r"`\1`", problem) + hint
+
+
+def check_text(problem: str | None, sent: bool = True, lang: str = "en") -> str:
+    """The check line under the input: `sent` after Send was pressed; before it, what Send would meet."""
+    return say(NOT_SENT if sent else WOULD_REFUSE, lang, problem=on_page(problem, lang)) if problem else ""

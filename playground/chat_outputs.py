@@ -9,10 +9,10 @@ from typing import Any
 import gradio as gr
 
 from playground import attachments, heatmap, snippets, stats, timeline
-from playground.conversation import Conversation, Turn
+from playground.conversation import Conversation, Turn, display
+from playground.i18n import TEXTS, say
 from playground.reply import ReplyView
 
-NO_REPLY = '<div class="pg-empty">No reply yet.</div>'
 Update = dict[Any, Any]
 
 
@@ -42,19 +42,29 @@ class ChatOutputs:
     def all(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self)]
 
-    def panels(self, turn: Turn | None, base_url: str, *, final: bool = True) -> Update:
-        """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty."""
+    def panels(self, turn: Turn | None, base_url: str, *, final: bool = True, conv: Conversation | None = None,
+               lang: str = "en") -> Update:  # fmt: skip
+        """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty.
+        With `conv`, the statistics name the chat messages of the reply (`data-messages`), which the page's
+        script (playground/versions.js) highlights: the reply the side panel describes."""
         if turn is None or turn.reply is None:
-            out: Update = {self.stats: NO_REPLY, self.timeline: timeline.svg(ReplyView().first)}
+            out: Update = {self.stats: say(TEXTS["no_reply_html"], lang),
+                           self.timeline: timeline.svg(ReplyView().first, lang=lang)}  # fmt: skip
             if final:
-                out |= {self.heat: heatmap.tokens_html([]), self.cands: heatmap.candidates_html(ReplyView()),
+                out |= {self.heat: heatmap.tokens_html([], lang), self.cands: heatmap.candidates_html(ReplyView(), lang),
                         self.req_json: "", self.raw: "", self.curl: "", self.python: ""}  # fmt: skip
             return out
         reply = turn.reply
-        out = {self.stats: stats.table_html(reply.stats()), self.timeline: timeline.svg(reply.first)}
+        table = stats.table_html(reply.stats(), lang=lang)
+        if conv is not None and final:
+            owner, at = display(conv)[1], next((i for i, t in enumerate(conv.turns) if t is turn), -1)
+            shown = ",".join(str(j) for j, i in enumerate(owner) if i == at)
+            table = f'<div class="pg-described" data-messages="{shown}">{table}</div>'
+        out = {self.stats: table, self.timeline: timeline.svg(reply.first, lang=lang)}
         if final:
-            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs), self.cands: heatmap.candidates_html(reply),
-                    self.raw: "\n".join(reply.raw), **self.request_views(turn.request or {}, base_url)}  # fmt: skip
+            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang),
+                    self.cands: heatmap.candidates_html(reply, lang), self.raw: "\n".join(reply.raw),
+                    **self.request_views(turn.request or {}, base_url)}  # fmt: skip
         return out
 
     def request_views(self, body: dict[str, Any], base_url: str) -> Update:

@@ -35,7 +35,7 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
         )
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
-    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c)
+    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c, lang=lang)
 
 
 async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,
@@ -87,7 +87,7 @@ class CompareHandlers:
         for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):
             body, problem = self.chat.build(history, system, tools_text, tool_choice, settings, session)
             if body is None:
-                yield check_text(problem), *[gr.skip()] * 4
+                yield check_text(problem, lang=lang), *[gr.skip()] * 4
                 return
             bodies.append(body)
         labels = (say(("A · current settings", "A · 当前设置"), lang), f"B · {preset_name(preset_b, lang)}")
@@ -107,9 +107,9 @@ class CompareHandlers:
             yield say(("⚠️ The request is not valid JSON: {where}.", "⚠️ 请求不是有效的 JSON：{where}。"), lang,
                       where=json_error(exc, lang))  # fmt: skip
             return
-        problem = LOADING if service is None and chosen.kind == "embedded" else controls.check(body)
+        problem = say(LOADING, lang) if service is None and chosen.kind == "embedded" else controls.check(body)
         if problem:
-            yield check_text(problem)
+            yield check_text(problem, lang=lang)
             return
         original = conv.selected_reply()
         who = caller(request, "replay")

@@ -50,7 +50,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools = layout.tools_tab()
+                    tools = layout.tools_tab(session, policy.get_service)
                 with gr.Tab(t("tab_ab"), id="ab"):
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_backend"), id="backend"):
@@ -73,8 +73,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
         )
 
-        restored = persist.Restored(chat.chatbot, conv, chat.system, tools.code, tools.choice, chat.check,
-                                    sampling.knobs)  # fmt: skip
+        restored = persist.Restored(h.out, chat.system, tools.code, tools.choice, sampling.knobs)
         persist.wire(demo, restored, saved_state, chat.download, chat.upload, changes, common[:4])
 
         watched = [chat.system, tools.code, tools.choice, *sampling.knobs.values()]
@@ -103,12 +102,20 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     run = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat", "concurrency_limit": 16,
            "show_progress": "hidden"}  # fmt: skip
     bot, session, tools = chat.chatbot, common[-1], chat.tools
+    # Send empties the box in the browser at once (a step with no server round trip) and sends what it held, so
+    # text typed right after Send is never erased by the reply; a Send while a reply streams waits for it.
+    sent = gr.Textbox(visible="hidden", elem_id="pg-sent")
+    sending = gr.on([chat.box.submit, chat.send.click], None, chat.box, [chat.box, sent], js="(m) => ['', m]",
+                    queue=False, api_name=False, trigger_mode="multiple")  # fmt: skip
+    # The "‹ k/n ›" links of a turn with versions: playground/versions.js writes "<turn>:prev|next:<nonce>" here.
+    action = gr.Textbox(visible="hidden", elem_id="pg-action")
     changes = [
-        gr.on([chat.box.submit, chat.send.click], h.send, [chat.box, chat.pending, *common], api_name="chat", **run),
+        sending.then(h.send, [sent, chat.pending, *common], api_name="chat", trigger_mode="multiple", **run),
+        action.change(h.version, [action, common[0], session], outputs, api_name=False, show_progress="hidden"),
         gr.on([chat.regen.click, bot.retry], h.regenerate, common, api_name="regenerate", **run),
         bot.edit(h.edit, common, api_name=False, **run),
         tools.send.click(h.tool_result, [tools.text, tools.call, *common], api_name="tool_result", **run),
-        bot.undo(h.undo, common[0], outputs, api_name=False),
+        bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),
         gr.on([chat.clear.click, bot.clear], h.clear, None, outputs, api_name="clear"),
     ]
     chat.stop.click(h.stop, session, None, api_name="stop", queue=False)
@@ -123,15 +130,15 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
     def on_load(session: Session, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
         service = h.get_service()
-        tools_text, thinking_text = model_notes(service)
+        tools_text, thinking_text = model_notes(service, session.lang)
         cap = service.settings.max_new_tokens if service is not None else gr.skip()
-        return header_html(service), tools_text, thinking_text, gr.update(maximum=cap)
+        return header_html(service, lang=session.lang), tools_text, thinking_text, gr.update(maximum=cap)
 
     demo.load(on_load, session, [header.html, tools.note, sampling.thinking_note, sampling.knobs["max_tokens"]],
               api_name=False)  # fmt: skip
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
-        return attach_note(h.get_service(), session.remote)
+        return attach_note(h.get_service(), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
 

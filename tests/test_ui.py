@@ -80,8 +80,8 @@ def test_copy_as_curl_runs_and_streams_the_same_reply(ui) -> None:
 
 def test_ui_explains_an_invalid_request_and_sends_nothing(ui) -> None:
     out = ui.predict(message=QUESTION, system="", seed="-5", api_name="/chat")
-    assert "Parameter seed must be in" in out[CHECK]
-    assert out[CHATBOT] == UNCHANGED and out[BOX] == UNCHANGED  # nothing sent, the message stays in the box
+    assert "Parameter `seed` must be in" in out[CHECK]  # the page names its control in code (outlined there)
+    assert out[CHATBOT] == UNCHANGED and out[BOX] == QUESTION  # nothing sent: the message goes back to the box
 
 
 def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_result(qwen_live) -> None:
@@ -147,7 +147,7 @@ def test_an_image_is_summarised_then_refused_by_the_text_model_and_nothing_else_
     png.write_bytes(image_bytes("PNG", (32, 24)))
     summary, _ = ui.predict(path=handle_file(str(png)), send_as="base64", api_name="/attach_image")
     assert "image/png" in summary and "32×24" in summary and "sent as data URL" in summary
-    assert f"⚠️ {MODEL} has no image input: the API will refuse this message</li>" in summary  # before sending
+    assert f"⚠️ {MODEL} has no image input: the API will refuse this message</span></li>" in summary  # before sending
     out = ui.predict(message="What is in the picture?", system="", api_name="/chat")
     assert out[CHECK] == "⚠️ **Refused by the API:** messages[0].content[0]: model does not accept image input."
     assert out[BOX] == "What is in the picture?" and "image/png" in out[PENDING]  # back in the input, as it was

@@ -97,6 +97,7 @@ def test_an_invalid_combination_is_explained_and_nothing_is_sent(browser: Any, l
     page.fill("#pg-input textarea", "Hello there")
     page.click("#pg-send")
     sync_api.expect(check).to_contain_text("Not sent")
+    sync_api.expect(page.locator("#pg-n")).to_have_class(re.compile("pg-fault"))  # the field at fault, outlined
     time.sleep(1)
     shot(page, "3-invalid-combination")
     assert page.input_value("#pg-input textarea") == "Hello there"
@@ -308,14 +309,16 @@ def test_tools_json_is_checked_as_it_is_typed(browser: Any, live: Any) -> None:
     sync_api.expect(check).to_contain_text(
         "Tools are not valid JSON: Expecting property name enclosed in double quotes"
     )
-    sync_api.expect(page.locator("#pg-check")).to_contain_text("Not sent: Tools are not valid JSON")
+    # before anything is sent the check line says what Send would meet, not that something was not sent
+    sync_api.expect(page.locator("#pg-check")).to_contain_text("Send would be refused: Tools are not valid JSON")
     shot(page, "14-tools-bad-json")
     editor.fill('[{"type": "function", "function": {"parameters": {}}}]')
     sync_api.expect(check).to_contain_text("Field 'tools[0].function.name' is required.")  # the API's own check
     shot(page, "15-tools-bad-schema")
     editor.fill('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]')
     sync_api.expect(check).to_contain_text("1 tool(s) valid")
-    sync_api.expect(page.locator("#pg-check")).to_contain_text("Not sent")  # valid, but this model has no format
+    # valid JSON, but the model has no tool-call format
+    sync_api.expect(page.locator("#pg-check")).to_contain_text("Send would be refused")
     shot(page, "16-tools-valid-model-cannot")
     page.close()
 
@@ -336,7 +339,7 @@ def test_a_conversation_is_exported_and_imported_back(browser: Any, live: Any, t
     saved = tmp_path / "conversation.json"
     download.value.save_as(saved)
     doc = json.loads(saved.read_text(encoding="utf-8"))
-    assert doc["format"] == "llm-playground/conversation@1" and doc["settings"]["max_tokens"] == 8
+    assert doc["format"] == "llm-playground/conversation@2" and doc["settings"]["max_tokens"] == 8
     assert [m["role"] for m in doc["messages"]] == ["user", "assistant"]
     assert doc["messages"][0]["content"] == "Name a colour."
     shot(page, "17-exported")

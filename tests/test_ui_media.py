@@ -131,9 +131,13 @@ def test_attachments_survive_export_and_import(tmp_path: Path) -> None:
     assert back.parts == [part] and back.content == "What is this?" and back.attachments == ["🖼 red.png · image/png"]
     assert export.load(doc).conv.messages() == conv.messages()
     small = export.dump(export.Snapshot(conv), media_budget=100)  # the browser's copy stays a valid request
-    content = small["messages"][0]["content"]
-    assert content[0] == {"type": "text", "text": "[image_url left out: too large to keep in the browser]"}
-    parse_chat_request({"model": "m", "messages": small["messages"]})
+    assert "messages" not in small and "blobs" not in small  # the turns hold it all; the image is over budget
+    kept = export.load(json.loads(json.dumps(small))).conv.messages()
+    assert kept[0]["content"][0] == {"type": "text", "text": "[image_url left out: too large to keep in the browser]"}
+    parse_chat_request({"model": "m", "messages": kept})
+    roomy = export.dump(export.Snapshot(conv), media_budget=10**7)  # within budget: the image itself, once
+    assert list(roomy["blobs"].values()) == [part["image_url"]["url"]]
+    assert export.load(json.loads(json.dumps(roomy))).conv.turns[0].parts == [part]
 
 
 def test_an_attachment_over_the_http_body_limit_says_so() -> None:

@@ -173,7 +173,9 @@ def test_a_conversation_exports_and_imports_with_its_settings(tmp_path) -> None:
     assert back.system == "Be brief." and back.settings == {"temperature": 0.0}
     assert back.conv.messages(with_reasoning=True) == doc["messages"]
     shown = display(back.conv)[0]
-    assert shown[1]["metadata"]["title"] == "💭 Thought" and shown[2]["content"] == "It is 4." and len(shown) == 3
+    assert shown[1]["metadata"]["title"] == "💭 Thought" and shown[2]["content"] == "It is 4."
+    assert shown == display(conv)[0]  # its statistics too: a kept reply shows what it showed when it was new
+    assert back.conv.turns[1].reply.stats() == view.stats()
     with pytest.raises(ValueError, match="not a playground conversation"):
         export.load({"messages": []})
     with pytest.raises(ValueError, match="not JSON"):
