@@ -30,7 +30,7 @@ class AttachHandlers:
         service = self.get_service()
         loading = {"error": say(("the model is loading", "模型加载中"), lang)}
         preview = await service.preview_media(part) if service is not None else loading
-        line = attachments.summary(preview, part, name)
+        line = attachments.summary(preview, part, name, lang)
         why = None if remote else capabilities.refusal(service, attachments.kind_of_part(part), lang)
         if why and not preview.get("error"):
             line += f" · ⚠️ {why}"

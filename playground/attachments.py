@@ -62,12 +62,13 @@ def source_of(part: dict[str, Any]) -> str:
     return str(value.get("url") if isinstance(value, dict) else value or "")
 
 
-def how_sent(part: dict[str, Any]) -> str:
+def how_sent(part: dict[str, Any], lang: str = "en") -> str:
     source = source_of(part)
     if part.get("type") == "input_audio":
-        return f"input_audio base64 ({len(source):,} chars in the body)"
+        return say(("input_audio base64 ({n} chars in the body)", "input_audio base64（请求体中 {n} 个字符）"), lang,
+                   n=f"{len(source):,}")  # fmt: skip
     if source.startswith("data:"):
-        return f"data URL ({len(source):,} chars in the body)"
+        return say(("data URL ({n} chars in the body)", "data URL（请求体中 {n} 个字符）"), lang, n=f"{len(source):,}")
     return f"URL {source[:80]}{'…' if len(source) > 80 else ''}"
 
 
@@ -75,7 +76,13 @@ def _size(n: int) -> str:
     return f"{n:,} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
-def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "") -> str:
+FRAMES_SAMPLED = ("{n} frames sampled ({fps} fps, max {max})", "采样 {n} 帧（{fps} fps，最多 {max} 帧）")
+SENT_AS = ("sent as {how}", "发送方式：{how}")
+SERVER_REFUSES = (" · ⚠️ the server refuses it: {why}", " · ⚠️ 服务器拒绝：{why}")
+FRAMES, TOKENS = ("{n} frames", "{n} 帧"), ("{n} tokens", "{n} 个 token")
+
+
+def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "", lang: str = "en") -> str:
     """One line: what the server will see, and how it travels. A refusal says the server's reason."""
     kind = preview.get("kind") or "media"
     bits = [f"{ICON.get(kind, '📎')} {name or kind}"]
@@ -86,24 +93,26 @@ def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "") -> st
     if preview.get("width"):
         bits.append(f"{preview['width']}×{preview['height']}")
     if preview.get("frames") is not None:
-        bits.append(f"{preview['frames']} frames sampled ({preview['fps']:g} fps, max {preview['max_frames']})")
+        bits.append(
+            say(FRAMES_SAMPLED, lang, n=preview["frames"], fps=f"{preview['fps']:g}", max=preview["max_frames"])
+        )
     if preview.get("duration_s") is not None:
         bits.append(f"{preview['duration_s']:.1f} s")
-    bits.append("sent as " + how_sent(part))
+    bits.append(say(SENT_AS, lang, how=how_sent(part, lang)))
     line = " · ".join(bits)
-    return line + (f" · ⚠️ the server refuses it: {preview['error']}" if preview.get("error") else "")
+    return line + (say(SERVER_REFUSES, lang, why=preview["error"]) if preview.get("error") else "")
 
 
-def media_line(report: dict[str, Any]) -> str:
+def media_line(report: dict[str, Any], lang: str = "en") -> str:
     """What the model took of one part, from the response's `media` report: "🎞 video · 20 frames · 910 tokens"."""
     kind = str(report.get("type") or "media")
-    bits = [f"{ICON.get(kind, '📎')} {kind}"]
+    bits = [f"{ICON.get(kind, '📎')} {say(KIND_NAMES.get(kind, (kind, kind)), lang)}"]
     if report.get("frames_sampled") is not None:
-        bits.append(f"{report['frames_sampled']} frames")
+        bits.append(say(FRAMES, lang, n=report["frames_sampled"]))
     if report.get("duration") is not None:
         bits.append(f"{float(report['duration']):.1f} s")
     if report.get("tokens") is not None:
-        bits.append(f"{int(report['tokens']):,} tokens")
+        bits.append(say(TOKENS, lang, n=f"{int(report['tokens']):,}"))
     return " · ".join(bits)
 
 
@@ -144,10 +153,11 @@ def _served(path: Path) -> bool:
         return False
 
 
-def preview_html(item: dict[str, Any], lang: str = "en") -> str:
-    """A thumbnail (an image; a video's first frame) or a player (audio) of a pending attachment, or ""."""
+def preview_html(item: dict[str, Any], lang: str = "en", src: str | None = None) -> str:
+    """A thumbnail (an image; a video's first frame) or a player (audio) of a pending attachment, or ""; `src`:
+    where to load it from, if not `preview_src(item)`."""
     part = item.get("part") or {}
-    src = preview_src(item)
+    src = src or preview_src(item)
     if src is None:
         return ""
     kind = kind_of_part(part)
@@ -163,6 +173,28 @@ def preview_html(item: dict[str, Any], lang: str = "en") -> str:
     if kind == "audio":
         return f'<audio class="pg-player" src="{esc}" controls preload="metadata" aria-label="{alt}"></audio>'
     return ""
+
+
+CHAT_INLINE_MAX = 48 << 10  # characters: the chat is re-sent at every update, so only small inline previews go in
+
+
+FILE_ROUTE = "gradio_api/file="
+
+
+def kept_preview(item: dict[str, Any]) -> str:
+    """What a sent attachment keeps to show its preview in the chat later: its upload's file route, or ""."""
+    src = preview_src(item) or ""
+    return src if src.startswith(FILE_ROUTE) else ""
+
+
+def chat_preview(part: dict[str, Any], kept: str = "", lang: str = "en") -> str:
+    """A sent attachment's thumbnail or player in the chat: from its upload's file (`kept`, only ever a file
+    route: an imported file cannot point the page anywhere else), else its own http URL, else its inline data
+    when small; "" otherwise (its summary line says what it was)."""
+    src = kept if kept.startswith(FILE_ROUTE) and "://" not in kept else preview_src({"part": part})
+    if src is None or (src.startswith("data:") and len(src) > CHAT_INLINE_MAX):
+        return ""
+    return preview_html({"part": part}, lang, src)
 
 
 def pending_html(items: list[dict[str, Any]], lang: str = "en") -> str:

@@ -157,7 +157,8 @@ class ChatHandlers:
             while session.run is not None:
                 await asyncio.sleep(0.05)
         user = Turn("user", message or "", parts=[a["part"] for a in pending],
-                    attachments=[a["summary"] for a in pending])  # fmt: skip
+                    attachments=[a["summary"] for a in pending],
+                    previews=[attachments.kept_preview(a) for a in pending])  # fmt: skip
         body, problem = self.build(conv.messages() + [{"role": "user", "content": user.content_value()}], system,
                                    tools_text, tool_choice, knobs, session)  # fmt: skip
         if body is None:  # explained, and nothing is sent: the message goes back to the box (the page emptied it)
@@ -191,7 +192,7 @@ class ChatHandlers:
         value = strip_marks(str(data.value))
         if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
-        edited = Turn("user", value, parts=old.parts, attachments=old.attachments)
+        edited = Turn("user", value, parts=old.parts, attachments=old.attachments, previews=old.previews)
         async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit",
                                      at=turn_at, new=edited):  # fmt: skip
             yield out
@@ -298,7 +299,7 @@ KNOB = re.compile(r"(?<![`\w.])(" + "|".join(sorted(map(re.escape, BY_NAME), key
 
 def on_page(problem: str, lang: str = "en") -> str:
     """An API message in the page's words: the settings it names in `code` (the page's script outlines those
-    controls, playground/versions.js) and, where it names something the page does not show, what to do."""
+    controls, playground/chat.js) and, where it names something the page does not show, what to do."""
     hint = "".join(say(h, lang) for key, h in PAGE_HINTS.items() if key in problem)
     return KNOB.sub(r"`\1`", problem) + hint
 

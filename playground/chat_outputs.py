@@ -46,7 +46,7 @@ class ChatOutputs:
                lang: str = "en") -> Update:  # fmt: skip
         """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty.
         With `conv`, the statistics name the chat messages of the reply (`data-messages`), which the page's
-        script (playground/versions.js) highlights: the reply the side panel describes."""
+        script (playground/chat.js) highlights: the reply the side panel describes."""
         if turn is None or turn.reply is None:
             out: Update = {self.stats: say(TEXTS["no_reply_html"], lang),
                            self.timeline: timeline.svg(ReplyView().first, lang=lang)}  # fmt: skip

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground import heatmap, stats
-from playground.attachments import media_line
+from playground.attachments import chat_preview, media_line
 from playground.i18n import say
 from playground.render import message_of
 from playground.reply import ChoiceView, ReplyView
@@ -50,6 +50,7 @@ class Turn:
     shown: list[dict[str, Any]] | None = None  # its Chatbot messages once final, so long chats re-render only the tail
     parts: list[dict[str, Any]] = field(default_factory=list)  # user: media content parts, sent before the text
     attachments: list[str] = field(default_factory=list)  # user: one summary line per part (attachments.summary)
+    previews: list[str] = field(default_factory=list)  # user: per part, its upload's file route or ""
     transcripts: dict[int, str] = field(default_factory=dict)  # user: content index -> the server's transcript
     media: dict[int, dict[str, Any]] = field(default_factory=dict)  # user: content index -> what the model took
     fork: Fork | None = None  # the versions of the turns from this one on, when there are any
@@ -280,14 +281,17 @@ def reply_messages(turn: Turn, lang: str = "en") -> list[dict[str, Any]]:
 def user_messages(t: Turn, lang: str = "en") -> list[dict[str, Any]]:
     """A user turn: one line per attachment, its text, then what the server transcribed from its audio and what
     the model itself took of its media (tokens, frames)."""
-    out = [{"role": "user", "content": "📎 " + line} for line in t.attachments]
+    out = []
+    for j, line in enumerate(t.attachments):
+        shown = chat_preview(t.parts[j], t.previews[j] if j < len(t.previews) else "", lang) if j < len(t.parts) else ""
+        out.append({"role": "user", "content": "📎 " + line + (f"\n\n{shown}" if shown else "")})
     if t.content or not out:
         out.append({"role": "user", "content": t.content})
     for j, text in sorted(t.transcripts.items()):
         meta = {"title": say(TRANSCRIBED, lang), "log": f"content[{j}]"}  # no status: shown open
         out.append({"role": "user", "content": text or say(NO_SPEECH, lang), "metadata": meta})
     if t.media:
-        lines = [media_line(report) for _, report in sorted(t.media.items())]
+        lines = [media_line(report, lang) for _, report in sorted(t.media.items())]
         tokens = sum(int(r.get("tokens") or 0) for r in t.media.values())
         meta = {"title": say(TAKEN, lang), "log": say(PROMPT_TOKENS, lang, n=f"{tokens:,}")}
         out.append({"role": "user", "content": "  \n".join(lines), "metadata": meta})
@@ -307,7 +311,7 @@ VERSIONS_LINK = re.compile(r"\n*<span class=\"pg-versions\".*?</span>", re.S)
 
 
 def _versions_html(at: int, fork: Fork, lang: str) -> str:
-    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/versions.js) turns into a step."""
+    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/chat.js) turns into a step."""
     k, n = fork.active, len(fork)
     prev = f'<a href="#pg-ver-{at}-prev" title="{say(PREVIOUS, lang)}">‹</a>' if k > 0 else "<b>‹</b>"
     nxt = f'<a href="#pg-ver-{at}-next" title="{say(NEXT, lang)}">›</a>' if k < n - 1 else "<b>›</b>"

@@ -78,7 +78,7 @@ def reply_of(d: dict[str, Any]) -> ReplyView:
     return r
 
 
-TURN_FIELDS = ("role", "content", "request", "tool_call_id", "tool_name", "parts", "attachments")
+TURN_FIELDS = ("role", "content", "request", "tool_call_id", "tool_name", "parts", "attachments", "previews")
 
 
 def turn_doc(t: Turn, lean: bool = False, with_fork: bool = True) -> dict[str, Any]:
@@ -111,6 +111,7 @@ def turn_of(d: dict[str, Any]) -> Turn:
     t.tool_call_id, t.tool_name = d.get("tool_call_id"), d.get("tool_name")
     t.parts = [p for p in d.get("parts") or [] if isinstance(p, dict)]
     t.attachments = [str(a) for a in d.get("attachments") or []]
+    t.previews = [str(p) for p in d.get("previews") or []]
     t.transcripts = {int(j): str(v) for j, v in (d.get("transcripts") or {}).items() if str(j).isdigit()}
     t.media = {int(j): v for j, v in (d.get("taken") or {}).items() if str(j).isdigit() and isinstance(v, dict)}
     if isinstance(d.get("reply"), dict):

@@ -107,7 +107,7 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     sent = gr.Textbox(visible="hidden", elem_id="pg-sent")
     sending = gr.on([chat.box.submit, chat.send.click], None, chat.box, [chat.box, sent], js="(m) => ['', m]",
                     queue=False, api_name=False, trigger_mode="multiple")  # fmt: skip
-    # The "‹ k/n ›" links of a turn with versions: playground/versions.js writes "<turn>:prev|next:<nonce>" here.
+    # The "‹ k/n ›" links of a turn with versions: playground/chat.js writes "<turn>:prev|next:<nonce>" here.
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
     changes = [
         sending.then(h.send, [sent, chat.pending, *common], api_name="chat", trigger_mode="multiple", **run),

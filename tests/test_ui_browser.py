@@ -229,11 +229,16 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
     assert "milk" in chat_box.inner_text().lower()
     assert page.locator("#pg-check").inner_text().strip() == ""
+    player = chat_box.locator("audio.pg-player")  # the sent audio keeps a player in the chat (its upload's file)
+    sync_api.expect(player).to_have_count(1)
+    assert "gradio_api/file=" in (player.get_attribute("src") or "")
     shot(page, "10-audio-transcribed")
-    page.reload()  # the attachment line and the transcript come back from the browser's storage
+    page.reload()  # the attachment line, its player and the transcript come back from the browser's storage
     page.wait_for_selector("#pg-input textarea")
     sync_api.expect(chat_box).to_contain_text("speech.flac · audio/flac")
     sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
+    sync_api.expect(chat_box.locator("audio.pg-player")).to_have_count(1)
+    page.wait_for_function("() => document.querySelector('#pg-chat audio.pg-player')?.readyState >= 1")  # it loads
     page.close()
 
 

@@ -164,7 +164,7 @@ def test_regenerate_and_edit_keep_versions_that_an_export_keeps(browser: Any, li
 
     with page.expect_download() as download:
         page.click("#pg-export")
-    saved = tmp_path / "versions.json"
+    saved = tmp_path / "chat.json"
     download.value.save_as(saved)
     doc = json.loads(saved.read_text(encoding="utf-8"))
     assert doc["turns"][0]["versions"]["kinds"] == ["original", "edit"]

@@ -118,7 +118,8 @@ def test_transcripts_land_under_the_user_turn_they_came_from() -> None:
     conv.add_transcripts(body, [{"message": 3, "part": 0, "text": "buy milk"}])
     assert conv.turns[2].transcripts == {0: "buy milk"}
     shown = display(conv)[0][-3:]
-    assert shown[0]["content"] == "📎 🎙 speech.flac · audio/flac" and shown[1]["content"] == "Repeat."
+    assert shown[0]["content"].startswith("📎 🎙 speech.flac · audio/flac") and shown[1]["content"] == "Repeat."
+    assert '<audio class="pg-player" src="data:audio/flac;base64,AAAA"' in shown[0]["content"]  # a player too
     assert shown[2]["content"] == "buy milk" and shown[2]["metadata"]["title"].startswith("🎙")
 
 

@@ -1,6 +1,6 @@
-// The chat's versions and the check line, in the page (playground/conversation.py draws the marks):
+// The chat in the page (playground/conversation.py draws the marks, playground/chat.css styles them):
 // - "‹" / "›" on a turn with versions are links "#pg-ver-<turn>-prev|next": a click writes "<turn>:<step>:<nonce>"
-//   into the hidden #pg-action box, whose input event asks the server for that version (ChatHandlers.version).
+//   into the hidden #pg-action box, whose change event asks the server for that version (ChatHandlers.version).
 // - The check line names the settings at fault in `code`: those controls (#pg-<name>) get the class pg-fault.
 // - The side panel's statistics name the chat messages of the reply they describe (data-messages): those
 //   messages get the class pg-described, so the reply the panel describes is visible in the chat.
