@@ -39,8 +39,9 @@ FINISHED_JS = """() => { const e = document.querySelector("#pg-stats td[data-sta
   return e && !/streaming|–/.test(e.textContent); }"""
 
 
-def open_page(browser: Any, url: str) -> Any:
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
+def open_page(browser: Any, url: str, width: int = 1440, height: int = 900) -> Any:
+    """The page in a fresh browser context (its own storage) at this viewport, once the model's header is in."""
+    page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(60_000)
     page.goto(url + "/")
     page.wait_for_selector("#pg-input textarea")
@@ -48,9 +49,11 @@ def open_page(browser: Any, url: str) -> Any:
     return page
 
 
-def shot(page: Any, name: str) -> None:
+def shot(page: Any, name: str, full_page: bool = True) -> None:
+    """A screenshot for a person to look at; `full_page=False`: only what is on the screen (a full-page shot
+    resizes the page, which lets the chat scroll itself to its end)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
 
 def attach_png(page: Any, tmp_path: Path, size: tuple[int, int]) -> tuple[Path, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, SHOTS, attach_png, open_tab, shot, sync_api
+from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, attach_png, open_page, open_tab, shot, sync_api
 
 pytestmark = NEEDS_CHROMIUM
 
@@ -47,22 +47,6 @@ CHAT_BOXES_JS = """scroll => {
 }"""
 
 
-def open_at(browser: Any, url: str, width: int, height: int) -> Any:
-    """The page in a fresh browser context (its own storage) at this viewport, once the model's header is in."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(60_000)
-    page.goto(url + "/")
-    page.wait_for_selector("#pg-input textarea")
-    page.wait_for_function("() => !document.querySelector('.pg-header').innerText.includes('loading')")
-    return page
-
-
-def view_shot(page: Any, name: str) -> None:
-    """What is on the screen (shot() takes the full page, whose resize lets the chat scroll itself to its end)."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
 def box(page: Any, selector: str) -> dict[str, float]:
     b = page.evaluate(BOX_JS, selector)
     assert b is not None, f"{selector} is not on the page"
@@ -83,7 +67,7 @@ def in_view(b: dict[str, float], height: int) -> bool:
 
 
 def test_the_side_panel_scrolls_on_its_own_beside_a_chat_that_stays_in_view(browser: Any, live: Any) -> None:
-    page = open_at(browser, live.url, 1600, 1000)
+    page = open_page(browser, live.url, 1600, 1000)
     open_tab(page, "Sampling")  # the tallest tab: about 1,900 px of controls
     sync_api.expect(page.locator("#pg-temperature")).to_be_visible()
     side = box(page, "#pg-side")
@@ -108,13 +92,13 @@ def test_the_side_panel_scrolls_on_its_own_beside_a_chat_that_stays_in_view(brow
     assert side["top"] - 1 <= tabs["top"] and tabs["bottom"] <= side["bottom"], (tabs, side)  # the tabs stay on top
     last = page.get_by_text("Thinking", exact=True).last.bounding_box()
     assert last is not None and last["y"] + last["height"] <= 1000  # the panel's end is on the screen
-    view_shot(page, "layout-2-side-scrolled")
+    shot(page, "layout-2-side-scrolled", full_page=False)
     page.close()
 
 
 @pytest.mark.parametrize("width,height", [(1600, 1000), (390, 844)])
 def test_the_chat_label_and_buttons_cover_no_message_text(browser: Any, live: Any, width: int, height: int) -> None:
-    page = open_at(browser, live.url, width, height)
+    page = open_page(browser, live.url, width, height)
     _precise(page, 4)
     time.sleep(0.5)  # let the controls' change events land before sending
     # a long first message: the chat overflows, so its text also passes where the label floats
@@ -131,14 +115,14 @@ def test_the_chat_label_and_buttons_cover_no_message_text(browser: Any, live: An
     for line in first_lines:
         assert not overlaps(line, at_top["label"]) and not overlaps(line, at_top["icons"]), (line, at_top)
     page.evaluate("window.scrollTo(0, 0)")
-    view_shot(page, f"layout-3-chat-label-{width}-top")
+    shot(page, f"layout-3-chat-label-{width}-top", full_page=False)
 
     for scroll in (37, 150, 400):  # part-way down: lines pass under where the label and the buttons float
         seen = page.evaluate(CHAT_BOXES_JS, scroll)
         assert seen["lines"] and seen["scrolled"] == scroll
         hidden = [line for line in seen["lines"] if overlaps(line, seen["label"]) or overlaps(line, seen["icons"])]
         assert not hidden, (scroll, hidden[:2], seen["label"], seen["icons"])
-    view_shot(page, f"layout-3-chat-label-{width}-scrolled")
+    shot(page, f"layout-3-chat-label-{width}-scrolled", full_page=False)
     page.close()
 
 
@@ -153,7 +137,7 @@ def _precise(page: Any, max_tokens: int) -> None:
 
 
 def test_on_a_phone_the_header_is_one_line_and_the_input_is_on_the_first_screen(browser: Any, live: Any) -> None:
-    page = open_at(browser, live.url, 390, 844)
+    page = open_page(browser, live.url, 390, 844)
     shot(page, "layout-4-phone")
     header = page.locator(".pg-header")
     chips = header.locator(".pg-badge")
@@ -177,7 +161,7 @@ def test_on_a_phone_the_header_is_one_line_and_the_input_is_on_the_first_screen(
 
 
 def test_dark_mode_survives_a_reload(browser: Any, live: Any) -> None:
-    page = open_at(browser, live.url, 1440, 900)
+    page = open_page(browser, live.url, 1440, 900)
     is_dark = "() => document.body.classList.contains('dark')"
     # the page's painted background: the first ancestor of the app with an opaque one
     background = """() => { for (let e = document.querySelector('.gradio-container'); e; e = e.parentElement) {
@@ -221,7 +205,7 @@ def _h264(path: Path, size: tuple[int, int] = (64, 48)) -> Path:
 def test_pending_attachments_show_a_thumbnail_or_a_player(browser: Any, live: Any, tmp_path: Path) -> None:
     from tests.media_samples import audio_bytes, tone
 
-    page = open_at(browser, live.url, 1440, 900)
+    page = open_page(browser, live.url, 1440, 900)
     page.get_by_text("Attach image · audio · video · URL").click()
     _, pending = attach_png(page, tmp_path, (64, 48))
     thumb = pending.locator("img.pg-thumb")
