@@ -85,9 +85,11 @@ def extra_server(settings: Any, service: Any = None, **changes: Any) -> Iterator
         yield client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for every browser test module; each test opens its own page (its own session)."""
+    """One headless Chromium per browser test module; each test opens its own page (its own session). Not one
+    per session: Playwright's sync API keeps an event loop running in the main thread while it is open, and the
+    unit tests after it that call asyncio.run would fail."""
     from tests.browser_helpers import launch, sync_api
 
     with sync_api.sync_playwright() as p:
