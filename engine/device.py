@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,9 @@ class Placement:
 
 
 def resolve_device(requested: str = "auto") -> str:
-    """npu > cuda > mps > cpu. An explicit request for an unavailable device is an error."""
+    """npu > cuda > mps > cpu. An explicit request for an unavailable device is an error, except `npu` with
+    torch_npu installed and no usable NPU (an Ascend image on a host without its driver): that starts on the next
+    device, with a warning, as `auto` does."""
     import torch
 
     checks = {
@@ -73,9 +76,11 @@ def resolve_device(requested: str = "auto") -> str:
     }
     if requested != "auto":
         ok, why = checks[requested]()
-        if not ok:
+        if ok:
+            return {"npu": "npu:0", "cuda": "cuda:0"}.get(requested, requested)
+        if requested != "npu" or importlib.util.find_spec("torch_npu") is None:
             raise RuntimeError(f"--device {requested}: {why}")
-        return {"npu": "npu:0", "cuda": "cuda:0"}.get(requested, requested)
+        log.warning("--device npu: %s; starting on the next device", why)
     for kind in ("npu", "cuda", "mps"):
         ok, why = checks[kind]()
         if ok:
@@ -154,3 +159,35 @@ def empty_cache(device: str) -> None:
         torch.cuda.empty_cache()
     elif kind == "npu":
         torch.npu.empty_cache()  # type: ignore[attr-defined]
+
+
+def device_name(device: str) -> str:
+    """The accelerator's product name ("NVIDIA H200", "Ascend910B"), or "" for a CPU or MPS."""
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        return str(torch.cuda.get_device_name(device))
+    if kind == "npu":
+        return str(torch.npu.get_device_name(device))  # type: ignore[attr-defined]  # registered by torch_npu
+    return ""
+
+
+def device_ops(device: str, cpu_kernels: Any = None) -> Any:
+    """The table of a decoder layer's device operations for `device` (engine/core/ops.py): the CPU kernels when
+    the runner loaded them, torch_npu's fused operations on an NPU (each falling back to the reference on its
+    own), the torch reference anywhere else (CUDA, MPS, a CPU without the kernels). Logs what it chose."""
+    from engine.core import ops
+
+    kind = device.split(":")[0]
+    table: ops.TorchOps
+    if kind == "cpu" and cpu_kernels is not None:
+        table = ops.CpuOps(cpu_kernels)
+    elif kind == "npu":
+        from engine.core import npu_ops
+
+        table = npu_ops.NpuOps()
+    else:
+        table = ops.TorchOps()
+    log.info("device ops on %s: %s", device, ", ".join(f"{k}={v}" for k, v in table.chosen.items()))
+    return table

@@ -35,7 +35,8 @@ BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
 MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
                  "test_mm_models", "test_media_transcribe", "test_constraints", "test_detokenizer", "test_sampler",
-                 "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms")  # fmt: skip
+                 "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms", "test_npu_ops",
+                 "test_device_check")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

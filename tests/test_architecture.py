@@ -95,13 +95,19 @@ def test_product_code_is_checked() -> None:
         assert len(sources(folder)) >= 3, folder
 
 
+# engine/device.py is the one module that knows which backends exist; a backend's own table of device ops
+# (engine/core/npu_ops.py) calls its library, and nothing else does.
+BACKEND_OPS = {"engine/core/npu_ops.py": {"torch_npu"}}
+
+
 @pytest.mark.parametrize("path", [p for p in sorted(ROOT.rglob("*.py")) if ".venv" not in p.parts], ids=str)
 def test_device_apis_only_in_device_module(path: Path) -> None:
-    if path.name == "device.py" or "tests" in path.relative_to(ROOT).parts:
+    rel = path.relative_to(ROOT)
+    if rel == Path("engine/device.py") or "tests" in rel.parts:
         return
     text = path.read_text()
-    for needle in ("torch.cuda", "torch_npu", "torch.npu", "torch.mps"):
-        assert needle not in text, f"{path.relative_to(ROOT)} uses {needle}"
+    for needle in {"torch.cuda", "torch_npu", "torch.npu", "torch.mps"} - BACKEND_OPS.get(str(rel), set()):
+        assert needle not in text, f"{rel} uses {needle}"
 
 
 @pytest.mark.parametrize("path", sources("engine/parsers"), ids=str)

@@ -93,7 +93,7 @@ def test_lean_runner_torch_path_matches_hf() -> None:
 
     model = tiny(LlamaConfig, LlamaForCausalLM)
     runner = DecoderRunner(model, "cpu", use_kernels=False)
-    assert runner.kern is None and not runner.fused
+    assert runner.kern is None and runner.ops.name == "torch"
     check_runner(runner, model)
 
 
@@ -111,7 +111,8 @@ def test_lean_runner_in_bf16_keeps_float32_activations_and_rounds_only_long_inpu
     runner = make_runner(model, "cpu")
     if runner.kern is None:
         pytest.skip("no CPU kernels here: bf16 runs torch's bf16 ops")
-    assert runner.bf16_matmul and runner.fused and runner.dtype == torch.float32 and runner.k.dtype == torch.float32
+    assert runner.bf16_matmul and runner.ops.name == "cpu"
+    assert runner.dtype == torch.float32 and runner.k.dtype == torch.float32
     assert runner.weights_dtype == torch.bfloat16
     projections = [p for layer in runner.proj for p in layer] + [runner.lm_head]
     assert runner.bf16_rows and all(2 <= p.bf16_from <= 25 for p in projections)  # calibrated at load

@@ -56,5 +56,5 @@ def test_lean_runner_matches_hf_at_qwen_shape(model) -> None:
 def test_lean_runner_torch_path_matches_hf_at_qwen_shape(model) -> None:
     """Without the CPU kernels the runner's torch ops do it all (weights stay float32)."""
     runner = DecoderRunner(copy.deepcopy(model), "cpu", use_kernels=False)
-    assert runner.kern is None and not runner.fused
+    assert runner.kern is None and runner.ops.name == "torch"
     check_runner(runner, model)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from engine import device as devices
 from engine.core import cpu_kernels
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
@@ -38,12 +38,11 @@ LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 @dataclass
 class DecodeRows:
     """The single-token segments of a step: their rows on the token axis, their page tables ([rows, width],
-    zero-padded), how many positions each attends to, and (torch path) the padding mask."""
+    zero-padded) and how many positions each attends to."""
 
     cols: torch.Tensor
     table: torch.Tensor
     lens: torch.Tensor
-    mask: torch.Tensor | None = None
 
 
 def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunner | HFRunner:
@@ -53,21 +52,17 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
         and not any(hasattr(cfg, k) for k in ("vision_config", "audio_config"))  # multimodal: HF forward
         and not getattr(cfg, "use_sliding_window", False)
         and not (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None))
+        and getattr(cfg, "hidden_act", "silu") == "silu"  # the layer the device ops implement
     ):
         return DecoderRunner(model, device, kv_tokens)
     return HFRunner(model, device)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
 class DecoderRunner:
     """Keys and values live in one page pool per runner (kv.PagePool), and a sequence owns a list of pages. A step
-    writes every new token's KV with one indexed copy per layer, and a decode batch reads its sequences' pages with
-    one gather per layer, whatever the batch size: per-sequence Python work per layer is what dominated a batched
-    step before."""
+    writes every new token's KV in the rotary op, and a decode batch attends over its sequences' pages in one call
+    per layer, whatever the batch size: per-sequence Python work per layer is what dominated a batched step
+    before. The layer's elementwise and attention steps are the device's ops (engine/core/ops.py)."""
 
     def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True) -> None:
         self.model = model
@@ -94,19 +89,19 @@ class DecoderRunner:
             self.dtype = torch.float32
         store = torch.bfloat16 if kern is not None and bf16_exact(model) else self.dtype
         self.weights_dtype = store
-        self.kern = kern  # also reads decode rows' KV pages in place (float32)
-        # ...and runs the elementwise steps, for the plain Llama layer (Qwen3's q/k norms take the torch path).
+        self.kern = kern
+        # The layer's device operations (norms with the residual adds, rotary embedding with the KV write, SiLU
+        # gating, attention): the CPU kernels here, the NPU's fused ops, the torch reference elsewhere
+        # (engine/core/ops.py; engine/device.py picks).
+        self.ops = devices.device_ops(str(device), kern)
         norms = [n for layer in self.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         norms.append(self.inner.norm)
-        self.fused = (
-            kern is not None
-            and not hasattr(self.layers[0].self_attn, "q_norm")
-            and getattr(cfg, "hidden_act", "silu") == "silu"
-            and self.head_dim % 2 == 0
-            and all(hasattr(n, "variance_epsilon") and n.weight.dtype == torch.float32 for n in norms)
-        )
         self.norm_w = [n.weight.data.contiguous() for n in norms]
         self.norm_eps = float(getattr(self.inner.norm, "variance_epsilon", 1e-6))
+        attn = self.layers[0].self_attn
+        self.qk_norm = [(layer.self_attn.q_norm.weight.data, layer.self_attn.k_norm.weight.data,
+                         float(getattr(layer.self_attn.q_norm, "variance_epsilon", self.norm_eps)))
+                        for layer in self.layers] if hasattr(attn, "q_norm") else None  # Qwen3  # fmt: skip
         self.proj = []  # per layer: qkv, o, gate_up, down
         for layer in self.layers:
             w_qkv, b_qkv, w_gate_up = fuse_layer(layer, store)
@@ -173,66 +168,37 @@ class DecoderRunner:
         slot = torch.tensor(slots, device=dev)
         h = self.inner.embed_tokens(input_ids).to(self.dtype)  # [N, D]: every token of every segment on one axis
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
-        n_tok = len(ids)
-        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        # Single-token (decode) segments attend in one padded call; prompt chunks attend one by one.
-        # With the CPU kernel every decode row reads its own pages in place, a lone one included.
-        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1] if len(segments) > 1 or self.kern else []
+        # Single-token (decode) segments attend in one call, reading their pages where they are; prompt chunks
+        # attend one by one.
+        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1]
         single = [i for i in range(len(segments)) if i not in set(decode)]
         rows = self._decode_rows(segments, bounds, decode) if decode else None
         chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
-        if self.fused:
-            last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
-            hidden = self._fused_layers(h, cos, sin, slot, bounds, single, chunk_pages, rows, last)
-            for seg, (a, b, start) in zip(segments, bounds):
-                seg.cache.length = start + (b - a)
-            return self.lm_head(hidden) if last else torch.empty(0)
-        for li, (layer, (p_qkv, p_o, p_gate_up, p_down)) in enumerate(zip(self.layers, self.proj)):
-            attn = layer.self_attn
-            q, k, v = p_qkv(layer.input_layernorm(h)).split((q_size, kv_size, kv_size), dim=-1)
-            q = q.reshape(n_tok, self.n_heads, self.head_dim)
-            k = k.reshape(n_tok, self.n_kv, self.head_dim)
-            v = v.reshape(n_tok, self.n_kv, self.head_dim)
-            if hasattr(attn, "q_norm"):
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = q.transpose(0, 1), k.transpose(0, 1)  # [heads, N, hd]
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
-            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
-            flat_k.index_copy_(0, slot, k.transpose(0, 1))  # every new token of every segment: one copy each
-            flat_v.index_copy_(0, slot, v)
-            out = self._attention(li, q.transpose(0, 1), bounds, single, chunk_pages, rows)
-            h = h + p_o(out.reshape(n_tok, -1))
-            gate, up = p_gate_up(layer.post_attention_layernorm(h)).chunk(2, dim=-1)
-            h = h + p_down(layer.mlp.act_fn(gate) * up)
+        last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
+        hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages, rows,
+                              last)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
-        last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
-        if not last:
-            return torch.empty(0)
-        hidden = self.inner.norm(h[last])
-        return self.lm_head(hidden).float()
+        return self.lm_head(hidden).float() if last else torch.empty(0)
 
-    def _fused_layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last) -> torch.Tensor:
-        """The layers with the CPU kernels doing the elementwise steps too (norms with the residual adds, rotary
-        embedding with the KV write, SiLU gating): ~9 calls a layer instead of ~45 torch ops. Returns the final
-        norm's output at the rows in `last`."""
-        kern, eps = self.kern, self.norm_eps
-        assert kern is not None  # this path runs only with the kernels loaded
+    def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last) -> torch.Tensor:
+        """Every layer through the device ops: ~9 calls a layer (norms with the residual adds, rotary embedding
+        with the KV write, SiLU gating, attention) around the four projections. Returns the final norm's output
+        at the rows in `last`."""
+        ops, eps = self.ops, self.norm_eps
         h = h.contiguous()
-        cos, sin = cos[0].contiguous(), sin[0].contiguous()
         n_tok = h.shape[0]
-        normed = kern.add_rmsnorm(h, None, self.norm_w[0], eps)
+        normed = ops.add_rmsnorm(h, None, self.norm_w[0], eps)
         for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(self.proj):
             flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
             flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
-            q = kern.rope_store(p_qkv(normed), cos, sin, slot, flat_k, flat_v, self.n_heads)  # [N, H, hd]
+            qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
+            q = ops.rope_store(p_qkv(normed), cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
             out = self._attention(li, q, bounds, single, chunk_pages, rows)
-            normed = kern.add_rmsnorm(h, p_o(out.view(n_tok, -1)), self.norm_w[2 * li + 1], eps)
+            normed = ops.add_rmsnorm(h, p_o(out.reshape(n_tok, -1)), self.norm_w[2 * li + 1], eps)
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
-            normed = kern.add_rmsnorm(h, p_down(kern.silu_mul(p_gate_up(normed))), nxt, eps)
+            normed = ops.add_rmsnorm(h, p_down(ops.silu_mul(p_gate_up(normed))), nxt, eps)
         return normed[last]
 
     def _decode_rows(
@@ -242,63 +208,27 @@ class DecoderRunner:
         width = -(-max(ends) // PAGE)
         table = torch.tensor(
             [segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE)) for i, e in zip(decode, ends)],
-            device=self.device,
-        )
-        lens = torch.tensor(ends, device=self.device)
+            device=self.device, dtype=torch.int32,
+        )  # fmt: skip
+        lens = torch.tensor(ends, device=self.device, dtype=torch.int32)
         cols = torch.tensor([bounds[i][0] for i in decode], device=self.device)
-        if self.kern:
-            return DecodeRows(cols, table.to(torch.int32), lens.to(torch.int32))
-        mask = (torch.arange(width * PAGE, device=self.device) < lens.unsqueeze(1))[:, None, None]
-        return DecodeRows(cols, table, lens, mask)
+        return DecodeRows(cols, table, lens)
 
     def _attention(
         self, li: int, q: torch.Tensor, bounds, single, chunk_pages, rows: DecodeRows | None
     ) -> torch.Tensor:
         """Layer li's attention for q [N, H, hd] (its keys and values already in the pool) -> [N, H, hd]: prompt
-        chunks one by one through SDPA, decode rows in one call (the kernel, or a gather and SDPA)."""
+        chunks one by one, decode rows in one call."""
         pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
-        if rows is not None and not single and self.kern:  # every row decodes: no row selection either way
-            return self.kern.decode_attention(q, pool_k, pool_v, rows.table, rows.lens)
+        if rows is not None and not single:  # every row decodes: no row selection either way
+            return self.ops.decode_attention(q, pool_k, pool_v, rows.table, rows.lens)
         out = torch.empty_like(q)
         qh = q.transpose(0, 1)  # [H, N, hd]
         for i in single:
             (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]
             kc = pool_k[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)  # [kv, end, hd]
             vc = pool_v[chunk_pages[i]].flatten(0, 1)[:end].transpose(0, 1)
-            out[a:b] = self._attend(qh[:, a:b], kc, vc, start).transpose(0, 1)
-        if rows is not None and self.kern:
-            out[rows.cols] = self.kern.decode_attention(q[rows.cols], pool_k, pool_v, rows.table, rows.lens)
-        elif rows is not None:
-            assert rows.mask is not None  # the torch path's rows always carry their padding mask
-            shape = (*rows.table.shape, PAGE, self.n_kv, self.head_dim)
-            flat = rows.table.flatten()
-            out[rows.cols] = self._attend_decode(
-                qh[:, rows.cols],
-                pool_k.index_select(0, flat).view(shape),
-                pool_v.index_select(0, flat).view(shape),
-                rows.mask,
-            ).transpose(0, 1)
+            out[a:b] = self.ops.prompt_attention(qh[:, a:b], kc, vc, start).transpose(0, 1)
+        if rows is not None:
+            out[rows.cols] = self.ops.decode_attention(q[rows.cols], pool_k, pool_v, rows.table, rows.lens)
         return out
-
-    def _attend_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """One new token per sequence against its gathered pages ([B, pages, PAGE, kv, hd]); padding is masked."""
-        b = k.shape[0]
-        k = k.flatten(1, 2).transpose(1, 2)  # [B, kv_heads, width, hd]
-        v = v.flatten(1, 2).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(2), k, v, attn_mask=mask, enable_gqa=True)
-        return o.view(b, self.n_heads, self.head_dim).transpose(0, 1)  # [heads, B, hd]
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
-        t, total = q.shape[1], k.shape[1]
-        mask = None
-        causal = False
-        if t > 1:
-            if start == 0:
-                causal = True
-            else:
-                rows = torch.arange(t, device=q.device).unsqueeze(1) + start
-                mask = torch.arange(total, device=q.device).unsqueeze(0) <= rows
-        o = F.scaled_dot_product_attention(
-            q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, is_causal=causal, enable_gqa=True
-        )
-        return o[0]
