@@ -147,9 +147,7 @@ def random_model(cfg: Any, device: str, dtype: Any, seed: int = 0) -> Any:
     from transformers import Qwen3ForCausalLM
 
     with torch.random.fork_rng(devices=[]), torch.no_grad():  # the CPU's state kept; a GPU's is reseeded
-        torch.manual_seed(seed)
-        if device.startswith("cuda"):
-            torch.cuda.manual_seed_all(seed)
+        torch.manual_seed(seed)  # seeds every device's generator too
         with torch.device(device):
             model = Qwen3ForCausalLM._from_config(cfg, dtype=dtype)
     return model.to(device).eval().requires_grad_(False)
@@ -469,14 +467,9 @@ def memory_bandwidth_gbs(device: str, short: bool) -> float:
 
 
 def device_name(device: str) -> str:
-    import torch
+    from engine import device as devices
 
-    kind = device.split(":")[0]
-    if kind == "cuda":
-        return torch.cuda.get_device_name(device)
-    if kind == "npu":
-        return torch.npu.get_device_name(device)  # type: ignore[attr-defined]
-    return platform.processor() or platform.machine()
+    return devices.device_name(device) or platform.processor() or platform.machine()
 
 
 def peak_gbs(name: str) -> float | None:

@@ -285,18 +285,26 @@ def test_a_runner_on_the_fused_table_matches_hf(arch: str, missing: tuple[str, .
 
 
 @pytest.mark.skipif(devices.ascend_drivers_present(), reason="this host has Ascend drivers")
-def test_explicit_npu_without_a_driver_is_a_clear_error_and_auto_starts_on_the_next_device() -> None:
+def test_npu_without_a_driver_starts_on_the_next_device_and_says_why() -> None:
     """torch_npu installed, no Ascend driver (the import-failing fake beside fake_fused_npu.py): `import torch`
-    still works, `--device npu` names the reason, `--device auto` goes on to the CPU."""
+    still works, and `--device npu` as `--device auto` start on the CPU, with one warning naming the reason.
+    `--device cuda` where there is none stays an error."""
     code = (
+        "import logging; logging.basicConfig(level=logging.WARNING, format='%(message)s')\n"
         "from engine import device; device.prepare_torch_import(); import torch\n"
-        "try:\n    device.resolve_device('npu')\nexcept RuntimeError as e:\n    print('ERROR', e)\n"
-        "print('AUTO', device.placement('auto', 'auto'))"
+        "print('NPU', device.placement('npu', 'auto'))\n"
+        "print('AUTO', device.placement('auto', 'auto'))\n"
+        "try:\n    device.resolve_device('cuda')\nexcept RuntimeError as e:\n    print('ERROR', e)\n"
     )
     fake_dir = Path(__file__).parent / "fake_torch_npu"
     env = {**os.environ, "PYTHONPATH": f"{fake_dir}{os.pathsep}{Path(__file__).parents[1]}"}
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "ERROR --device npu: torch_npu is installed but no Ascend driver was found" in out.stdout
+    assert "NPU Placement(device='cpu', dtype_name='fp32')" in out.stdout
     assert "AUTO Placement(device='cpu', dtype_name='fp32')" in out.stdout
+    assert "--device npu: torch_npu is installed but no Ascend driver was found; starting on the next device" in (
+        out.stderr
+    )
+    if not torch.cuda.is_available():
+        assert "ERROR --device cuda: CUDA is not available" in out.stdout
