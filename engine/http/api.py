@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.config import PATH_SEGMENT, Settings
-from engine.http import openapi
+from engine.http import openapi, server_routes, tokenize
 from engine.http.auth import PanguV1Auth, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
 from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
@@ -123,6 +123,8 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
         credential = await pangu_v1_auth.check(request, body_limit)
         return await chat.handle(request, "pangu_v1", credential)
 
+    tokenize.install(app, settings, policy, body_limit)
+    server_routes.install(app, settings, policy)
     openapi.install(app, settings)
     # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see ApiRouting).
     routes = list(app.router.routes)
