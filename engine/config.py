@@ -76,6 +76,9 @@ class Settings:
         [], "LoRA adapters as id=path: not supported yet, any value stops start-up.", spec=True
     )
     api_keys: list[str] = _knob([], "Bearer keys accepted on /v1 and Pangu V2 (empty = auth off).", spec=True)
+    admin_keys: list[str] = _knob(
+        [], "Bearer keys of administrators: once any credentials are set, only these reset the prefix cache."
+    )
     pangu_auth_tokens: list[str] = _knob([], "Tokens accepted in X-Auth-Token on Pangu V1.", spec=True)
     pangu_app_codes: list[str] = _knob([], "Codes accepted in X-Apig-AppCode on Pangu V1.", spec=True)
     pangu_aksk: list[str] = _knob(

@@ -14,12 +14,13 @@ import random
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from typing import Any
 
 import torch
 
 from engine import device as devices
-from engine.core.kv import KVBudget
+from engine.core.kv import PAGE, KVBudget, PagePool
 from engine.core.prefix_cache import PrefixCache
 from engine.core.runner import Runner
 from engine.core.sampler import Row, sample_rows
@@ -60,6 +61,7 @@ class Engine:
         self._lock = threading.Condition()
         self._incoming: deque[RequestState] = deque()
         self._aborts: set[str] = set()
+        self._resets: list[Future[int]] = []  # prefix-cache resets asked for, done by the engine thread between steps
         self._active = 0  # submitted and not yet closed: what max_queue counts (under _lock)
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -98,6 +100,45 @@ class Engine:
                 "threads": self.tuner.threads if self.tuner is not None else 0,
             }
 
+    def snapshot(self) -> dict[str, Any]:
+        """The live state for /server/state, /metrics and the page's Server tab: `load()` and a few counters of the
+        KV pool and the prefix cache. Cheap enough to call every second per open page: the lock is held only for
+        `load()`'s copy of the running list, and the rest reads integers and lengths (atomic reads in CPython)."""
+        load = self.load()
+        pool = getattr(self.runner, "pool", None)  # DecoderRunner's; HFRunner has no pages, only the token budget
+        used, total = (
+            (pool.total_pages - pool.free_pages, pool.total_pages) if isinstance(pool, PagePool) else (None, None)
+        )
+        kv = {"pages_used": used, "pages_total": total, "page_tokens": PAGE, "tokens_used": load["kv_tokens_used"],
+              "tokens_capacity": self.limits.kv_cache_tokens}  # fmt: skip
+        cache = self.prefix_cache
+        prefix: dict[str, Any] = {"enabled": cache is not None and cache.capacity_blocks > 0}
+        if cache is not None:
+            prefix |= {"blocks": cache.blocks, "capacity_blocks": cache.capacity_blocks, "block_tokens": PAGE,
+                       "hit_tokens": cache.hits, "query_tokens": cache.queries,
+                       "hit_rate": cache.hits / cache.queries if cache.queries else 0.0, "lookups": cache.lookups,
+                       "hit_lookups": cache.hit_lookups, "resets": cache.resets}  # fmt: skip
+        requests = {k: load[k] for k in ("running", "waiting", "running_seqs")}
+        return {"requests": requests, "kv_cache": kv, "prefix_cache": prefix, "preemptions": load["preemptions"],
+                "steps": self.steps, "threads": load["threads"]}  # fmt: skip
+
+    def reset_prefix_cache(self) -> Future[int]:
+        """Empty the prefix cache; the future gives the blocks dropped (0 without a prefix cache). The engine thread
+        does it between two steps, never during one; an engine whose thread is not running does it at once."""
+        done: Future[int] = Future()
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive() and not self._stop:
+                self._resets.append(done)
+                self._lock.notify()
+                return done
+        self._reset_prefix([done])
+        return done
+
+    def _reset_prefix(self, waiting: list[Future[int]]) -> None:
+        dropped = self.prefix_cache.reset() if self.prefix_cache is not None and waiting else 0
+        for i, f in enumerate(waiting):
+            f.set_result(dropped if i == 0 else 0)  # the first reset emptied it; any other found it empty
+
     def submit(self, req: EngineRequest, sink: Sink) -> RequestStats:
         p = req.params
         cands = 1 if p.use_beam_search and p.num_candidates == 1 else p.num_candidates
@@ -134,15 +175,19 @@ class Engine:
     def _run(self, tuner: ThreadTuner) -> None:
         while True:
             with self._lock:
-                while not self._stop and not self._incoming and not self._aborts and not self.scheduler.has_work():
+                while (not self._stop and not self._incoming and not self._aborts and not self._resets
+                       and not self.scheduler.has_work()):  # fmt: skip
                     self._lock.wait()
                 if self._stop:
                     break
                 self.scheduler.waiting.extend(self._incoming)
                 self._incoming.clear()
                 aborts, self._aborts = self._aborts, set()
+                resets, self._resets = self._resets, []
             for r in self.scheduler.abort(aborts):
                 self._close(r)
+            if resets:
+                self._reset_prefix(resets)
             try:
                 tuner.before_step()
                 began = time.perf_counter()
@@ -155,6 +200,8 @@ class Engine:
                     self._finish_request(r, EngineError("generation failed: " + type(exc).__name__))
         with self._lock:
             pending = list(self.scheduler.running) + list(self.scheduler.waiting) + list(self._incoming)
+            resets, self._resets = self._resets, []
+        self._reset_prefix(resets)
         for r in pending:
             self._finish_request(r, EngineError("server is shutting down"))
 

@@ -66,6 +66,7 @@ class PagePool:
         self.k[:, 0].zero_()
         self.v[:, 0].zero_()
         self._free = list(range(pages - 1, 0, -1))  # pop() hands out the lowest page first (one engine thread)
+        self.total_pages = pages - 1  # the pages sequences can hold (page 0 is the padding)
 
     @property
     def free_pages(self) -> int:

@@ -40,7 +40,16 @@ class PrefixCache:
     def __init__(self, capacity_tokens: int) -> None:
         self.capacity_blocks = max(0, capacity_tokens // BLOCK)
         self._blocks: OrderedDict[bytes, _Block] = OrderedDict()
-        self.hits = 0  # tokens served from the cache, for metrics
+        # Counters for metrics and the page's Server tab (plain ints, bumped on the engine thread, read anywhere).
+        self.hits = 0  # tokens served from the cache
+        self.queries = 0  # prompt tokens looked up: hits / queries is the hit rate, as vLLM reports it
+        self.lookups = 0  # prompts looked up
+        self.hit_lookups = 0  # prompts that found at least one block
+        self.resets = 0
+
+    @property
+    def blocks(self) -> int:
+        return len(self._blocks)
 
     @property
     def tokens(self) -> int:
@@ -54,6 +63,8 @@ class PrefixCache:
         """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits)."""
         if not self.capacity_blocks:
             return []
+        self.lookups += 1
+        self.queries += len(tokens)
         chain, keys = [], []
         for key in _digests(tokens, salt, (len(tokens) - 1) // BLOCK):
             block = self._blocks.get(key)
@@ -62,6 +73,7 @@ class PrefixCache:
             chain.append(block)
             keys.append(key)
         self._touch(keys)
+        self.hit_lookups += bool(chain)
         return chain
 
     def _touch(self, keys: list[bytes]) -> None:
@@ -86,3 +98,11 @@ class PrefixCache:
         self._touch(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
+
+    def reset(self) -> int:
+        """Drop every block (the counters stay: they only grow); returns how many there were. The engine calls it
+        on its own thread between steps (Engine.reset_prefix_cache)."""
+        dropped = len(self._blocks)
+        self._blocks.clear()
+        self.resets += 1
+        return dropped

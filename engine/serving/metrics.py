@@ -83,26 +83,50 @@ class _EngineCollector:
         if svc is None:
             return
         engine = svc.engine
-        load = engine.load()
-        yield GaugeMetricFamily("playground_queue_depth", "Requests waiting for an engine slot.", value=load["waiting"])
-        yield GaugeMetricFamily("playground_running_requests", "Requests in the running batch.", value=load["running"])
+        state = engine.snapshot()
+        requests, kv, prefix = state["requests"], state["kv_cache"], state["prefix_cache"]
+        yield GaugeMetricFamily("playground_queue_depth", "Requests waiting for an engine slot.",
+                                value=requests["waiting"])  # fmt: skip
+        yield GaugeMetricFamily("playground_running_requests", "Requests in the running batch.",
+                                value=requests["running"])  # fmt: skip
         yield GaugeMetricFamily("playground_running_sequences", "Sequences decoded together (n, beams included).",
-                                value=load.get("running_seqs", load["running"]))  # fmt: skip
+                                value=requests["running_seqs"])  # fmt: skip
         yield GaugeMetricFamily("playground_kv_cache_used_tokens", "KV-cache tokens reserved by running requests.",
-                                value=load["kv_tokens_used"])  # fmt: skip
+                                value=kv["tokens_used"])  # fmt: skip
         yield GaugeMetricFamily("playground_kv_cache_capacity_tokens", "KV-cache budget in tokens.",
-                                value=engine.limits.kv_cache_tokens)  # fmt: skip
-        if load.get("threads"):
+                                value=kv["tokens_capacity"])  # fmt: skip
+        if kv["pages_total"] is not None:  # a runner with a page pool (not the HF fallback)
+            yield GaugeMetricFamily("playground_kv_cache_used_pages", "KV pages held by running sequences.",
+                                    value=kv["pages_used"])  # fmt: skip
+            yield GaugeMetricFamily("playground_kv_cache_total_pages",
+                                    f"KV pages in the pool ({kv['page_tokens']} tokens each).",
+                                    value=kv["pages_total"])  # fmt: skip
+        if state["threads"]:
             yield GaugeMetricFamily("playground_engine_threads",
                                     "Threads the engine's steps run on now (fewer while other processes keep cores "
-                                    "busy).", value=load["threads"])  # fmt: skip
+                                    "busy).", value=state["threads"])  # fmt: skip
         cache = engine.prefix_cache
         if cache is not None:
             yield GaugeMetricFamily("playground_prefix_cache_used_tokens", "Prompt-prefix tokens held for reuse.",
-                                    value=cache.tokens)  # fmt: skip
+                                    value=prefix["blocks"] * prefix["block_tokens"])  # fmt: skip
             yield GaugeMetricFamily("playground_prefix_cache_capacity_tokens", "Prefix-cache budget in tokens.",
-                                    value=cache.capacity_tokens)  # fmt: skip
-            usage = cache.tokens / cache.capacity_tokens if cache.capacity_tokens else 0.0
+                                    value=prefix["capacity_blocks"] * prefix["block_tokens"])  # fmt: skip
+            usage = prefix["blocks"] / prefix["capacity_blocks"] if prefix["capacity_blocks"] else 0.0
             yield GaugeMetricFamily("playground_prefix_cache_usage_ratio", "Prefix-cache used / capacity.", value=usage)
+            yield GaugeMetricFamily("playground_prefix_cache_blocks",
+                                    f"Prefix-cache blocks held ({prefix['block_tokens']} tokens each).",
+                                    value=prefix["blocks"])  # fmt: skip
+            yield GaugeMetricFamily("playground_prefix_cache_capacity_blocks", "Prefix-cache budget in blocks.",
+                                    value=prefix["capacity_blocks"])  # fmt: skip
             yield CounterMetricFamily("playground_prefix_cache_hit_tokens", "Prompt tokens served from the cache.",
-                                      value=cache.hits)  # fmt: skip
+                                      value=prefix["hit_tokens"])  # fmt: skip
+            yield CounterMetricFamily("playground_prefix_cache_query_tokens",
+                                      "Prompt tokens looked up in the cache (hit rate: hit tokens / these).",
+                                      value=prefix["query_tokens"])  # fmt: skip
+            yield CounterMetricFamily("playground_prefix_cache_lookups", "Prompts looked up in the cache.",
+                                      value=prefix["lookups"])  # fmt: skip
+            yield CounterMetricFamily("playground_prefix_cache_hit_lookups",
+                                      "Prompts that found at least one cached block.",
+                                      value=prefix["hit_lookups"])  # fmt: skip
+            yield CounterMetricFamily("playground_prefix_cache_resets", "Times the prefix cache was emptied.",
+                                      value=prefix["resets"])  # fmt: skip
