@@ -200,3 +200,20 @@ def test_while_the_model_loads_both_routes_are_503(settings: Any) -> None:
     with extra_server(settings, None, ui=False) as http:
         assert_v1_error(http.post("/tokenize", json={"prompt": "hi"}), 503)
         assert_v1_error(http.post("/detokenize", json={"tokens": [1]}), 503)
+
+
+def test_the_prompt_view_asks_a_remote_backend_for_its_tokenize(live: Any, http: httpx.Client, media_http: str) -> None:
+    """The page's Prompt view on a remote backend: that server's /tokenize when it has one (this app at another
+    address), "not available" (None) when it has none (a plain HTTP server)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from playground.prompt_view import remote_tokenize, tokenize_body
+    from playground.remote import RemoteBackend
+
+    body = tokenize_body({"model": MODEL, "messages": HI, "max_tokens": 3})
+    assert "max_tokens" not in body  # only what renders the prompt
+    out = asyncio.run(remote_tokenize(RemoteBackend(live.url + "/v1"), body))
+    assert out is not None and out["tokens"] == tokenize(http, messages=HI)["tokens"]
+    assert "Hello there" in out["details"]["text"]
+    assert asyncio.run(remote_tokenize(SimpleNamespace(url=media_http), body)) is None
