@@ -26,6 +26,22 @@ TEXTS: dict[str, tuple[str, str]] = {
     "tab_ab": ("⚖ A/B", "⚖ A/B 对比"),
     "tab_request": ("📋 Request", "📋 请求"),
     "tab_backend": ("🔌 Backend", "🔌 后端"),
+    "tab_server": ("🖥 Server", "🖥 服务器"),
+    "server_help": (
+        "The embedded engine's live state, refreshed every two seconds while this tab is open: the same numbers as "
+        "`GET /server/state` and `/metrics`.",
+        "内置引擎的实时状态，本标签页打开时每两秒刷新一次：与 `GET /server/state` 和 `/metrics` 的数字相同。",
+    ),
+    "admin_key": ("admin key", "管理员密钥"),
+    "admin_key_help": (
+        "This server has credentials: resetting the prefix cache takes one of its admin keys.",
+        "此服务器配置了凭据：清空前缀缓存需要它的一个管理员密钥。",
+    ),
+    "reset_prefix_cache": ("🧹 Reset prefix cache", "🧹 清空前缀缓存"),
+    "tab_prompt": ("🧾 Prompt", "🧾 提示词"),
+    "prompt_src_input": ("the message being typed", "正在输入的消息"),
+    "prompt_src_reply": ("the selected reply's request", "所选回复的请求"),
+    "prompt_show": ("🧾 Show the prompt", "🧾 显示提示词"),
     "tokens": ("🔥 Tokens by probability · candidates", "🔥 按概率着色的 token · 候选"),
     "preset": ("preset", "预设"),
     "acc_sampling": ("Sampling", "采样"),

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, layout, persist
+from playground import backend_panel, layout, persist, prompt_view, server_panel
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -55,8 +55,12 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_backend"), id="backend"):
                     backend = backend_panel.build()
+                with gr.Tab(t("tab_server"), id="server"):
+                    server = server_panel.build(policy)
                 with gr.Tab(t("tab_request"), id="request"):
                     req = layout.request_tab()
+                with gr.Tab(t("tab_prompt"), id="prompt") as prompt_item:
+                    prompt = prompt_view.prompt_tab()
 
         h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req))
         common = [conv, chat.system, tools.code, tools.choice, session]
@@ -68,6 +72,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
+        server.wire(policy, session)
+        prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"

@@ -45,7 +45,8 @@ def open_page(browser: Any, url: str, width: int = 1440, height: int = 900) -> A
     page.set_default_timeout(60_000)
     page.goto(url + "/")
     page.wait_for_selector("#pg-input textarea")
-    page.wait_for_function("() => !document.querySelector('.pg-header').innerText.includes('loading')")
+    page.wait_for_function("() => { const e = document.querySelector('.pg-header'); "
+                           "return e && !e.innerText.includes('loading'); }")  # fmt: skip
     return page
 
 

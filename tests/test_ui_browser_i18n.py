@@ -33,6 +33,7 @@ ALLOWED_GROUPS = (
      "tool, spelled as it is (a data URL, a file:// path)"),
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),
     ("TTFT", "time to first token, the abbreviation the statistics' Chinese name spells out"),
+    ("KV", "the key/value cache, as Chinese inference documentation writes it (KV 缓存)"),
     ("SmolLM2-135M-Instruct cpu cuda float32 bfloat16", "the model's name, its device and dtype"),
     ("LLM Playground", "the product's name"),
     ("MindIE vLLM vLLM-Ascend OpenAI Whisper Qwen2-VL Gradio", "another product's name"),
@@ -121,7 +122,8 @@ def test_every_visible_string_of_the_page_is_chinese(browser: Any, live: Any) ->
     page.wait_for_selector("#pg-input textarea")
     page.wait_for_function("() => document.querySelector('.pg-header b')")  # the model is named: loaded
 
-    tabs = [TEXTS[k][1] for k in ("tab_stats", "tab_sampling", "tab_tools", "tab_ab", "tab_backend", "tab_request")]
+    names = ("stats", "sampling", "tools", "ab", "backend", "server", "request", "prompt")  # every tab, in order
+    tabs = [TEXTS[f"tab_{k}"][1] for k in names]
     open_tab(page, tabs[1])
     page.locator("#pg-preset label").first.click()  # the first preset: greedy
     set_number(page, "max_tokens", 8)
@@ -146,7 +148,7 @@ def test_every_visible_string_of_the_page_is_chinese(browser: Any, live: Any) ->
         page.wait_for_timeout(300)
         open_accordions(page, "#pg-side")
         scan()
-        shot(page, f"i18n-{i + 1}-{('stats', 'sampling', 'tools', 'ab', 'backend', 'request')[i]}")
+        shot(page, f"i18n-{i + 1}-{names[i]}")
     context.close()
     report = "\n".join(f"  {run!r}  (in {', '.join(sorted(where))})" for run, where in sorted(found.items()))
     assert not found, f"{len(found)} English strings have no Chinese entry:\n{report}"
