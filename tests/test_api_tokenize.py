@@ -55,6 +55,19 @@ def test_chat_form_counts_what_chat_prefills(http: httpx.Client) -> None:
     assert tokenize(http, messages=HI, add_special_tokens=True)["count"] >= out["count"]
 
 
+def test_without_the_generation_prompt_and_continuing_the_final_message(http: httpx.Client) -> None:
+    """vLLM's two other renderings: the conversation alone, and an open-ended final assistant message (the
+    prefix a continuation from a chosen token starts from)."""
+    full = tokenize(http, messages=HI, return_details=True)["details"]["text"]
+    bare = tokenize(http, messages=HI, add_generation_prompt=False, return_details=True)["details"]["text"]
+    assert full.startswith(bare) and full[len(bare) :] == "<|im_start|>assistant\n"
+    partial = [*HI, {"role": "assistant", "content": "General Kenobi"}]
+    out = tokenize(http, messages=partial, add_generation_prompt=False, continue_final_message=True,
+                   return_details=True)  # fmt: skip
+    text = out["details"]["text"]
+    assert text == full + "General Kenobi" and out["count"] == len(out["tokens"])  # no end-of-turn after it
+
+
 def test_details_are_the_rendered_text_and_marked_tokens(http: httpx.Client) -> None:
     out = tokenize(http, messages=HI, return_details=True)
     d = out["details"]
@@ -117,10 +130,9 @@ INVALID_TOKENIZE: list[tuple[str, Any, list[str]]] = [
     ("content-empty", {"messages": [user("")]}, ["content"]),
     ("image-on-text-model", {"messages": [user([{"type": "image_url", "image_url": "data:image/png;base64,iVBO"}])]},
      ["image"]),
-    ("no-generation-prompt", {"messages": HI, "add_generation_prompt": False}, ["add_generation_prompt"]),
     ("both-prompts", {"messages": HI, "continue_final_message": True}, ["continue_final_message"]),
-    ("continue", {"messages": HI, "continue_final_message": True, "add_generation_prompt": False},
-     ["add_generation_prompt"]),
+    ("continue-a-user-message", {"messages": HI, "continue_final_message": True, "add_generation_prompt": False},
+     ["final assistant message"]),
     ("reserved-kwarg", {"messages": HI, "chat_template_kwargs": {"messages": []}}, ["reserved"]),
     ("thinking-string", {"messages": HI, "chat_template_kwargs": {"enable_thinking": "yes"}}, ["enable_thinking"]),
     ("tools-duplicate", {"messages": HI, "tools": [TOOL, TOOL]}, ["duplicates"]),

@@ -83,12 +83,12 @@ def parse_tokenize_request(obj: object) -> TokenizeRequest:
     req: TokenizeChatRequest = _validate(TokenizeChatRequest, {**flags, "chat": chat})
     if req.add_generation_prompt and req.continue_final_message:
         raise RequestValidationError("Parameters add_generation_prompt and continue_final_message cannot both be true.")
-    # The chat's renderer (engine/serving/prompt.py) writes the generation prompt: the prompt chat sends is the one
-    # shown. The other renderings (no generation prompt, a continued final message) are not served.
-    if not req.add_generation_prompt:
-        raise RequestValidationError("Parameter add_generation_prompt must be true on this server, got false.")
     if req.continue_final_message:
-        raise RequestValidationError("Parameter continue_final_message must be false on this server, got true.")
+        final = req.chat.messages[-1]
+        if final.role != "assistant" or not isinstance(final.content, str) or not final.content:
+            raise RequestValidationError(
+                "Parameter continue_final_message needs a final assistant message with text content."
+            )
     return req
 
 

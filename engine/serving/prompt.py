@@ -31,8 +31,10 @@ def render_prompt(
     settings: Settings,
     enable_thinking: bool | None = None,
     media: frozenset[str] = frozenset(),
+    add_generation_prompt: bool = True,
 ) -> str:
-    """`media`: modalities whose parts the template gets as parts (the model takes them); others are refused."""
+    """`media`: modalities whose parts the template gets as parts (the model takes them); others are refused.
+    `add_generation_prompt=False`: the conversation alone, without the assistant turn's opening (/tokenize)."""
     messages = req.text_only_messages(media)
     limit = settings.max_request_length_mb << 20
     size = len(
@@ -45,7 +47,7 @@ def render_prompt(
         variables["enable_thinking"] = enable_thinking
     variables.update(
         messages=messages,
-        add_generation_prompt=True,
+        add_generation_prompt=add_generation_prompt,
         bos_token=getattr(tokenizer, "bos_token", None) or "",
         eos_token=getattr(tokenizer, "eos_token", None) or "",
     )

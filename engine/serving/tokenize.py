@@ -41,13 +41,23 @@ def special_ids(svc: ChatService) -> set[int]:
     return ids
 
 
-async def render_chat(svc: ChatService, req: ChatCompletionRequest) -> tuple[str, list[int], list[int], Any]:
-    """(prompt text, ids as templated, ids as the model sees them, the media report or None) of a chat request."""
+async def render_chat(svc: ChatService, req: ChatCompletionRequest, add_generation_prompt: bool = True,
+                      continue_final: bool = False) -> tuple[str, list[int], list[int], Any]:  # fmt: skip
+    """(prompt text, ids as templated, ids as the model sees them, the media report or None) of a chat request.
+    `continue_final`: rendered without the generation prompt and cut after the final message's text, so it is
+    open-ended (vLLM's continue_final_message)."""
     media = await svc.media.prepare(req, svc.model.modalities)
     req = media.request
     thinking = svc.reasoning.plan(req).thinking
     text = await asyncio.to_thread(prompts.render_prompt, req, svc.tokenizer, svc.settings, thinking,
-                                   svc.model.modalities)  # fmt: skip
+                                   svc.model.modalities, add_generation_prompt and not continue_final)  # fmt: skip
+    if continue_final:
+        final = str(req.messages[-1].content)
+        at = text.rfind(final)
+        if at < 0:
+            raise RequestValidationError("The chat template does not write the final message's text as it is, so "
+                                         "it cannot be continued (continue_final_message).")  # fmt: skip
+        text = text[: at + len(final)]
     templated = await asyncio.to_thread(_encode, svc, text, False)
     ids, report = templated, None
     if media.kept:
@@ -67,7 +77,9 @@ async def tokenize(svc: ChatService, req: TokenizeRequest) -> dict[str, Any]:
     check_model(svc, req.model)
     media: list[dict[str, Any]] = []
     if isinstance(req, TokenizeChatRequest):
-        text, templated, ids, report = await render_chat(svc, req.chat.model_copy(update={"model": svc.served_name}))
+        chat = req.chat.model_copy(update={"model": svc.served_name})
+        text, templated, ids, report = await render_chat(svc, chat, req.add_generation_prompt,
+                                                         req.continue_final_message)  # fmt: skip
         if req.add_special_tokens and report:
             raise RequestValidationError("Parameter add_special_tokens must be false for messages with media.")
         if req.add_special_tokens:  # vLLM's flag: the tokenizer's own specials on top of the template's
