@@ -39,14 +39,17 @@ FINISHED_JS = """() => { const e = document.querySelector("#pg-stats td[data-sta
   return e && !/streaming|–/.test(e.textContent); }"""
 
 
-def open_page(browser: Any, url: str, width: int = 1440, height: int = 900) -> Any:
-    """The page in a fresh browser context (its own storage) at this viewport, once the model's header is in."""
-    page = browser.new_page(viewport={"width": width, "height": height})
+def open_page(browser: Any, url: str, width: int = 1440, height: int = 900, locale: str | None = None) -> Any:
+    """The page in a fresh browser context (its own storage) at this viewport, once the model is loaded (the header
+    names it); `locale` ("zh-CN"): the browser's language (close `page.context` when done)."""
+    if locale is None:
+        page = browser.new_page(viewport={"width": width, "height": height})
+    else:
+        page = browser.new_context(locale=locale, viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(60_000)
     page.goto(url + "/")
     page.wait_for_selector("#pg-input textarea")
-    page.wait_for_function("() => { const e = document.querySelector('.pg-header'); "
-                           "return e && !e.innerText.includes('loading'); }")  # fmt: skip
+    page.wait_for_function("() => document.querySelector('.pg-header b')")  # the model's name: loaded
     return page
 
 

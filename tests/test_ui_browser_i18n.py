@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from playground.i18n import TEXTS  # the labels; tests/test_i18n.py checks each has its Chinese
-from tests.browser_helpers import NEEDS_CHROMIUM, open_tab, set_number, shot
+from tests.browser_helpers import NEEDS_CHROMIUM, open_page, open_tab, set_number, shot
 
 pytestmark = NEEDS_CHROMIUM
 
@@ -115,12 +115,8 @@ def test_english_runs_are_found_and_the_allowed_words_pass() -> None:
 
 
 def test_every_visible_string_of_the_page_is_chinese(browser: Any, live: Any) -> None:
-    context = browser.new_context(locale="zh-CN", viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(live.url + "/")
-    page.wait_for_selector("#pg-input textarea")
-    page.wait_for_function("() => document.querySelector('.pg-header b')")  # the model is named: loaded
+    page = open_page(browser, live.url, locale="zh-CN")
+    context = page.context
 
     names = ("stats", "sampling", "tools", "ab", "backend", "server", "request", "prompt")  # every tab, in order
     tabs = [TEXTS[f"tab_{k}"][1] for k in names]

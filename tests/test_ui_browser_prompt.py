@@ -103,11 +103,8 @@ def test_the_prompt_tab_speaks_chinese(browser: Any, live: Any) -> None:
     prompt text and the token chips are the model's, left out as code)."""
     from tests.test_ui_browser_i18n import SKIPPED, VISIBLE_TEXT_JS, english_runs
 
-    context = browser.new_context(locale="zh-CN", viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(live.url + "/")
-    page.wait_for_function("() => document.querySelector('.pg-header b')")
+    page = open_page(browser, live.url, locale="zh-CN")
+    context = page.context
     page.fill("#pg-input textarea", "你好")
     open_tab(page, "🧾 提示词")
     sync_api.expect(view(page).locator(".pg-prompt-counts")).to_contain_text("个 token")

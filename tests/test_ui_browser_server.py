@@ -135,12 +135,8 @@ def test_the_server_tab_in_chinese(browser: Any, live: Any) -> None:
     from playground.i18n import TEXTS
     from tests.test_ui_browser_i18n import SKIPPED, VISIBLE_TEXT_JS, english_runs
 
-    context = browser.new_context(locale="zh-CN", viewport={"width": 1440, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(live.url + "/")
-    page.wait_for_selector("#pg-input textarea")
-    page.wait_for_function("() => document.querySelector('.pg-header b')")
+    page = open_page(browser, live.url, locale="zh-CN")
+    context = page.context
     open_tab(page, TEXTS["tab_server"][1])
     wait_cell(page, "prefix_blocks", "v.includes(' / ')")
     page.click("#pg-server-reset")
