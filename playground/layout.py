@@ -69,6 +69,7 @@ class ChatColumn:
     pending: gr.State
     caps_note: gr.HTML
     system: gr.Textbox
+    context: gr.HTML
 
 
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
@@ -80,6 +81,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
                          max_lines=8, elem_id="pg-input")  # fmt: skip
         send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
         stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+    context = gr.HTML("", elem_id="pg-context")  # playground/context_meter.py
     pending_view = gr.HTML("", elem_id="pg-attach-list")
     check = gr.Markdown("", elem_id="pg-check")
     tools = tool_row()
@@ -91,7 +93,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     pending, caps_note = attach_panel.build(attach, pending_view, session)
     system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"))
     return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
-                      caps_note, system)  # fmt: skip
+                      caps_note, system, context)  # fmt: skip
 
 
 @dataclass(eq=False)

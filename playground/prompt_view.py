@@ -87,14 +87,9 @@ class PromptHandlers:
                 return note(say(NO_REPLY, lang))
             body: dict[str, Any] | None = turn.request
         else:
-            user = Turn("user", message or "", parts=[a["part"] for a in pending or []])
-            content = user.content_value()
-            messages = conv.messages() + ([{"role": "user", "content": content}] if content else [])
-            if not messages:
-                return note(say(EMPTY, lang))
-            body, problem = self.h.build(messages, system, tools_text, tool_choice, knobs, session)
+            body, problem = self.input_body(message, pending, conv, system, tools_text, tool_choice, session, knobs)
             if body is None:
-                return note(say(REFUSED, lang, error=problem))
+                return note(say(REFUSED, lang, error=problem) if problem else say(EMPTY, lang))
         assert body is not None
         try:
             answer = await self.tokenize(tokenize_body(body), session)
@@ -103,6 +98,18 @@ class PromptHandlers:
         if answer is None:
             return note(say(NOT_AVAILABLE, lang))
         return render(answer, lang, say(OF_REPLY if source == "reply" else OF_INPUT, lang))
+
+    def input_body(self, message: str, pending: list[dict[str, Any]] | None, conv: Conversation, system: str,
+                   tools_text: str, tool_choice: str | None, session: Session,
+                   knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+        """The body Send would send for the message being typed (with its attachments): (body, None), (None, why
+        it would be refused), or (None, None) when there is nothing to send."""
+        user = Turn("user", message or "", parts=[a["part"] for a in pending or []])
+        content = user.content_value()
+        messages = conv.messages() + ([{"role": "user", "content": content}] if content else [])
+        if not messages:
+            return None, None
+        return self.h.build(messages, system, tools_text, tool_choice, knobs, session)
 
     async def tokenize(self, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         """The /tokenize answer with details, from the session's backend; None: the backend has no /tokenize."""

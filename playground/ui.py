@@ -20,6 +20,7 @@ from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
 from playground.chat_outputs import ChatOutputs
 from playground.compare import CompareHandlers
+from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
 from playground.i18n import I18N, lang_of, t
 from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
@@ -74,6 +75,14 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         backend.wire(h, session, header.html, header_html)
         server.wire(policy, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
+        # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
+        # and after each change of the conversation.
+        meter = ContextMeter(prompt_view.PromptHandlers(h))
+        measure = {"fn": meter.measure, "inputs": [chat.box, chat.pending, *common], "outputs": chat.context,
+                   "inputs_kwargs": sampling.knobs, "api_name": False, "show_progress": "hidden"}  # fmt: skip
+        gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
+        for event in changes:
+            event.then(**measure)
         # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
