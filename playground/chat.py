@@ -97,6 +97,15 @@ class ChatHandlers:
         """Stream one reply into the conversation, through the session's backend as `who`. `restore` (the typed
         text and attachments of a new message): if the API refuses the request before it starts, the message
         goes back to the input, explained."""
+        session.streams += 1  # until this generator has yielded its last update (a queued Send waits for it)
+        try:
+            async for out in self._stream(conv, body, session, base_url, who, restore):
+                yield out
+        finally:
+            session.streams -= 1
+
+    async def _stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
+                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None) -> AsyncIterator[Update]:  # fmt: skip
         o, chosen, lang = self.out, self.backend(session), session.lang
         base_url = chosen.url or base_url  # curl / Python name the server used
         conv.lang = lang
@@ -152,9 +161,9 @@ class ChatHandlers:
         if not (message or "").strip() and not pending:
             yield gr.skip()
             return
-        if session.run is not None:  # Enter while a reply streams: this message waits for it, and says so
+        if session.streams:  # Enter while a reply streams: this message waits for it, and says so
             yield {self.out.check: say(QUEUED, session.lang)}
-            while session.run is not None:
+            while session.streams:  # until the reply's last update went out (else it could land after ours)
                 await asyncio.sleep(0.05)
         user = Turn("user", message or "", parts=[a["part"] for a in pending],
                     attachments=[a["summary"] for a in pending],
@@ -266,7 +275,7 @@ class ChatHandlers:
         """ "‹" / "›" on a turn with versions (the page's script sends "<turn>:prev|next[:nonce]"): show that
         version, with everything that followed it, and describe its reply in the side panel."""
         at, _, step = (action or "").partition(":")
-        if not at.isdigit() or session.run is not None:  # not while a reply streams into the conversation
+        if not at.isdigit() or session.streams:  # not while a reply streams into the conversation
             return gr.skip()
         if not conv.switch(int(at), -1 if step.startswith("prev") else 1):
             return gr.skip()

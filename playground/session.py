@@ -40,6 +40,7 @@ class Run:
 class Session:
     backend: ChatBackend | None = None  # chosen on the Backend tab; None: the embedded engine
     run: Run | None = None
+    streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
     lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
 
     @property

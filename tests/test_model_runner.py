@@ -43,6 +43,8 @@ def check_runner(runner, model) -> None:
         out = runner.forward([Segment(twin, [7]), Segment(ca, [8])])
         torch.testing.assert_close(out[0], hf_last_logits(model, a + [42, 7]), atol=ATOL, rtol=0)
         torch.testing.assert_close(out[1], hf_last_logits(model, a + [42, 8]), atol=ATOL, rtol=0)
+        for cache in (ca, cb, twin):  # the runner may be the shared service's: leave its pool as it was
+            runner.release(cache)
 
 
 def test_lean_runner_matches_hf_on_smollm2(service) -> None:

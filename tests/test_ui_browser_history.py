@@ -193,9 +193,10 @@ def test_the_described_reply_is_highlighted_and_undo_or_clear_move_the_panel(bro
     bots = page.locator("#pg-chat [data-testid='bot']")
     newest = page.evaluate(HIGHLIGHTED_JS)
     assert newest and all("Say" not in h for h in newest)  # the newest reply, not a question
+    described = page.evaluate(DESCRIBED_JS)  # before the click: its answer may come back at once
     bots.first.click()
     page.wait_for_function("(m) => document.querySelector('#pg-stats .pg-described')?.dataset.messages !== m",
-                           arg=page.evaluate(DESCRIBED_JS))  # fmt: skip
+                           arg=described)  # fmt: skip
     older = page.evaluate(HIGHLIGHTED_JS)
     assert older and older != newest and older[0] in bots.first.inner_text()
     shot(page, "hist-7-older-selected")
