@@ -63,9 +63,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    # This script is its own composition root: no step of it trains, so grad mode is off for the whole process,
-    # on purpose (library code never does this).
-    torch.set_grad_enabled(False)
     vl = load_multimodal(build("vl"), torch.float32)
     image = photo((1920, 1080), "JPEG")
     measure("image 1920x1080 JPEG", {"type": "image_url", "image_url": data_url("image/jpeg", image)}, "image", vl,

@@ -184,9 +184,11 @@ def device_ops(device: str, cpu_kernels: Any = None) -> Any:
     if kind == "cpu" and cpu_kernels is not None:
         table = ops.CpuOps(cpu_kernels)
     elif kind == "npu":
+        import torch_npu  # registered when the NPU was resolved; imported here only, as every device API
+
         from engine.core import npu_ops
 
-        table = npu_ops.NpuOps()
+        table = npu_ops.NpuOps(torch_npu)
     else:
         table = ops.TorchOps()
     log.info("device ops on %s: %s", device, ", ".join(f"{k}={v}" for k, v in table.chosen.items()))

@@ -95,8 +95,8 @@ def test_product_code_is_checked() -> None:
         assert len(sources(folder)) >= 3, folder
 
 
-# engine/device.py is the one module that knows which backends exist; a backend's own table of device ops
-# (engine/core/npu_ops.py) calls its library, and nothing else does.
+# engine/device.py is the one module that imports a device library and knows which backends exist; the NPU's ops
+# table (engine/core/npu_ops.py) is handed torch_npu by it and names its functions, and nothing else does.
 BACKEND_OPS = {"engine/core/npu_ops.py": {"torch_npu"}}
 
 

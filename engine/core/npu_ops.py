@@ -71,12 +71,9 @@ class NpuOps(TorchOps):
     name = "npu"
     attention_dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
 
-    def __init__(self, npu: Any = None) -> None:
+    def __init__(self, npu: Any) -> None:
+        """`npu`: the torch_npu module, which engine/device.py (the one place that imports it) hands over."""
         super().__init__()
-        if npu is None:
-            import torch_npu  # only built for an "npu" device, where it imports
-
-            npu = torch_npu
         self.npu = npu
         self.version = str(getattr(npu, "__version__", "unknown"))
         self.fn: dict[str, tuple[str, Callable[..., Any]]] = {}  # operation -> (function name, function)
