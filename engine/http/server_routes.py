@@ -1,17 +1,26 @@
-"""The server's live state (issue 19): `GET /server/state` (KV pages, prefix cache, running and queued requests)
-and `POST /reset_prefix_cache`, as vLLM's.
+"""The server's live state (issue 19): `GET /server/state` (KV pages, prefix cache, running and queued requests),
+`GET /server/steps` (the scheduler x-ray: the engine's last steps) and `POST /reset_prefix_cache`, as vLLM's.
 
 The state is the engine's cheap snapshot (Engine.snapshot, the same numbers /metrics exports) plus the admission's
 in-flight count; it is guarded as /metrics is (`--api-keys`, and `--admin-keys` too when those are set). The reset
 is an administrator's: with no credentials configured at all it is open, like every route; once any are, it takes
 `Authorization: Bearer <admin key>` (`--admin-keys`): no or an unknown key is a 401, a valid key that is not an
 admin key a 403, and with no admin key configured nobody may reset. The engine thread empties the cache between
-two steps, never during one. Neither route is in the OpenAPI document (the operational routes, /metrics and
-/health, are not either)."""
+two steps, never during one.
+
+`GET /server/steps?seconds=N` lists the engine's step records (engine/core/step_log.py) of the last N seconds
+(default 10; no further back than the ring holds), oldest first, each with its rows, decode rows, prompt tokens
+and chunks beside them, the short anonymous ids of the requests in it (never a request id), preemptions, prefix
+reuse, and its time against its floor; `?since=STEP` instead gives the records after that step number. It is
+guarded as /server/state. With the step log off (`--step-log 0`) it says so (`enabled: false`, no records).
+None of these routes is in the OpenAPI document (the operational routes, /metrics and /health, are not
+either)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +28,11 @@ from fastapi import FastAPI, Request
 
 from engine.config import Settings
 from engine.http.auth import any_credentials, check_bearer, matches
-from engine.protocol.errors import ApiError
+from engine.protocol.errors import ApiError, RequestValidationError
 from engine.serving.policy import RequestPolicy
 
 RESET_TIMEOUT_S = 60  # the engine thread resets between two steps: one step, at most, to wait for
+STEPS_SECONDS = 10.0  # /server/steps' default window
 
 
 class ForbiddenError(ApiError):
@@ -54,6 +64,32 @@ def server_state(policy: RequestPolicy) -> dict[str, Any]:
     return {"model_loaded": True, **state, "draining": policy.admission.draining}
 
 
+def _number(raw: str | None, name: str, default: float | None) -> float | None:
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise RequestValidationError(f"`{name}` must be a number >= 0, got {raw[:32]!r}.")
+    return value
+
+
+def server_steps(policy: RequestPolicy, seconds: float = STEPS_SECONDS, since: int | None = None) -> dict[str, Any]:
+    """The engine's step records of the last `seconds` (or after step `since`), as /server/steps answers: the one
+    reader of the step log for the API, the page's Server tab and the notebooks."""
+    engine = policy.service().engine
+    log, now = engine.step_log, time.perf_counter()
+    roof = engine.roofline.as_json() if engine.roofline is not None else None
+    if log is None:
+        return {"enabled": False, "capacity": 0, "seconds": seconds, "roofline": roof, "steps": []}
+    records = log.since(since) if since is not None else log.recent(seconds, now)
+    return {"enabled": True, "capacity": log.capacity, "held": len(log), "span_s": round(log.span_s(), 3),
+            "seconds": seconds, "now": round(now, 6), "roofline": roof,
+            "steps": [r.as_json(now) for r in records]}  # fmt: skip
+
+
 def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:
     """The routes on the API's app; the reset is for administrators when credentials are set."""
 
@@ -61,6 +97,14 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:
     async def state(request: Request) -> dict[str, Any]:
         check_bearer(request.headers, state_keys(settings))
         return server_state(policy)
+
+    @app.get("/server/steps", include_in_schema=False)
+    async def steps(request: Request) -> dict[str, Any]:
+        check_bearer(request.headers, state_keys(settings))
+        q = request.query_params
+        seconds = _number(q.get("seconds"), "seconds", STEPS_SECONDS)
+        since = _number(q.get("since"), "since", None)
+        return server_steps(policy, seconds or 0.0, int(since) if since is not None else None)
 
     @app.post("/reset_prefix_cache", include_in_schema=False)
     async def reset_prefix_cache(request: Request) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""Each step's floor (issue 19, point 6): the bytes a step must read over the memory bandwidth of this machine.
+
+A decode step reads every weight matrix once, whatever its batch, and the keys and values its rows attend over; it
+cannot take less time than those bytes over the memory bandwidth. `measure_bandwidth` times a copy of a buffer
+much larger than any cache (STREAM's "copy": read + write bytes over the best of a few rounds) once per device
+and process, on the engine thread before its loop: about 0.1-0.3 s on a 2-core CPU, a few ms on an accelerator.
+`weight_bytes` and `kv_bytes_per_token` come from the runner's own tensors and the model's config.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine import device as devices
+
+log = logging.getLogger(__name__)
+
+CPU_BUFFER_MB = 128  # per buffer (source and destination): well past the last-level cache of any CPU
+DEVICE_BUFFER_MB = 512
+ROUNDS = 3  # timed copies after one untimed (which faults the pages in); the best counts
+
+_measured: dict[str, float] = {}  # device -> bytes/s, once per process
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Roofline:
+    bandwidth: float  # bytes per second, measured
+    weight_bytes: int  # what one step reads of the weights
+    kv_bytes_per_token: int  # keys and values of one token over every layer
+
+    def floor_ms(self, kv_tokens: int) -> float:
+        """The least time a step can take that reads every weight and the KV of `kv_tokens` context tokens."""
+        return (self.weight_bytes + kv_tokens * self.kv_bytes_per_token) / self.bandwidth * 1000
+
+    def as_json(self) -> dict[str, Any]:
+        return {"bandwidth_gbs": round(self.bandwidth / 1e9, 2), "weight_bytes": self.weight_bytes,
+                "kv_bytes_per_token": self.kv_bytes_per_token}  # fmt: skip
+
+
+def measure_bandwidth(device: str = "cpu") -> float:
+    """Bytes per second of a large copy on `device` (read + write counted), best of ROUNDS; measured once per
+    device and process (a second engine of the process reuses it)."""
+    with _lock:
+        if device not in _measured:
+            _measured[device] = _copy_bandwidth(device)
+            log.info("memory bandwidth on %s: %.1f GB/s (copy)", device, _measured[device] / 1e9)
+        return _measured[device]
+
+
+def _copy_bandwidth(device: str) -> float:
+    cpu = device == "cpu"
+    n = (CPU_BUFFER_MB if cpu else DEVICE_BUFFER_MB) * (1 << 20) // 4
+    with torch.inference_mode():
+        src = torch.ones(n, dtype=torch.float32, device=device)
+        dst = torch.empty_like(src)
+        dst.copy_(src)  # faults every page in: the timed rounds measure the memory, not the allocator
+        devices.synchronize(device)
+        best = float("inf")
+        for _ in range(ROUNDS):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            devices.synchronize(device)
+            best = min(best, time.perf_counter() - t0)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def weight_bytes(runner: Any) -> int:
+    """The bytes a step reads of the model's weights: every parameter storage once (views of the fused matrices
+    and a tied head count once), less an untied input embedding, of which a step reads only its tokens' rows."""
+    model = getattr(runner, "model", None)
+    if model is None:
+        return 0
+    seen: dict[int, int] = {}
+    for p in model.parameters():
+        s = p.untyped_storage()
+        seen[s.data_ptr()] = s.nbytes()
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embed is not None and (head is None or embed.weight.untyped_storage().data_ptr()
+                              != head.weight.untyped_storage().data_ptr()):  # fmt: skip
+        seen.pop(embed.weight.untyped_storage().data_ptr(), None)
+    return sum(seen.values())
+
+
+def kv_bytes_per_token(runner: Any) -> int:
+    """Keys and values of one token over every layer: layers x 2 x kv_heads x head_dim x the cache's dtype size."""
+    if hasattr(runner, "n_kv") and hasattr(runner, "layers"):  # DecoderRunner: its own page pool's layout
+        size = torch.empty((), dtype=runner.dtype).element_size()
+        return len(runner.layers) * 2 * runner.n_kv * runner.head_dim * size
+    model = getattr(runner, "model", None)
+    if model is None:
+        return 0
+    cfg = getattr(model.config, "text_config", None) or model.config
+    layers = getattr(cfg, "num_hidden_layers", 0)
+    heads = getattr(cfg, "num_attention_heads", 0) or 1
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or getattr(cfg, "hidden_size", 0) // heads
+    size = torch.empty((), dtype=getattr(runner, "dtype", torch.float32)).element_size()
+    return int(layers * 2 * kv * head_dim * size)
+
+
+def measure(runner: Any, device: str) -> Roofline:
+    """The engine's roofline: the device's bandwidth and what the runner's model reads per step and per token."""
+    return Roofline(measure_bandwidth(device), weight_bytes(runner), kv_bytes_per_token(runner))
