@@ -6,7 +6,13 @@ The numbers are the engine's cheap snapshot, the one `GET /server/state` and /me
 the page's request policy). The tab's Timer lives inside the tab, and Gradio mounts a tab's children only while
 it is the selected one, so a page whose Server tab is not open asks nothing. The reset follows
 `POST /reset_prefix_cache`'s rule: open when the server has no credentials at all; once it has any, it takes an
-admin key (`--admin-keys`), typed here. A remote backend's state is not this page's to read."""
+admin key (`--admin-keys`), typed here. A remote backend's state is not this page's to read.
+
+Under the numbers, the scheduler x-ray server-wide (issue 19, point 6): the engine's steps of the last
+STEPS_WINDOW_S seconds as a strip, rows per step above and each step's share of the memory-bandwidth limit below,
+from the engine's step log (engine/core/step_log.py) through the service, the records `GET /server/steps` lists.
+A remote backend that is another instance of this app answers that route, and its strip is drawn from it; any
+other backend does not ("not available from this backend")."""
 
 from __future__ import annotations
 
@@ -14,10 +20,13 @@ import asyncio
 import hashlib
 import hmac
 import html
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import httpx
 
 from engine.serving.policy import RequestPolicy
 from playground.i18n import say, t
@@ -25,6 +34,9 @@ from playground.session import Session
 
 TICK_S = 2.0
 RESET_TIMEOUT_S = 60
+STEPS_WINDOW_S = 30.0  # the strip's reach back (the step log holds minutes on a CPU: engine/core/step_log.py)
+STRIP_BINS = 150  # the strip's columns: 0.2 s each, however many steps ran (one rect per column, not per step)
+REMOTE_TIMEOUT_S = 5.0
 
 LOADING = ("The model is loading…", "模型加载中…")
 REMOTE = ("Not available from this backend: the Server tab shows the embedded engine's state, and this session "
@@ -38,6 +50,18 @@ NOT_ADMIN = ("⚠️ Not reset: that is not an admin key (`--admin-keys`).",
 NO_ADMIN = ("⚠️ Not reset: resetting needs an admin key, and this server has none (`--admin-keys`).",
             "⚠️ 未清空：清空需要管理员密钥，而此服务器没有配置（`--admin-keys`）。")  # fmt: skip
 NOT_REMOTE = ("⚠️ Not reset: this session answers with a remote backend.", "⚠️ 未清空：本会话使用远程后端。")
+STEPS_TITLE = ("Engine steps, last {s} s", "引擎步，最近 {s} 秒")
+STEPS_REMOTE_TITLE = ("Engine steps of {url}, last {s} s", "{url} 的引擎步，最近 {s} 秒")
+STEPS_NONE = ("No engine step in the last {s} s: send a message.", "最近 {s} 秒没有引擎步：发送一条消息。")
+STEPS_OFF = ("The engine keeps no step records (`--step-log 0`).", "引擎未记录步信息（`--step-log 0`）。")
+STEPS_NA = ("Engine steps: not available from this backend ({why}).", "引擎步：此后端不提供（{why}）。")
+STEPS_SUMMARY = ("{n} steps · busy {busy}% of the time · rows per step: median {rows}, max {max_rows} · median "
+                 "{pct}% of the limit · {shared} steps shared · {preempted} preemptions · bandwidth {bw} GB/s "
+                 "(measured at start)",
+                 "{n} 步 · {busy}% 的时间在运行步 · 每步行数：中位数 {rows}，最多 {max_rows} · 物理极限占比中位数 "
+                 "{pct}% · {shared} 步多请求同批 · 抢占 {preempted} 次 · 带宽 {bw} GB/s（启动时测得）")  # fmt: skip
+STRIP_ROWS = ("rows", "行数")
+STRIP_PCT = ("% of limit", "极限占比")
 
 # Row labels of the view: (English, Chinese).
 ROWS = {
@@ -78,6 +102,111 @@ def _bar(used: int, total: int) -> str:
 def _row(key: str, value: str, lang: str, bar: str = "") -> str:
     return (f'<tr><th>{html.escape(say(ROWS[key], lang))}</th>'
             f'<td data-srv="{key}">{value}</td><td class="pg-srv-gauge">{bar}</td></tr>')  # fmt: skip
+
+
+def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | None:
+    """The embedded engine's step records of the last `seconds`, in `GET /server/steps`' shape (the same records'
+    `as_json`, read from the service's engine, not over HTTP); None while the model loads."""
+    svc = policy.get_service()
+    if svc is None:
+        return None
+    engine = svc.engine
+    log, roof, now = engine.step_log, engine.roofline, time.perf_counter()
+    if log is None:
+        return {"enabled": False, "steps": [], "roofline": None}
+    return {"enabled": True, "seconds": seconds, "roofline": roof.as_json() if roof is not None else None,
+            "steps": [r.as_json(now) for r in log.recent(seconds, now)]}  # fmt: skip
+
+
+async def remote_steps(backend: Any, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | str:
+    """A remote backend's `GET /server/steps`: its JSON, or why there is none (what the strip then says)."""
+    url, headers = getattr(backend, "url", None), getattr(backend, "headers", None) or {}
+    if not url:
+        return "no URL"
+    try:
+        async with httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S, headers=headers) as client:
+            r = await client.get(f"{url}/server/steps", params={"seconds": seconds})
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    if r.status_code != 200:
+        return f"HTTP {r.status_code}"
+    try:
+        doc = r.json()
+    except ValueError:
+        return "not JSON"
+    return doc if isinstance(doc, dict) and isinstance(doc.get("steps"), list) else "no step records"
+
+
+def strip_svg(steps: list[dict[str, Any]], lang: str, seconds: float = STEPS_WINDOW_S) -> str:
+    """Rows per step (top) and share of the limit (bottom) over the last `seconds`, newest on the right, binned
+    into STRIP_BINS columns: a column's rows are its largest step's, its share the time-weighted mean."""
+    w, top_h, gap, pct_h, left = 600, 56, 14, 44, 34
+    plot = w - left
+    rows_max = max([int(s.get("rows") or 0) for s in steps] + [1])
+    bins: list[list[float]] = [[0, 0.0, 0.0] for _ in range(STRIP_BINS)]  # max rows, ms x pct, ms
+    for s in steps:
+        age = float(s.get("age_ms") or 0.0) / 1000
+        i = STRIP_BINS - 1 - int(age / seconds * STRIP_BINS)
+        if 0 <= i < STRIP_BINS:
+            b, ms = bins[i], float(s.get("ms") or 0.0)
+            b[0] = max(b[0], int(s.get("rows") or 0))
+            b[1] += ms * float(s.get("pct") or 0.0)
+            b[2] += ms
+    bw = plot / STRIP_BINS
+    parts = []
+    for i, (rows, weighted, ms) in enumerate(bins):
+        if not ms:
+            continue
+        x = left + i * bw
+        h = top_h * rows / rows_max
+        parts.append(f'<rect class="pg-strip-rows" x="{x:.1f}" y="{top_h - h:.1f}" width="{bw:.2f}" height="{h:.1f}"/>')
+        pct = min(100.0, weighted / ms)
+        ph = pct_h * pct / 100
+        y0 = top_h + gap + pct_h
+        parts.append(f'<rect class="pg-strip-pct" x="{x:.1f}" y="{y0 - ph:.1f}" width="{bw:.2f}" height="{ph:.1f}">'
+                     f"<title>{pct:.0f}%</title></rect>")  # fmt: skip
+    h_all = top_h + gap + pct_h + 14
+    axis = (f'<text class="pg-strip-label" x="{left - 4}" y="10" text-anchor="end">{rows_max}</text>'
+            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h}" text-anchor="end">0</text>'
+            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + 8}" text-anchor="end">100%</text>'
+            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + pct_h}" text-anchor="end">0</text>'
+            f'<text class="pg-strip-name" x="{left + 3}" y="10">{html.escape(say(STRIP_ROWS, lang))}</text>'
+            f'<text class="pg-strip-name" x="{left + 3}" y="{top_h + gap + 8}">{html.escape(say(STRIP_PCT, lang))}'
+            f"</text>"
+            f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h}" y2="{top_h}"/>'
+            f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h + gap + pct_h}" y2="{top_h + gap + pct_h}"/>'
+            f'<text class="pg-strip-label" x="{left}" y="{h_all - 2}">−{seconds:g} s</text>'
+            f'<text class="pg-strip-label" x="{w}" y="{h_all - 2}" text-anchor="end">0 s</text>')  # fmt: skip
+    return (f'<svg class="pg-strip" viewBox="0 0 {w} {h_all}" role="img" data-steps="{len(steps)}" '
+            f'preserveAspectRatio="none">{axis}{"".join(parts)}</svg>')  # fmt: skip
+
+
+def steps_html(doc: dict[str, Any] | str | None, lang: str, url: str | None = None,
+               seconds: float = STEPS_WINDOW_S) -> str:  # fmt: skip
+    """The strip and its summary for one /server/steps answer (a str: why the backend gave none; None: loading)."""
+    if doc is None:
+        return ""
+    if isinstance(doc, str):
+        return f'<div class="pg-srv-note" data-steps="na">{html.escape(say(STEPS_NA, lang, why=doc))}</div>'
+    if not doc.get("enabled"):
+        return f'<div class="pg-srv-note" data-steps="off">{html.escape(say(STEPS_OFF, lang))}</div>'
+    title = say(STEPS_REMOTE_TITLE, lang, url=url, s=f"{seconds:g}") if url else say(STEPS_TITLE, lang,
+                                                                                     s=f"{seconds:g}")  # fmt: skip
+    steps = doc["steps"]
+    head = f'<div class="pg-steps-title">{html.escape(title)}</div>'
+    if not steps:
+        note = html.escape(say(STEPS_NONE, lang, s=f"{seconds:g}"))
+        return f'<div class="pg-steps" data-steps="0">{head}<div class="pg-srv-note">{note}</div></div>'
+    rows = [int(s.get("rows") or 0) for s in steps]
+    busy = min(100.0, 100 * sum(float(s.get("ms") or 0.0) for s in steps) / 1000 / seconds)
+    roof = doc.get("roofline") or {}
+    line = say(STEPS_SUMMARY, lang, n=len(steps), busy=f"{busy:.0f}", rows=f"{statistics.median(rows):g}",
+               max_rows=max(rows), pct=f"{statistics.median(float(s.get('pct') or 0.0) for s in steps):.0f}",
+               shared=sum(1 for s in steps if len(s.get("requests") or []) > 1),
+               preempted=sum(int(s.get("preemptions") or 0) for s in steps),
+               bw=roof.get("bandwidth_gbs", "?"))  # fmt: skip
+    return (f'<div class="pg-steps" data-steps="{len(steps)}" data-max-rows="{max(rows)}">{head}'
+            f'{strip_svg(steps, lang, seconds)}<div class="pg-steps-summary">{html.escape(line)}</div></div>')  # fmt: skip
 
 
 def render(state: dict[str, Any] | None, lang: str, remote: bool = False) -> str:
@@ -123,26 +252,32 @@ class ServerHandlers:
         state["requests"] |= {"in_flight": self.policy.admission.in_flight}
         return state
 
-    def view(self, session: Session) -> str:
-        return render(None if session.remote else self.snapshot(), session.lang, session.remote)
+    async def view(self, session: Session) -> str:
+        """The numbers, and under them the strip of recent steps (a remote backend's from its /server/steps)."""
+        lang = session.lang
+        if session.remote:
+            backend = session.backend
+            steps = steps_html(await remote_steps(backend), lang, url=getattr(backend, "url", None))
+            return render(None, lang, True) + steps
+        return render(self.snapshot(), lang) + steps_html(local_steps(self.policy), lang)
 
     async def reset(self, key: str, session: Session) -> tuple[str, str]:
         """Empty the prefix cache (the engine does it between two steps): the note, and the view after it."""
         lang, settings = session.lang, self.policy.settings
         svc = self.policy.get_service()
         if session.remote:
-            return say(NOT_REMOTE, lang), self.view(session)
+            return say(NOT_REMOTE, lang), await self.view(session)
         if svc is None:
-            return say(LOADING, lang), self.view(session)
+            return say(LOADING, lang), await self.view(session)
         if needs_admin(settings):
             if not settings.admin_keys:
-                return say(NO_ADMIN, lang), self.view(session)
+                return say(NO_ADMIN, lang), await self.view(session)
             if not is_admin((key or "").strip(), settings.admin_keys):
-                return say(NOT_ADMIN, lang), self.view(session)
+                return say(NOT_ADMIN, lang), await self.view(session)
         if svc.engine.prefix_cache is None:
-            return say(NO_CACHE, lang), self.view(session)
+            return say(NO_CACHE, lang), await self.view(session)
         dropped = await asyncio.wait_for(asyncio.wrap_future(svc.engine.reset_prefix_cache()), RESET_TIMEOUT_S)
-        return say(DONE, lang, blocks=dropped), self.view(session)
+        return say(DONE, lang, blocks=dropped), await self.view(session)
 
 
 @dataclass(eq=False)

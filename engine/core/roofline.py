@@ -3,7 +3,9 @@
 A decode step reads every weight matrix once, whatever its batch, and the keys and values its rows attend over; it
 cannot take less time than those bytes over the memory bandwidth. `measure_bandwidth` times a copy of a buffer
 much larger than any cache (STREAM's "copy": read + write bytes over the best of a few rounds) once per device
-and process, on the engine thread before its loop: about 0.1-0.3 s on a 2-core CPU, a few ms on an accelerator.
+and process, on the engine thread before its loop (Engine.start waits for it, so nothing else of the process
+competes for the cores): about 0.2-0.3 s on a 2-core CPU, a few ms on an accelerator. Another process busy on the
+same cores makes it read low, and the steps' share of the limit high; `pct` over 100 says exactly that.
 `weight_bytes` and `kv_bytes_per_token` come from the runner's own tensors and the model's config.
 """
 
@@ -23,7 +25,7 @@ log = logging.getLogger(__name__)
 
 CPU_BUFFER_MB = 128  # per buffer (source and destination): well past the last-level cache of any CPU
 DEVICE_BUFFER_MB = 512
-ROUNDS = 3  # timed copies after one untimed (which faults the pages in); the best counts
+ROUNDS = 5  # timed copies after one untimed (which faults the pages in); the best counts
 
 _measured: dict[str, float] = {}  # device -> bytes/s, once per process
 _lock = threading.Lock()
