@@ -52,27 +52,51 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
+def processed_logits(logits: torch.Tensor, row: Row) -> tuple[torch.Tensor, bool]:
+    """One row's float32 logits (modified in place) as its draw sees them, the samplers in their order: the
+    constraint mask, the penalties, then temperature, top-k and top-p (min-p would be one more step here); and
+    whether the draw takes the highest instead of sampling: greedy rows, and a temperature so small that it
+    overflows float32 (its limit is greedy), get the masked and penalised logits without a temperature."""
+    p = row.params
+    logits = apply_penalties(apply_mask(logits, row.mask), row)
+    if p.greedy:
+        return logits, True
+    scaled = logits / p.temperature
+    if not torch.isfinite(scaled.max()):
+        return logits, True
+    return filter_top_k_top_p(scaled, p.top_k, p.top_p), False
+
+
+def draw(logits: torch.Tensor, highest: bool, row: Row) -> int:
+    """The token from processed logits: their argmax, or one seeded draw from their softmax."""
+    if highest:
+        return int(torch.argmax(logits))
+    return int(torch.multinomial(logits.softmax(-1), 1, generator=row.generator))
+
+
 def choose(logits: torch.Tensor, row: Row) -> int:
     """Pick the next token of one row from its float32 logits (modified in place)."""
-    p = row.params
-    logits = apply_penalties(logits, row)
-    if p.greedy:
-        return int(torch.argmax(logits))
-    scaled = logits / p.temperature
-    if not torch.isfinite(scaled.max()):  # a temperature so small it overflows float32: its limit is greedy
-        return int(torch.argmax(logits))
-    logits = filter_top_k_top_p(scaled, p.top_k, p.top_p)
-    probs = logits.softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=row.generator))
+    return draw(*processed_logits(logits, row), row)
 
 
-def token_logprob(raw_logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
-    """Logprob of the chosen token from the raw logits' log-softmax (before penalties and temperature)."""
-    top: list[tuple[int, float]] = []
-    if top_n:
-        vals, ids = torch.topk(raw_logprobs, top_n)
-        top = list(zip(ids.tolist(), vals.tolist()))
-    return TokenLogprob(token, float(raw_logprobs[token]), top)
+def _top(logprobs: torch.Tensor, top_n: int, finite: bool = False) -> list[tuple[int, float]]:
+    if not top_n:
+        return []
+    vals, ids = torch.topk(logprobs, min(top_n, logprobs.shape[-1]))
+    pairs = zip(ids.tolist(), vals.tolist())
+    return [(i, v) for i, v in pairs if v != float("-inf")] if finite else list(pairs)
+
+
+def token_logprob(
+    raw_logprobs: torch.Tensor, token: int, top_n: int, after: torch.Tensor | None = None
+) -> TokenLogprob:
+    """Logprob of the chosen token from the raw logits' log-softmax (before penalties and temperature); with
+    `after`, the log-softmax of the processed logits it was drawn from, its top candidates and the token's
+    logprob there too."""
+    entry = TokenLogprob(token, float(raw_logprobs[token]), _top(raw_logprobs, top_n))
+    if after is not None:
+        entry.processed, entry.processed_logprob = _top(after, top_n, finite=True), float(after[token])
+    return entry
 
 
 def _plain_greedy(row: Row) -> bool:
@@ -92,12 +116,20 @@ def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float,
     best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(r) for r in rows) else []
     out = []
     for i, row in enumerate(rows):
+        p, after = row.params, None
         if row.forced is not None:
             token = row.forced
         elif _plain_greedy(row):
             token = best[i]
+            if p.sampler_logprobs:
+                after = raw[i]  # nothing touches these logits: after the samplers is before them
         else:
-            token = choose(apply_mask(logits[i].clone(), row.mask), row)
-        entry = token_logprob(raw[i], token, row.params.top_logprobs) if row.params.logprobs else None
+            processed, highest = processed_logits(logits[i].clone(), row)
+            token = draw(processed, highest, row)
+            if p.sampler_logprobs and p.logprobs:  # only the rows that ask pay for a second log-softmax
+                after = torch.log_softmax(processed, dim=-1)
+        entry = token_logprob(raw[i], token, p.top_logprobs, after) if p.logprobs else None
+        if entry is not None and p.sampler_logprobs and row.forced is not None:
+            entry.processed = []  # asked, but a forced token was drawn from no distribution
         out.append((token, float(raw[i, token]), entry))
     return out

@@ -64,12 +64,20 @@ class TokenFormatter:
         out = []
         for item in items:
             text, raw = self.token(item.token_id, skip_special)
-            top = [
-                TopLogprob(token=t, logprob=lp, bytes=b)
-                for t, b, lp in ((*self.token(i, skip_special), lp) for i, lp in item.top)
-            ]
-            out.append(LogprobEntry(token=text, logprob=item.logprob, bytes=raw, top_logprobs=top))
+            entry = LogprobEntry(
+                token=text, logprob=item.logprob, bytes=raw, top_logprobs=self._top(item.top, skip_special)
+            )
+            if item.processed is not None:  # asked for (`sampler_logprobs`): the candidates after the samplers
+                entry.sampler_top_logprobs = self._top(item.processed, skip_special)
+                entry.sampler_logprob = item.processed_logprob
+            out.append(entry)
         return out
+
+    def _top(self, pairs: list[tuple[int, float]], skip_special: bool) -> list[TopLogprob]:
+        return [
+            TopLogprob(token=t, logprob=lp, bytes=b)
+            for t, b, lp in ((*self.token(i, skip_special), lp) for i, lp in pairs)
+        ]
 
 
 def merge(a: ChoiceLogprobs | None, b: ChoiceLogprobs | None) -> ChoiceLogprobs | None:
