@@ -6,8 +6,11 @@ One markup serves the Stats panel (a gr.HTML) and the chat (a Chatbot message, w
 class, style, title, tabindex, role and hidden but drops every data-* and aria-* attribute). So a heatmap is a
 `.pg-heatmap` box of `<span class="pg-tok pg-pN">` tokens (N: the probability's tenth, coloured by tokens.css)
 followed by one hidden `.pg-tokdata` span holding the numbers as JSON: {"k": top-k, "l": the popover's labels in
-the session's language, "t": [[token, logprob, rank of the chosen token among the alternatives (1-based, 0: not
-among them), [[alternative, logprob], ...]], ...]}. The script finds a token's entry by its position in the box.
+the session's language, "turn": the conversation turn the reply is (null: unknown, so no "continue with this"
+buttons), "c": its choice index, "t": [[token, logprob, rank of the chosen token among the alternatives (1-based,
+0: not among them), [[alternative, logprob], ...]], ...]}. A request with `sampler_logprobs` adds to each token its
+candidates after the samplers and the chosen token's logprob there (null: forced, not sampled): [..., [[candidate,
+logprob], ...], logprob]. The script finds a token's entry by its position in the box.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ LABELS = {
     "notin": ("not in the top {k}", "不在前 {k} 名内"),
     "chosen": ("chosen", "已选"),
     "noalts": ("no alternatives: set top_logprobs in Sampling", "没有候选：请在「采样」中设置 top_logprobs"),
+    # the two columns of a request with sampler_logprobs
+    "model": ("model", "模型"),
+    "after": ("after samplers", "采样器之后"),
+    "removed": ("removed", "已移除"),
+    "lower": ("not in its top {k}", "不在其前 {k} 名内"),
+    "forced": ("forced, not sampled", "强制插入，未经采样"),
+    "how": (
+        "after samplers: penalties and constraints, then temperature, top-k, top-p · greedy: the highest is taken",
+        "采样器之后：先惩罚与约束，再 temperature、top-k、top-p · 贪心：取最高者",
+    ),
+    "branch": ("↳ continue with this", "↳ 从这里继续"),
 }
 
 
@@ -56,6 +70,8 @@ def _tip(e: LogprobEntry) -> str:
     alts = "\n".join(f"{a.token!r}  {math.exp(a.logprob):.1%}" for a in e.top_logprobs[:CHAT_ALTS])
     more = len(e.top_logprobs) - CHAT_ALTS
     tip = f"{e.token!r}  p={math.exp(e.logprob):.1%}  logprob={e.logprob:.3f}"
+    if e.sampler_logprob is not None:
+        tip += f"  ·  after samplers p={math.exp(e.sampler_logprob):.1%}"
     return tip + (f"\n— top alternatives —\n{alts}" if alts else "") + (f"\n+{more}" if more > 0 else "")
 
 
@@ -64,23 +80,33 @@ def rank(e: LogprobEntry) -> int:
     return next((j + 1 for j, a in enumerate(e.top_logprobs) if a.token == e.token), 0)
 
 
-def _data(entries: list[LogprobEntry], lang: str, alts: int | None) -> str:
+def _row(e: LogprobEntry, alts: int | None) -> list[Any]:
+    row = [e.token, _lp(e.logprob), rank(e), [[a.token, _lp(a.logprob)] for a in e.top_logprobs[:alts]]]
+    if e.sampler_top_logprobs is not None:  # asked for: the candidates after the samplers too
+        after = None if e.sampler_logprob is None else _lp(e.sampler_logprob)
+        row += [[[a.token, _lp(a.logprob)] for a in e.sampler_top_logprobs[:alts]], after]
+    return row
+
+
+def _data(entries: list[LogprobEntry], lang: str, alts: int | None, turn: int | None = None, choice: int = 0) -> str:
     k = max((len(e.top_logprobs) for e in entries), default=0)
     labels = {name: say(text, lang, k=k, i="{i}", r="{r}") for name, text in LABELS.items()}
-    rows = [[e.token, _lp(e.logprob), rank(e), [[a.token, _lp(a.logprob)] for a in e.top_logprobs[:alts]]]
-            for e in entries]  # fmt: skip
-    text = json.dumps({"k": k, "l": labels, "t": rows}, ensure_ascii=False, separators=(",", ":"))
+    rows = [_row(e, alts) for e in entries]
+    data = {"k": k, "l": labels, "turn": turn, "c": choice, "t": rows}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # Escaped for HTML; `$` as \u0024 so that the chat's LaTeX pass finds no $$ pair in it.
     return escape(text.replace("$", "\\u0024"), quote=False)
 
 
-def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool = True, alts: int | None = None) -> str:
-    """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many."""
+def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool = True, alts: int | None = None,
+                 turn: int | None = None, choice: int = 0) -> str:  # fmt: skip
+    """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many; `turn`
+    (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without)."""
     spans = []
     for e in entries:
         tip = f' title="{escape(_tip(e))}"' if titles else ""
         spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}"{tip}>{_shown(e.token)}</span>')
-    data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts)}</span>'
+    data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts, turn, choice)}</span>'
     return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{"".join(spans)}{data}</div>'
 
 
@@ -98,23 +124,24 @@ def _summary(entries: list[LogprobEntry], lang: str) -> str:
                lang, n=len(entries), mean=mean, low=low)  # fmt: skip
 
 
-def tokens_html(entries: list[LogprobEntry], lang: str = "en") -> str:
+def tokens_html(entries: list[LogprobEntry], lang: str = "en", *, turn: int | None = None, choice: int = 0) -> str:
     if not entries:
         return ('<div class="pg-empty">' + say(("Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
                 "Sampling to see each token's probability here.", "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
                 "top_logprobs），即可在这里看到每个 token 的概率。"), lang) + "</div>")  # fmt: skip
     head = f'<div class="pg-note">{_summary(entries, lang)} · {say(HINT, lang)}</div>'
-    return head + legend_html(lang) + heatmap_html(entries, lang)
+    return head + legend_html(lang) + heatmap_html(entries, lang, turn=turn, choice=choice)
 
 
-def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None) -> list[dict[str, Any]]:
+def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
+                  turn: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The reply itself as a heatmap in the chat: one collapsed message under the answer, once the reply is final
     (`done`; by default when the choice has its finish reason), so streaming re-renders carry none of it. A long
     reply shows its first CHAT_TOKENS tokens with CHAT_ALTS alternatives each, and no native tooltips."""
     if not c.logprobs or not (c.finish_reason is not None if done is None else done):
         return []
     shown = c.logprobs[:CHAT_TOKENS]
-    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS)
+    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index)
     if len(shown) < len(c.logprobs):
         body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in 📊 Stats.",
             "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「📊 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip
@@ -144,7 +171,7 @@ def candidates_html(view: ReplyView, lang: str = "en") -> str:
             facts.append(say(("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),
                              lang, lp=lp, per=lp / len(c.logprobs)))  # fmt: skip
         facts.append(escape(c.finish_reason or "…"))
-        text = heatmap_html(c.logprobs, lang) if c.logprobs else escape(c.content)
+        text = heatmap_html(c.logprobs, lang, choice=c.index) if c.logprobs else escape(c.content)
         cols.append(f'<div class="pg-cand"><div class="pg-note">{" · ".join(facts)}</div>'
                     f'<div class="pg-cand-text">{text}</div></div>')  # fmt: skip
     return f'<div class="pg-note">{head}</div><div class="pg-cands">' + "".join(cols) + "</div>"

@@ -2,8 +2,11 @@
 // works for every heatmap Gradio (re-)renders, in the Stats panel and in the chat: a click or tap on a `.pg-tok`
 // opens it; a click elsewhere or Escape closes it; Tab reaches a heatmap, Enter opens its first token and the arrow
 // keys walk the tokens. A heatmap's numbers are the JSON in its hidden `.pg-tokdata` (the chat's sanitizer keeps no
-// data-* attribute); the script sets data-i on the token it opens and data-i / data-alt on each alternative row, for
-// a later "continue from this alternative".
+// data-* attribute); the script sets data-i on the token it opens and data-i / data-alt on each alternative row.
+// A request with sampler_logprobs shows two columns, "model" | "after samplers": the chosen token marked in both,
+// a model candidate the samplers filtered out as "removed". When the heatmap knows its conversation turn, each
+// model candidate has a "continue with this" button that writes "branch:<turn>:<choice>:<pos>:<alt>:<nonce>" into
+// the hidden #pg-action box (as playground/chat.js does for the version links).
 (() => {
   if (window.pgTokens) return;
   const parsed = new WeakMap();
@@ -47,6 +50,25 @@
     return pop;
   }
 
+  const act = (value) => {  // playground/chat.js `send`
+    const box = document.querySelector('#pg-action textarea, #pg-action input');
+    if (!box) return;
+    box.value = value;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+
+  function branch(d, i, j) {
+    const b = el('button', 'pg-branch', d.l.branch);
+    b.type = 'button';
+    b.addEventListener('click', (ev) => {
+      ev.preventDefault();
+      ev.stopPropagation();
+      act(`branch:${d.turn}:${d.c || 0}:${i}:${j}:${Date.now()}`);
+      close();
+    });
+    return b;
+  }
+
   function row(i, token, lp, cls, tag) {
     const li = el('li', 'pg-alt' + (cls ? ' ' + cls : ''));
     li.dataset.i = String(i);
@@ -59,29 +81,86 @@
     return li;
   }
 
-  function render(d, i) {
+  // The model's candidates, the chosen one marked (after a gap when it is not among them); with a known turn, a
+  // "continue with this" button on each.
+  function modelList(d, i) {
     const [token, lp, rank, alts] = d.t[i];
     const l = d.l;
+    const list = el('ol', 'pg-alts');
+    alts.forEach(([alt, alp], j) => {
+      const chosen = rank === j + 1;
+      const li = row(i, alt, alp, chosen ? 'pg-alt-chosen' : '', chosen ? l.chosen : '');
+      li.dataset.j = String(j);
+      if (d.turn !== null && d.turn !== undefined) li.append(branch(d, i, j));
+      list.append(li);
+    });
+    if (!rank) {
+      list.append(el('li', 'pg-alt-gap', '…'));
+      list.append(row(i, token, lp, 'pg-alt-chosen', l.chosen));
+    }
+    return list;
+  }
+
+  // What the samplers left, best first, the chosen one marked; then the model's candidates missing from it:
+  // "removed" when the list holds fewer than the model's (the samplers left nothing else), else only lower.
+  function afterList(d, i) {
+    const [token, , , alts, after, alp] = d.t[i];
+    const l = d.l;
+    const list = el('ol', 'pg-alts pg-alts-after');
+    if (alp === null) {
+      list.append(el('li', 'pg-alt-gap', l.forced));
+      return list;
+    }
+    let found = false;
+    after.forEach(([alt, v]) => {
+      const chosen = !found && alt === token;
+      found = found || chosen;
+      list.append(row(i, alt, v, chosen ? 'pg-alt-chosen' : '', chosen ? l.chosen : ''));
+    });
+    if (!found) {
+      list.append(el('li', 'pg-alt-gap', '…'));
+      list.append(row(i, token, alp, 'pg-alt-chosen', l.chosen));
+    }
+    const kept = new Set(after.map(([alt]) => alt));
+    const removed = after.length < alts.length;
+    alts.forEach(([alt]) => {
+      if (kept.has(alt) || alt === token) return;
+      const li = el('li', 'pg-alt ' + (removed ? 'pg-alt-removed' : 'pg-alt-lower'));
+      li.dataset.i = String(i);
+      li.dataset.alt = alt;
+      li.append(code(alt), el('span', 'pg-alt-p', removed ? l.removed : l.lower));
+      list.append(li);
+    });
+    return list;
+  }
+
+  function render(d, i) {
+    const [token, lp, rank, alts, after, alp] = d.t[i];
+    const l = d.l;
+    const two = after !== undefined;
     const p = popover();
     p.replaceChildren();
+    p.classList.toggle('pg-tokpop-two', two);
+    p.classList.toggle('pg-tokpop-branch', d.turn !== null && d.turn !== undefined && alts.length > 0);
     const head = el('div', 'pg-tokpop-head');
-    head.append(code(token), el('b', 'pg-tokpop-p', pct(lp)));
+    head.append(code(token), el('b', 'pg-tokpop-p', pct(lp) + (two && alp !== null ? ' → ' + pct(alp) : '')));
     const where = alts.length ? (rank ? fill(l.rank, {r: rank}) : l.notin) : l.noalts;
     const sub = el('div', 'pg-tokpop-sub',
       [fill(l.token, {i: i + 1}), 'logprob ' + lp.toFixed(3), where].join(' · '));
     p.append(head, sub);
-    if (alts.length) {
-      const list = el('ol', 'pg-alts');
-      alts.forEach(([alt, alp], j) => {
-        const chosen = rank === j + 1;
-        list.append(row(i, alt, alp, chosen ? 'pg-alt-chosen' : '', chosen ? l.chosen : ''));
-      });
-      if (!rank) {
-        list.append(el('li', 'pg-alt-gap', '…'));
-        list.append(row(i, token, lp, 'pg-alt-chosen', l.chosen));
-      }
-      p.append(list);
+    if (!two) {
+      if (alts.length) p.append(modelList(d, i));
+      return;
     }
+    const column = (cls, title, body) => {
+      const c = el('div', 'pg-tokpop-col ' + cls);
+      c.append(el('div', 'pg-tokpop-colhead', title), body);
+      return c;
+    };
+    const cols = el('div', 'pg-tokpop-cols');
+    cols.append(column('pg-col-model', l.model, alts.length ? modelList(d, i) : el('div', 'pg-alt-gap', l.noalts)),
+                column('pg-col-after', l.after, afterList(d, i)));
+    p.append(cols, el('div', 'pg-tokpop-how', l.how));
   }
 
   function place() {
