@@ -22,7 +22,8 @@ from typing import Any
 
 # 4096 steps: at the CPU's 20-50 ms per step that is 1.5-3 minutes of history, on an accelerator's ~10 ms about
 # 40 s, either way more than the Server tab's window (STEPS_WINDOW_S) and the default `seconds` of /server/steps;
-# at about 250 bytes a record (its slots and its tuple of ids) the ring stays near 1 MB.
+# a record is 152 bytes of slots plus its floats and its tuple of ids (the id strings are the requests' own):
+# about 300 bytes with one request in the step, 500 with 16, so the ring stays under 2 MB.
 DEFAULT_CAPACITY = 4096
 # A request's short id: "r" and a per-engine counter in base 36 (r1, r2, ... r1a, ...). Never derived from the
 # request id, so a peer's id in somebody else's x-ray says nothing about that request but that it was there.
