@@ -97,6 +97,7 @@ def build_service(settings: cfg.Settings) -> Any:
         max_model_len=context,
         max_batched_tokens=settings.max_batched_tokens,
         adaptive_threads=settings.adaptive_threads,
+        step_log=settings.step_log,
     )
     cache = PrefixCache(settings.prefix_cache_tokens)
     # The pool has room for the budget plus a partly filled last page per sequence.

@@ -63,6 +63,7 @@ class Settings:
     kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
     prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
+    step_log: int = _knob(4096, "Engine step records kept for the scheduler x-ray and /server/steps (0 = off).")
     # Serving hygiene (issue 6): limits per client and per request, shutdown, logging.
     max_concurrent_per_client: int = _knob(
         32, "Chat requests one client (credential, else IP address) may have in flight (0 = no limit)."
@@ -228,7 +229,7 @@ def validate(settings: Settings) -> None:
     for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{cli_flag(name)} must be >= 1")
-    for name in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s"):
+    for name in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s", "step_log"):
         if getattr(settings, name) < 0:
             raise ValueError(f"{cli_flag(name)} must be >= 0")
     for name in ("pangu_project_id", "pangu_deployment_id"):

@@ -88,12 +88,31 @@ class ChatBackend(ABC):
 
         req = self.request(messages, **params)
         result = ChatResult.of(self)
+        result.request = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
         async for chunk in self.stream(req):
             result.add(chunk)
         return result
 
     def chat(self, messages: Messages, **params: Any) -> ChatResult:
         return run_sync(self.achat(messages, **params))
+
+    async def abranch(self, result: ChatResult, pos: int, alt: int = 0, choice: int = 0) -> ChatResult:
+        """The reply of `result` continued from its token `pos` with that token's alternative `alt` (0: the most
+        likely) instead, with the same settings: the page's branch (playground/branch.py). Needs a result asked
+        with logprobs and top_logprobs; what cannot be branched raises ValueError with the page's reason."""
+        from playground import branch
+        from playground.notebooks.result import ChatResult
+
+        made = branch.plan(result.request, result.view, choice, pos, alt)
+        if isinstance(made, str):
+            raise ValueError(made)
+        out = ChatResult(made.reply, request=made.body)
+        async for chunk in self.stream(parse_chat_request(made.body)):
+            out.add(chunk)
+        return out
+
+    def branch(self, result: ChatResult, pos: int, alt: int = 0, choice: int = 0) -> ChatResult:
+        return run_sync(self.abranch(result, pos, alt, choice))
 
 
 class LocalBackend(ChatBackend):

@@ -19,6 +19,7 @@ from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
 from playground import attachments, controls
+from playground import branch as branches
 from playground.backend import ChatBackend, LocalBackend
 from playground.chat_outputs import ChatOutputs, Update
 from playground.controls import BY_NAME
@@ -62,6 +63,8 @@ class ChatHandlers:
             return None, exc.message
         head = [{"role": "system", "content": system}] if system and system.strip() else []
         body = controls.build_body(chosen.model, head + messages, fields, tools, choice_value(tool_choice))
+        if chosen.kind == "embedded":  # the prompt's progress while it is read (remote servers may refuse the field)
+            body["return_progress"] = True
         problem = controls.check(body)
         if problem is None and tools and body.get("tool_choice") != "none" and chosen.kind == "embedded":
             try:  # the one check that needs the model: does it have a tool-call format at all
@@ -93,23 +96,26 @@ class ChatHandlers:
 
     # ---- streaming one reply ------------------------------------------------------------------------------
     async def stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
-                     who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None = None) -> AsyncIterator[Update]:  # fmt: skip
+                     who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None = None,
+                     seed: ReplyView | None = None) -> AsyncIterator[Update]:  # fmt: skip
         """Stream one reply into the conversation, through the session's backend as `who`. `restore` (the typed
         text and attachments of a new message): if the API refuses the request before it starts, the message
-        goes back to the input, explained."""
+        goes back to the input, explained. `seed`: the reply so far (a branch's kept text), which the stream
+        continues."""
         session.streams += 1  # until this generator has yielded its last update (a queued Send waits for it)
         try:
-            async for out in self._stream(conv, body, session, base_url, who, restore):
+            async for out in self._stream(conv, body, session, base_url, who, restore, seed):
                 yield out
         finally:
             session.streams -= 1
 
     async def _stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
-                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None) -> AsyncIterator[Update]:  # fmt: skip
+                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None,
+                      seed: ReplyView | None = None) -> AsyncIterator[Update]:  # fmt: skip
         o, chosen, lang = self.out, self.backend(session), session.lang
         base_url = chosen.url or base_url  # curl / Python name the server used
         conv.lang = lang
-        turn = Turn("assistant", reply=ReplyView(backend=chosen.kind), request=body)
+        turn = Turn("assistant", reply=seed or ReplyView(backend=chosen.kind), request=body)
         reply = turn.reply
         assert reply is not None
         conv.adopt(turn)
@@ -271,6 +277,40 @@ class ChatHandlers:
         conv.selected = at
         return self._shown(conv, session, request)
 
+    async def act(self, action: str, conv: Conversation, session: Session, request: gr.Request) -> AsyncIterator[Any]:
+        """What the page's script writes into the hidden #pg-action box: a version link or a branch."""
+        if (action or "").startswith("branch:"):
+            async for out in self.branch(action, conv, session, request):
+                yield out
+        else:
+            yield self.version(action, conv, session, request)
+
+    async def branch(self, action: str, conv: Conversation, session: Session,
+                     request: gr.Request) -> AsyncIterator[Any]:  # fmt: skip
+        """A click on a token's alternative (tokens.js sends "branch:<turn>:<choice>:<pos>:<alt>:<nonce>"): the
+        reply continued from there, with that alternative, as a new version of the turn (playground/branch.py)."""
+        lang, where = session.lang, branches.parse(action)
+        if where is None:
+            yield gr.skip()
+            return
+        if session.streams:
+            yield {self.out.check: check_text(say(BUSY, lang), lang=lang)}
+            return
+        at, choice, pos, alt = where
+        turn = conv.turns[at] if 0 <= at < len(conv.turns) and conv.turns[at].role == "assistant" else None
+        made = branches.plan(turn.request if turn else None, turn.reply if turn else None, choice, pos, alt, lang)
+        if isinstance(made, str):
+            yield {self.out.check: check_text(made, lang=lang)}
+            return
+        problem = controls.check(made.body)
+        if problem is not None:
+            yield {self.out.check: check_text(problem, lang=lang)}
+            return
+        conv.branch(at, "branch")
+        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch"),
+                                     seed=made.reply):  # fmt: skip
+            yield out
+
     def version(self, action: str, conv: Conversation, session: Session, request: gr.Request) -> Any:
         """ "‹" / "›" on a turn with versions (the page's script sends "<turn>:prev|next[:nonce]"): show that
         version, with everything that followed it, and describe its reply in the side panel."""
@@ -293,6 +333,7 @@ class ChatHandlers:
 
 QUEUED = ("⏳ **Queued:** your message is sent when the reply in progress ends (Stop ends it now).",
           "⏳ **已排队：** 当前回复结束后发送您的消息（点“停止”可立即结束）。")  # fmt: skip
+BUSY = ("wait for the reply in progress to end (or Stop it), then branch.", "请等当前回复结束（或点“停止”）后再分支。")
 NOTHING_TO_REGENERATE = ("there is no reply to regenerate yet.", "还没有可以重新生成的回复。")
 NOT_SENT = ("⚠️ **Not sent:** {problem}", "⚠️ **未发送：** {problem}")
 WOULD_REFUSE = ("⚠️ **Send would be refused:** {problem}", "⚠️ **发送将被拒绝：** {problem}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments, heatmap, snippets, stats, timeline
+from playground import attachments, heatmap, snippets, stats, timeline, xray
 from playground.conversation import Conversation, Turn, display
 from playground.i18n import TEXTS, say
 from playground.reply import ReplyView
@@ -38,6 +38,7 @@ class ChatOutputs:
     tool_call: gr.Dropdown
     pending: gr.State
     pending_view: gr.HTML
+    xray: gr.HTML  # the X-ray tab (playground/xray.py); last, so the indices before it stay as they were
 
     def all(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self)]
@@ -49,7 +50,8 @@ class ChatOutputs:
         script (playground/chat.js) highlights: the reply the side panel describes."""
         if turn is None or turn.reply is None:
             out: Update = {self.stats: say(TEXTS["no_reply_html"], lang),
-                           self.timeline: timeline.svg(ReplyView().first, lang=lang)}  # fmt: skip
+                           self.timeline: timeline.svg(ReplyView().first, lang=lang),
+                           self.xray: xray.reply_html(None, lang)}  # fmt: skip
             if final:
                 out |= {self.heat: heatmap.tokens_html([], lang), self.cands: heatmap.candidates_html(ReplyView(), lang),
                         self.req_json: "", self.raw: "", self.curl: "", self.python: ""}  # fmt: skip
@@ -60,9 +62,11 @@ class ChatOutputs:
             owner, at = display(conv)[1], next((i for i, t in enumerate(conv.turns) if t is turn), -1)
             shown = ",".join(str(j) for j, i in enumerate(owner) if i == at)
             table = f'<div class="pg-described" data-messages="{shown}">{table}</div>'
-        out = {self.stats: table, self.timeline: timeline.svg(reply.first, lang=lang)}
+        out = {self.stats: table, self.timeline: timeline.svg(reply.first, lang=lang),
+               self.xray: xray.reply_html(reply, lang, live=not final)}  # fmt: skip
         if final:
-            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang),
+            at = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
+            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang, turn=at if turn.request else None),
                     self.cands: heatmap.candidates_html(reply, lang), self.raw: "\n".join(reply.raw),
                     **self.request_views(turn.request or {}, base_url)}  # fmt: skip
         return out

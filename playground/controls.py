@@ -57,6 +57,9 @@ CANDIDATES = (
     Knob("use_beam_search", "check", False, False, "Width max(n, best_of); no stop strings; max_tokens ≤ 128."),
     Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
     Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
+    Knob("sampler_logprobs", "check", False, False, "Extension: each token's candidates also after the samplers "
+         "(penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs logprobs and "
+         "top_logprobs ≥ 1.", label="sampler_logprobs_label"),
 )  # fmt: skip
 
 FORMAT = (

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from playground import heatmap, stats
 from playground.attachments import chat_preview, media_line
 from playground.i18n import say
+from playground.progress import progress_html
 from playground.render import message_of
 from playground.reply import ChoiceView, ReplyView
 from playground.tools_panel import check_arguments
@@ -219,6 +221,7 @@ NO_SPEECH = ("(no speech)", "（没有语音）")
 TAKEN = ("👁 Taken by the model", "👁 模型接收的内容")
 PROMPT_TOKENS = ("{n} prompt tokens", "{n} 个提示 token")
 RESULT_OF = ("↩ result of {name}", "↩ {name} 的结果")
+BRANCHED = ("↳ branched at token {at}: {was!r} → {now!r}", "↳ 从第 {at} 个 token 分支：{was!r} → {now!r}")
 PREVIOUS, NEXT = ("previous version", "上一个版本"), ("next version", "下一个版本")
 
 
@@ -259,7 +262,8 @@ def _call_message(call: Any, tools: list[dict[str, Any]] | None, done: bool, lan
     return {"role": "assistant", "content": body, "metadata": meta}
 
 
-def reply_messages(turn: Turn, lang: str = "en") -> list[dict[str, Any]]:
+def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[dict[str, Any]]:
+    """The chat messages of one reply; `at`: its position in the conversation, for the heatmap's branch buttons."""
     reply = turn.reply or ReplyView()
     c = reply.first
     out = []
@@ -267,14 +271,14 @@ def reply_messages(turn: Turn, lang: str = "en") -> list[dict[str, Any]]:
         out.append(_thinking_message(c, lang))
     text = _answer_text(reply, c, lang)
     if text or not (c.reasoning or c.tool_calls):
-        out.append({"role": "assistant", "content": text or "…"})
+        out.append({"role": "assistant", "content": text or progress_html(reply, lang) or "…"})
     tools = (turn.request or {}).get("tools")
     out += [_call_message(call, tools, reply.done, lang) for call in c.tool_calls]
     if c.times_ms:  # a reply imported from a file of the messages only has no numbers to show
         s = reply.stats()
         meta = {"title": "📊 " + stats.summary(s, lang), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s, lang), "metadata": meta})
-    out += heatmap.chat_messages(c, lang, done=reply.done)
+    out += heatmap.chat_messages(c, lang, done=reply.done, turn=at if turn.request else None)
     return out
 
 
@@ -298,24 +302,28 @@ def user_messages(t: Turn, lang: str = "en") -> list[dict[str, Any]]:
     return out
 
 
-def _turn_messages(t: Turn, lang: str) -> list[dict[str, Any]]:
+def _turn_messages(t: Turn, lang: str, at: int | None = None) -> list[dict[str, Any]]:
     if t.role == "user":
         return user_messages(t, lang)
     if t.role == "tool":
         meta = {"title": say(RESULT_OF, lang, name=t.tool_name or "tool"), "log": t.tool_call_id or ""}
         return [{"role": "user", "content": f"```json\n{t.content}\n```", "metadata": meta}]
-    return reply_messages(t, lang)
+    return reply_messages(t, lang, at)
 
 
 VERSIONS_LINK = re.compile(r"\n*<span class=\"pg-versions\".*?</span>", re.S)
 
 
-def _versions_html(at: int, fork: Fork, lang: str) -> str:
-    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/chat.js) turns into a step."""
+def _versions_html(at: int, fork: Fork, lang: str, branched: dict[str, Any] | None = None) -> str:
+    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/chat.js) turns into a step; a
+    branch's version also says where it branched and what it took instead."""
     k, n = fork.active, len(fork)
     prev = f'<a href="#pg-ver-{at}-prev" title="{say(PREVIOUS, lang)}">‹</a>' if k > 0 else "<b>‹</b>"
     nxt = f'<a href="#pg-ver-{at}-next" title="{say(NEXT, lang)}">›</a>' if k < n - 1 else "<b>›</b>"
-    return f'\n\n<span class="pg-versions" data-turn="{at}">{prev} {k + 1}/{n} {nxt}</span>'
+    note = ""
+    if branched is not None and fork.kinds[k] == "branch":
+        note = " · " + escape(say(BRANCHED, lang, at=branched["at"] + 1, was=branched["was"], now=branched["now"]))
+    return f'\n\n<span class="pg-versions" data-turn="{at}">{prev} {k + 1}/{n} {nxt}{note}</span>'
 
 
 def _marked(msgs: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:
@@ -336,11 +344,11 @@ def display(conv: Conversation) -> tuple[list[dict[str, Any]], list[int]]:
     shown: list[dict[str, Any]] = []
     owner: list[int] = []
     for i, t in enumerate(conv.turns):
-        msgs = t.shown if t.shown is not None else _turn_messages(t, conv.lang)
+        msgs = t.shown if t.shown is not None else _turn_messages(t, conv.lang, i)
         if t.role != "assistant" or (t.reply is not None and t.reply.done):
             t.shown = msgs
         if t.fork is not None and len(t.fork) > 1:
-            msgs = _marked(msgs, _versions_html(i, t.fork, conv.lang))
+            msgs = _marked(msgs, _versions_html(i, t.fork, conv.lang, t.reply.branched if t.reply else None))
         shown += msgs
         owner += [i] * len(msgs)
     return shown, owner

@@ -27,6 +27,12 @@ TEXTS: dict[str, tuple[str, str]] = {
     "tab_request": ("📋 Request", "📋 请求"),
     "tab_backend": ("🔌 Backend", "🔌 后端"),
     "tab_server": ("🖥 Server", "🖥 服务器"),
+    "tab_xray": ("🩻 X-ray", "🩻 调度透视"),
+    "xray_none_html": (
+        '<div class="pg-xray-note" data-xray="none">Send a message: each engine step of its reply shows here, with '
+        "what shared the step.</div>",
+        '<div class="pg-xray-note" data-xray="none">发送一条消息：这里会逐步显示其回复的每个引擎步，以及同一步里还有什么。</div>',
+    ),
     "server_help": (
         "The embedded engine's live state, refreshed every two seconds while this tab is open: the same numbers as "
         "`GET /server/state` and `/metrics`.",
@@ -105,6 +111,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "thinking_default": ("model default", "模型默认"),
     "thinking_on": ("on", "开启"),
     "thinking_off": ("off", "关闭"),
+    "sampler_logprobs_label": ("samplers before/after", "采样器前后对比"),
     # the A/B tab
     "ab_help": (
         "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
@@ -152,6 +159,8 @@ KNOB_HELP_ZH = {
     "use_beam_search": "束宽 max(n, best_of)；不能有停止字符串；max_tokens ≤ 128。",
     "logprobs": "每个 token 的对数概率（热力图）。不能与工具同用。",
     "top_logprobs": "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
+    "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（惩罚、约束、temperature、top_k、top_p）之后的"
+    "候选。需要 logprobs 且 top_logprobs ≥ 1。",
     "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
     "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
     "object、null）。",

@@ -15,7 +15,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.protocol.response import ChatCompletionChunk, ChunkChoice, LogprobEntry, TokenTimeline, ToolCallItem, Usage
+from engine.protocol.response import (
+    ChatCompletionChunk,
+    ChunkChoice,
+    LogprobEntry,
+    PromptProgressInfo,
+    TokenTimeline,
+    ToolCallItem,
+    Usage,
+)
 from engine.serving.fold import merge_tool_call
 
 RAW_CHUNKS_KEPT = 400  # the raw view shows the tail of a long stream
@@ -38,6 +46,10 @@ class ChoiceView:
     answer_at: int | None = None  # tokens before the first answer text or tool call (the reasoning boundary)
     reasoning_part: bool = False  # a reasoning part came at all (a notebook's `reasoning` is None otherwise)
     engine_timeline: bool = False  # the engine's per-token facts came: ids, batch sizes, waits, preparation
+    # The scheduler x-ray (playground/xray.py): per token its step as StepRecord.view gives it (the peers without
+    # this request, whose short id is `xray_id`); empty where the backend gives no step records.
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    xray_id: str | None = None
     _before_answer: int = 0
 
     def add(self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None,
@@ -55,6 +67,9 @@ class ChoiceView:
             self.times_ms += timeline.token_times_ms
             self.batch_sizes += timeline.batch_sizes
             self.queue_waits_us += timeline.queue_waits_us
+            if timeline.steps:
+                self.xray_id = timeline.short_id or self.xray_id
+                self.steps += [s.view(self.xray_id) for s in timeline.steps]
             if timeline.prepare_ms is not None:
                 self.prepare_ms = timeline.prepare_ms
             if self.answer_at is None:
@@ -166,12 +181,17 @@ class ReplyView:
     media: list[dict[str, Any]] | None = None  # the first chunk's: media parts the model took (type, tokens, ...)
     backend: str = "embedded"  # the backend's kind: "embedded", or "remote" (its times are arrival times here)
     id: str = ""
+    progress: list[PromptProgressInfo] = field(default_factory=list)  # the prompt's prefill, chunk by chunk
+    branched: dict[str, Any] | None = None  # a branch from a token (playground/branch.py): {at, was, now}
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.id = self.id or chunk.id
         self.raw.append(chunk.model_dump_json(exclude_none=True))
         self.transcription = self.transcription or chunk.transcription
         self.media = self.media or chunk.media
+        if chunk.prompt_progress is not None:
+            self.progress.append(chunk.prompt_progress)
+            return
         if not chunk.choices:
             if chunk.usage is not None:
                 self.usage = chunk.usage

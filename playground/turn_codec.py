@@ -18,7 +18,7 @@ from playground.reply import ChoiceView, ReplyView
 # ChoiceView's plain fields, kept as they are (lists of numbers, strings, flags).
 CHOICE_FIELDS = ("content", "reasoning", "token_ids", "times_ms", "batch_sizes", "queue_waits_us", "prepare_ms",
                  "finish_reason", "answer_at", "reasoning_part", "engine_timeline", "xray_id")  # fmt: skip
-REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id")
+REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id", "branched")
 
 
 def _usage(u: Usage | None) -> dict[str, Any] | None:
@@ -56,7 +56,7 @@ def choice_doc(c: ChoiceView, lean: bool = False) -> dict[str, Any]:
     doc["tool_calls"] = [call.model_dump(exclude_none=True) for call in c.tool_calls]
     doc["usage"] = _usage(c.usage)
     if c.logprobs:
-        keep = {"top_logprobs", "bytes"} if lean else set()
+        keep = {"top_logprobs", "bytes", "sampler_top_logprobs"} if lean else set()
         doc["logprobs"] = [e.model_dump(exclude=keep) for e in c.logprobs]
     return doc
 

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, layout, persist, prompt_view, server_panel
+from playground import backend_panel, layout, persist, prompt_view, server_panel, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -48,6 +48,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
             with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
                     stats = layout.stats_tab()
+                with gr.Tab(t("tab_xray"), id="xray"):
+                    xray_view = xray.build()
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
@@ -63,7 +65,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_prompt"), id="prompt") as prompt_item:
                     prompt = prompt_view.prompt_tab()
 
-        h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req))
+        h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req, xray_view))
         common = [conv, chat.system, tools.code, tools.choice, session]
         changes = wire_chat(h, chat, common, sampling.knobs)
         cmp = CompareHandlers(h)
@@ -103,11 +105,13 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
     return demo
 
 
-def chat_outputs(chat: ChatColumn, conv: gr.State, stats: StatsTab, req: RequestTab) -> ChatOutputs:
+def chat_outputs(chat: ChatColumn, conv: gr.State, stats: StatsTab, req: RequestTab,
+                 xray_view: gr.HTML) -> ChatOutputs:  # fmt: skip
     return ChatOutputs(chatbot=chat.chatbot, conv=conv, box=chat.box, check=chat.check, stats=stats.stats,
                        timeline=stats.timeline, heat=stats.heat, cands=stats.cands, req_json=req.req_json,
                        curl=req.curl, python=req.python, raw=req.raw, tool_row=chat.tools.group,
-                       tool_call=chat.tools.call, pending=chat.pending, pending_view=chat.pending_view)  # fmt: skip
+                       tool_call=chat.tools.call, pending=chat.pending, pending_view=chat.pending_view,
+                       xray=xray_view)  # fmt: skip
 
 
 def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[str, Any]) -> list[Any]:
@@ -122,11 +126,15 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     sent = gr.Textbox(visible="hidden", elem_id="pg-sent")
     sending = gr.on([chat.box.submit, chat.send.click], None, chat.box, [chat.box, sent], js="(m) => ['', m]",
                     queue=False, api_name=False, trigger_mode="multiple")  # fmt: skip
-    # The "‹ k/n ›" links of a turn with versions: playground/chat.js writes "<turn>:prev|next:<nonce>" here.
+    # The "‹ k/n ›" links of a turn with versions: playground/chat.js writes "<turn>:prev|next:<nonce>" here; a
+    # token's alternative in the heatmap's popover (playground/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
+    # A branch streams a reply as Send does: in the chat's concurrency group.
+    acting = {"outputs": outputs, "api_name": False, "show_progress": "hidden", "concurrency_id": "chat",
+              "concurrency_limit": 16}  # fmt: skip
     changes = [
         sending.then(h.send, [sent, chat.pending, *common], api_name="chat", trigger_mode="multiple", **run),
-        action.change(h.version, [action, common[0], session], outputs, api_name=False, show_progress="hidden"),
+        action.change(h.act, [action, common[0], session], **acting),
         gr.on([chat.regen.click, bot.retry], h.regenerate, common, api_name="regenerate", **run),
         bot.edit(h.edit, common, api_name=False, **run),
         tools.send.click(h.tool_result, [tools.text, tools.call, *common], api_name="tool_result", **run),

@@ -25,9 +25,9 @@ LIVE_ROWS = 40  # while a reply streams, its newest steps only (the whole table 
 
 REMOTE = ("Not available from this backend: its stream carries no engine step records (the X-ray reads the "
           "embedded engine's).",
-          "此后端不提供：它的流不携带引擎的步记录（X 光读取的是内置引擎的记录）。")  # fmt: skip
+          "此后端不提供：它的流不携带引擎的步记录（调度透视读取的是内置引擎的记录）。")  # fmt: skip
 OFF = ("The engine keeps no step records (`--step-log 0`): no X-ray for this reply.",
-       "引擎未记录步信息（`--step-log 0`）：此回复没有 X 光。")  # fmt: skip
+       "引擎未记录步信息（`--step-log 0`）：此回复没有调度透视。")  # fmt: skip
 WAITING = ("Waiting for the first token…", "等待第一个 token…")
 HELP = ("Floor: the bytes a step must read (every weight once, plus the KV its rows attend over) at the memory "
         "bandwidth measured when the server started; the bar is floor ÷ step time.",

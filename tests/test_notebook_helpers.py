@@ -106,6 +106,20 @@ def test_logprobs_feed_the_heatmap(local: LocalBackend) -> None:
     assert html.count("<span") == result.completion_tokens and "top: " in html
 
 
+def test_a_branch_continues_a_reply_from_a_token_on_either_backend(live: Any, local: LocalBackend) -> None:
+    """The page's branch from a notebook: the most likely token at a greedy reply's position is its own, so the
+    branch reproduces the reply; another alternative changes it from there. Also through this server by URL."""
+    for backend in (local, connect(live.url + "/v1")):
+        result = backend.chat(QUESTION, temperature=0, max_tokens=8, logprobs=True, top_logprobs=2)
+        same = backend.branch(result, 3)
+        assert same.reply == result.reply and same.view.branched["was"] == same.view.branched["now"]
+        other = backend.branch(result, 3, alt=1)
+        assert other.reply.startswith("".join(result.tokens[:3]) + other.view.branched["now"])
+        assert other.view.branched["now"] != result.tokens[3]
+    with pytest.raises(ValueError, match="no longer there"):
+        local.branch(result, 99)
+
+
 def test_heatmap_escapes_and_shades_by_probability() -> None:
     from engine.protocol.response import LogprobEntry
 

@@ -176,7 +176,7 @@ def test_the_vl_model_takes_an_image_and_a_video_and_their_tokens_show_under_the
     out = ui.predict(message="What is in the picture?", system="", temperature=0.0, max_tokens=4, api_name="/chat")
     assert out[CHECK] == "" and answer(out[CHATBOT])
     body = json.loads(out[REQUEST]) | {"stream": False}
-    body.pop("stream_options")
+    body.pop("stream_options"), body.pop("return_progress")  # both for streams only
     api = vl_live.client().post("/v1/chat/completions", json=body).json()  # the same request over HTTP
     image, video = api["media"]
     taken = next(m for m in out[CHATBOT] if title(m) == "👁 Taken by the model")

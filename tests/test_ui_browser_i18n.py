@@ -28,7 +28,7 @@ ALLOWED_GROUPS = (
      "integer number boolean array object null true false", "an API field name or value"),
     ("get_weather get_time", "an example tool's name, as its JSON definition spells it"),
     ("k max", "mathematical notation in a field's help: top_k's k, max(n, best_of)"),
-    ("ms s tok MiB", "a unit"),
+    ("ms s tok MiB GB", "a unit"),
     ("JSON curl Python openai API URL HTTP POST base64 data input_audio file", "a format, protocol, method or "
      "tool, spelled as it is (a data URL, a file:// path)"),
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),

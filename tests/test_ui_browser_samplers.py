@@ -109,7 +109,7 @@ def test_a_clicked_token_shows_the_model_and_the_samplers_side_by_side(browser: 
         assert removed == [r["alt"] for r in pop["model"] if r["alt"] not in {k["alt"] for k in kept}]
         assert all(r["p"] == "removed" for r in pop["after"] if r["removed"])
         seen_removed = seen_removed or bool(removed)
-        assert not any(r["button"] for r in pop["model"]), "no turn given by the caller: no branch buttons"
+        assert all(r["button"] for r in pop["model"]), "each model candidate can be branched from"
         assert "greedy: the highest is taken" in pop["text"]
         v = page.viewport_size
         assert pop["box"][0] >= 0 and pop["box"][2] <= v["width"], "the popover stays on the screen"

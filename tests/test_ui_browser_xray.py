@@ -114,7 +114,7 @@ def test_a_remote_reply_has_no_x_ray_and_the_strip_comes_from_the_remotes_own_ro
 
 def test_the_tab_speaks_chinese(browser: Any, live: Any) -> None:
     page = open_page(browser, live.url, locale="zh-CN")
-    page.get_by_role("tab", name="X 光").click()
+    page.get_by_role("tab", name="调度透视").click()
     expect(page.locator("#pg-xray [data-xray='none']")).to_contain_text("发送一条消息")
     shot(page, "xray-5-chinese")
     page.context.close()

@@ -22,10 +22,13 @@ import torch
 from engine import device as devices
 from engine.core.kv import PAGE, KVBudget, PagePool
 from engine.core.prefix_cache import PrefixCache
+from engine.core.roofline import Roofline
+from engine.core.roofline import measure as measure_roofline
 from engine.core.runner import Runner
 from engine.core.sampler import Row, sample_rows
 from engine.core.scheduler import Batch, RequestState, Scheduler
 from engine.core.sequence import Sequence
+from engine.core.step_log import StepLog, StepRecord, short_id
 from engine.core.threads import ThreadTuner
 from engine.core.types import (
     FINISH_RESOURCES,
@@ -33,6 +36,7 @@ from engine.core.types import (
     EngineError,
     EngineLimits,
     EngineRequest,
+    PromptProgress,
     RequestStats,
     Sink,
 )
@@ -69,6 +73,12 @@ class Engine:
         self.steps = 0
         self.tuner: ThreadTuner | None = None  # made on the engine thread, whose team size it sets
         self._step_shape: Any = None  # what the last step ran, for the tuner: decode rows, or None with prompts
+        # The scheduler x-ray (core/step_log.py): a record per step, the newest kept; its floor needs the roofline,
+        # measured on the engine thread before its loop. limits.step_log = 0: no records, no measurement.
+        self.step_log = StepLog(limits.step_log) if limits.step_log > 0 else None
+        self.roofline: Roofline | None = None
+        self._serial = 0  # requests submitted: their short ids
+        self._measured = threading.Event()  # set once the engine thread has measured the roofline (or needs none)
 
     @property
     def preemptions(self) -> int:
@@ -79,6 +89,9 @@ class Engine:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         self._thread.start()
+        # The roofline's bandwidth is measured on the engine thread before its loop: wait for it (~0.2 s), so that
+        # what the caller does next (building the page, serving) does not share the cores with the measurement.
+        self._measured.wait(timeout=10)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -119,8 +132,12 @@ class Engine:
                        "hit_rate": cache.hits / cache.queries if cache.queries else 0.0, "lookups": cache.lookups,
                        "hit_lookups": cache.hit_lookups, "resets": cache.resets}  # fmt: skip
         requests = {k: load[k] for k in ("running", "waiting", "running_seqs")}
+        log_ = self.step_log
+        steps = {"enabled": log_ is not None, "capacity": log_.capacity if log_ else 0, "held": len(log_) if log_ else 0,
+                 "span_s": round(log_.span_s(), 3) if log_ else 0.0}  # fmt: skip
         return {"requests": requests, "kv_cache": kv, "prefix_cache": prefix, "preemptions": load["preemptions"],
-                "steps": self.steps, "threads": load["threads"]}  # fmt: skip
+                "steps": self.steps, "threads": load["threads"], "step_log": steps,
+                "roofline": self.roofline.as_json() if self.roofline is not None else None}  # fmt: skip
 
     def reset_prefix_cache(self) -> Future[int]:
         """Empty the prefix cache; the future gives the blocks dropped (0 without a prefix cache). The engine thread
@@ -154,6 +171,8 @@ class Engine:
             if self._active >= self.limits.max_queue:
                 raise EngineError("the server is busy: request queue is full", queue_full=True)
             self._active += 1
+            self._serial += 1
+            r.short_id = stats.short_id = short_id(self._serial)
             self._incoming.append(r)
             self._lock.notify()
         return stats
@@ -169,6 +188,11 @@ class Engine:
         # Grad mode is per thread: the engine thread needs its own inference mode. So is OpenMP's team size, which
         # the tuner adapts to what the cores have free.
         tuner = self.tuner = ThreadTuner(enabled=self.limits.adaptive_threads and self.device == "cpu")
+        try:
+            if self.step_log is not None:
+                self.roofline = measure_roofline(self.runner, self.device)
+        finally:
+            self._measured.set()
         with torch.inference_mode():
             self._run(tuner)
 
@@ -215,6 +239,7 @@ class Engine:
         if ran is None:
             return
         logits, stats = ran
+        self._progress(batch.chunked, stats["step_end"])
         self.scheduler.prompts_done(batch)
         for r, seqs, rows in batch.rows(logits):
             self._sample(r, seqs, rows, stats)
@@ -231,7 +256,34 @@ class Engine:
             return None
         t1 = time.perf_counter()
         self.steps += 1
-        return logits, {"batch_size": len(batch.segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids}
+        record = self._record(batch, t0, t1) if self.step_log is not None else None
+        return logits, {"batch_size": len(batch.segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids,
+                        "step": record}  # fmt: skip
+
+    def _record(self, batch: Batch, t0: float, t1: float) -> StepRecord | None:
+        """The step's record, kept in the step log; its tokens carry it. After the forward, each segment's cache
+        length is the context its row attended over."""
+        roof = self.roofline
+        if roof is None or self.step_log is None:  # an engine stepped without its thread (tests)
+            return None
+        kv = sum(seg.cache.length for seg in batch.segments) * roof.kv_bytes_per_token
+        ms = (t1 - t0) * 1000
+        floor = (roof.weight_bytes + kv) / roof.bandwidth * 1000
+        record = StepRecord(self.steps, t0, ms, len(batch.segments), batch.decodes, batch.prompt_tokens,
+                            batch.prompt_chunks, tuple(r.short_id for r in batch.in_step), batch.preempted,
+                            batch.prefix_tokens, batch.prefix_tokens // PAGE, roof.weight_bytes, kv, floor,
+                            100 * floor / ms if ms > 0 else 0.0)  # fmt: skip
+        self.step_log.add(record)
+        return record
+
+    @staticmethod
+    def _progress(chunked: list[RequestState], now: float) -> None:
+        """Tell the requests that asked how far their prompt is, after each of its chunks (the first token, when
+        the prompt completes in this step, follows in the same step)."""
+        for r in chunked:
+            if r.req.params.return_progress:
+                r.sink(PromptProgress(total=len(r.req.prompt_ids), cached=r.stats.cached_tokens,
+                                      processed=r.prefilled, time_ms=(now - r.stats.arrival) * 1000))  # fmt: skip
 
     def _sample(self, r: RequestState, seqs: list[Sequence], rows: torch.Tensor, stats: dict[str, Any]) -> None:
         """One token for each of a request's sequences from its logits rows: a beam step, or sampling (the first

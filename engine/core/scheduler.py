@@ -47,6 +47,7 @@ class RequestState:
     done_candidates: list[Sequence] = field(default_factory=list)  # best_of > n: ranked at the end
     emitted: bool = False  # has handed out at least one token
     closed: bool = False  # its consumer has been told it ended
+    short_id: str = ""  # anonymous id in the step records (engine/core/step_log.py), from the engine's counter
 
     @property
     def context(self) -> list[int]:
@@ -79,7 +80,15 @@ class Batch:
     plan: list[tuple[RequestState, list[Sequence]]] = field(default_factory=list)  # one row per sequence, in order
     prefilled: list[RequestState] = field(default_factory=list)  # requests whose prompt completes in this step
     in_step: list[RequestState] = field(default_factory=list)  # requests whose caches this step writes
+    chunked: list[RequestState] = field(default_factory=list)  # requests that ran a chunk of their own prompt
     prompting: bool = False  # whether any prompt tokens run in this step
+    # For the step's record (engine/core/step_log.py): decode rows, prompt tokens and chunks beside them, and what
+    # scheduling it did: requests preempted, prefix-cache tokens loaded for the requests it admitted.
+    decodes: int = 0
+    prompt_tokens: int = 0
+    prompt_chunks: int = 0
+    preempted: int = 0
+    prefix_tokens: int = 0
 
     @property
     def decode_rows(self) -> int | None:
@@ -104,22 +113,25 @@ class Scheduler:
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self.preemptions = 0
+        self._prefix_loaded = 0  # prefix-cache tokens loaded by this schedule() call's admissions
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
     def schedule(self) -> Batch | None:
         """Admit, grow, and plan this step's segments; None when nothing runs."""
+        preempted, self._prefix_loaded = self.preemptions, 0
         self._admit()
         self._grow()
         if not self.running:
             return None
-        batch = Batch()
+        batch = Batch(preempted=self.preemptions - preempted, prefix_tokens=self._prefix_loaded)
         budget = self.limits.max_batched_tokens
         for r in self.running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
                 batch.segments.extend(Segment(s.cache, [s.output_ids[-1]]) for s in live)
+                batch.decodes += len(live)
                 batch.plan.append((r, live))
                 batch.in_step.append(r)
             elif budget > 0:
@@ -128,6 +140,8 @@ class Scheduler:
                 chunk = r.context[r.prefilled : r.prefilled + size]
                 budget -= len(chunk)
                 r.prefilled += len(chunk)
+                batch.prompt_tokens += len(chunk)
+                batch.prompt_chunks += 1
                 batch.prompting = True
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
                 batch.segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
@@ -136,6 +150,8 @@ class Scheduler:
                     if not resumed:
                         batch.plan.append((r, r.seqs[:1]))
                     batch.prefilled.append(r)
+                if not resumed:
+                    batch.chunked.append(r)
                 batch.in_step.append(r)
         return batch
 
@@ -188,6 +204,7 @@ class Scheduler:
             self.kv.reserve(first.cache, want // cands)
             loaded = self.kv.load_prefix(r.req, r.context, first.cache)
             if loaded is not None:
+                self._prefix_loaded += loaded
                 first.cache.length = loaded
                 r.prefilled = loaded
                 if r.recompute is None:

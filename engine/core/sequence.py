@@ -58,6 +58,7 @@ class Sequence:
             list(p.queue_waits_us),
             list(p.token_times),
         )
+        q.steps = list(p.steps)
         return twin
 
     def append(
@@ -71,6 +72,7 @@ class Sequence:
         step_end: float,
         eos_ids: frozenset[int],
         decode_text: bool = True,
+        step: Any = None,
     ) -> None:
         """Record one generated token and decide whether the sequence is finished."""
         p = self.params
@@ -83,6 +85,8 @@ class Sequence:
         d.batch_sizes.append(batch_size)
         d.queue_waits_us.append(max(0, int((step_start - self.last_time) * 1e6)))
         d.token_times.append(step_end)
+        if step is not None:  # the step's StepRecord (engine/core/step_log.py), when the engine keeps them
+            d.steps.append(step)
         self.last_time = step_end
         if not decode_text:  # beam search decodes the winners once, at the end
             return

@@ -19,6 +19,7 @@ class EngineLimits:
     max_model_len: int = 2048
     max_batched_tokens: int = 256  # prompt tokens prefilled per step, beside the decodes
     adaptive_threads: bool = True  # CPU: fewer threads when another process slows the steps (core/threads.py)
+    step_log: int = 4096  # step records kept for the scheduler x-ray (core/step_log.py); 0 = none made at all
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,11 @@ class SamplingParams:
     use_beam_search: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    sampler_logprobs: bool = False  # also record the top candidates after the samplers (TokenLogprob.processed)
     think_ids: tuple[int, int] | None = None  # (<think>, </think>) ids when the reasoning split is active
     thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
     think_stop_ids: tuple[int, ...] = ()  # forced when the budget is spent; ends with the </think> id
+    return_progress: bool = False  # hand the caller a PromptProgress after each chunk of the prompt's prefill
 
     @property
     def greedy(self) -> bool:
@@ -64,6 +67,10 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]]  # (token id, logprob), best first
+    # With `sampler_logprobs`: the top candidates after the samplers (penalties, constraint mask, temperature,
+    # top-k, top-p), best first, -inf ones dropped; and the chosen token's logprob there (None when it was forced).
+    processed: list[tuple[int, float]] | None = None
+    processed_logprob: float | None = None
 
 
 @dataclass
@@ -78,10 +85,22 @@ class ChoiceDelta:
     batch_sizes: list[int] = field(default_factory=list)
     queue_waits_us: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)  # time.perf_counter() when each token was ready
+    steps: list[Any] = field(default_factory=list)  # the step_log.StepRecord of each token's step (none: log off)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     cumulative_logprob: float = 0.0
     reasoning_tokens: int | None = None  # on the finishing delta, when the split is active (spec §7.5)
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far a request's prompt is prefilled, handed out after each of its prompt chunks (llama.cpp's
+    `return_progress`). `processed` counts the prompt tokens whose KV is ready, the `cached` ones included."""
+
+    total: int
+    cached: int
+    processed: int
+    time_ms: float  # since the engine accepted the request
 
 
 @dataclass
@@ -89,6 +108,7 @@ class RequestStats:
     prompt_tokens: int
     cached_tokens: int = 0
     arrival: float = 0.0  # time.perf_counter() when the engine accepted the request
+    short_id: str = ""  # the request's anonymous id in step records (step_log.short_id), set at submit
 
 
 @dataclass
@@ -112,6 +132,6 @@ class EngineError(Exception):
         self.queue_full = queue_full
 
 
-# What a caller submits with a request: the engine calls it on its own thread with a list of ChoiceDelta, an
-# EngineError, or None when the request is done.
-Sink = Callable[[list[ChoiceDelta] | EngineError | None], None]
+# What a caller submits with a request: the engine calls it on its own thread with a list of ChoiceDelta, a
+# PromptProgress (only when the request asked for them), an EngineError, or None when the request is done.
+Sink = Callable[[list[ChoiceDelta] | PromptProgress | EngineError | None], None]

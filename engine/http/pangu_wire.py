@@ -45,6 +45,8 @@ class PanguStreamWriter:
         head: dict[str, Any] = {"id": chunk.id, "object": "chat.completion.chunk", "created": chunk.created,
                                 "model": chunk.model}  # fmt: skip
         head.update(getattr(chunk, "top_level", {}))
+        if chunk.prompt_progress is not None:  # a /v1 extension: the Pangu routes send none
+            return []
         if not chunk.choices:
             if chunk.usage is not None:
                 self._completion = chunk.usage.completion_tokens

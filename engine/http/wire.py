@@ -78,6 +78,8 @@ class V1StreamWriter:
             head["transcription"] = chunk.transcription
         if chunk.media is not None:
             head["media"] = chunk.media
+        if chunk.prompt_progress is not None:
+            return {**head, "choices": [], "prompt_progress": chunk.prompt_progress.model_dump()}
         if not chunk.choices:
             if not self.include_usage or chunk.usage is None:
                 return None

@@ -116,6 +116,15 @@ class ChatCompletionRequest(StrictModel):
     moderation_config: ModerationConfig | None = None
     enable_search: bool | None = None
     user: str | None = None
+    # Extension (llama.cpp's): chunks with `prompt_progress` while the prompt is prefilled; streams only.
+    return_progress: bool = False
+    # Extensions (vLLM's): render without the assistant turn's opening; with continue_final_message the final
+    # assistant message is left open and the reply continues its text (the page's branches from a token).
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    # Extension: each logprobs entry also gets the top candidates after the samplers (penalties, constraints,
+    # temperature, top-k, top-p) and the chosen token's logprob among them; needs logprobs and top_logprobs.
+    sampler_logprobs: bool = False
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -188,8 +197,18 @@ class ChatCompletionRequest(StrictModel):
             raise bad("Parameter tool_choice 'required' needs a non-empty tools array.")
         if self.stream_options is not None and not self.stream:
             raise bad("Parameter stream_options is only allowed when stream is true.")
+        if self.return_progress and not self.stream:
+            raise bad("Parameter return_progress is only allowed when stream is true.")
+        if self.continue_final_message:
+            if self.add_generation_prompt:
+                raise bad("Parameters add_generation_prompt and continue_final_message cannot both be true.")
+            final = self.messages[-1]
+            if final.role != "assistant" or not isinstance(final.content, str) or not final.content:
+                raise bad("Parameter continue_final_message needs a final assistant message with text content.")
         if self.logprobs is False and self.top_logprobs is not None:
             raise bad("Parameter top_logprobs requires logprobs to be true or absent, got logprobs false.")
+        if self.sampler_logprobs and (self.logprobs is not True or (self.top_logprobs or 0) < 1):
+            raise bad("Parameter sampler_logprobs requires logprobs to be true and top_logprobs of at least 1.")
 
         n, best_of, beam = self.n, self.best_of, self.use_beam_search
         multi = (n or 1) > 1 or (best_of or 1) > 1
@@ -204,6 +223,8 @@ class ChatCompletionRequest(StrictModel):
                 raise bad(f"Parameter best_of must equal n when stream is true, got best_of={best_of}, n={n}.")
         if beam and self.stop_list:
             raise bad("Parameter stop is not supported with use_beam_search.")
+        if beam and self.sampler_logprobs:  # a beam step ranks the model's own logprobs: no samplers run
+            raise bad("Parameter sampler_logprobs is not supported with use_beam_search.")
         if beam and (self.effective_max_tokens or 0) > 128:
             raise bad(
                 f"Parameter max_tokens must be at most 128 with use_beam_search, got {self.effective_max_tokens}."

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class TopLogprob(BaseModel):
@@ -19,6 +19,18 @@ class TopLogprob(BaseModel):
 
 class LogprobEntry(TopLogprob):
     top_logprobs: list[TopLogprob] = Field(default_factory=list)
+    # Extension (`sampler_logprobs`): the top candidates after the samplers and the chosen token's logprob among
+    # them (null when it was forced, not sampled). A request that did not ask has neither key in its JSON.
+    sampler_logprob: float | None = None
+    sampler_top_logprobs: list[TopLogprob] | None = None
+
+    @model_serializer(mode="wrap")
+    def _asked_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        if self.sampler_top_logprobs is None:
+            out.pop("sampler_logprob", None)
+            out.pop("sampler_top_logprobs", None)
+        return out
 
 
 class ChoiceLogprobs(BaseModel):
@@ -72,6 +84,20 @@ class TokenTimeline(BaseModel):
     # On the first chunk: accepted -> handed to the engine (validation, media loading or transcription, template,
     # tokenisation). The engine's queue wait starts there; the first token's time minus both is the prefill.
     prepare_ms: float | None = None
+    # The scheduler x-ray (engine/core/step_log.py): each token's StepRecord (none when the engine keeps no step
+    # log), and the request's own short id among each record's `requests`. In-process only, never serialised.
+    steps: list[Any] = Field(default_factory=list, exclude=True)
+    short_id: str | None = Field(default=None, exclude=True)
+
+
+class PromptProgressInfo(BaseModel):
+    """Extension (llama.cpp's `return_progress`): how far the prompt is prefilled. `processed` counts the tokens
+    ready, the `cache`d ones among them; `time_ms` since the request was accepted."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
 
 
 class ChunkChoice(BaseModel):
@@ -98,6 +124,7 @@ class ChatCompletionChunk(BaseModel):
     # wire sends the chunk as it is). On the last chunk: the request's `moderation_result`, for a non-stream body.
     replaces: bool = Field(default=False, exclude=True)
     moderation_result: dict[str, Any] | None = Field(default=None, exclude=True)
+    prompt_progress: PromptProgressInfo | None = Field(default=None, exclude=True)  # a chunk with no choices
 
 
 class ResponseMessage(BaseModel):

@@ -35,6 +35,8 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         head = head or chunk
         transcription = transcription or chunk.transcription
         media = media or chunk.media
+        if chunk.prompt_progress is not None:
+            continue
         if not chunk.choices:
             final = chunk
             continue

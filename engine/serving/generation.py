@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, RequestStats, SamplingParams
+from engine.core.types import FINISH_RESOURCES, ChoiceDelta, EngineError, PromptProgress, RequestStats, SamplingParams
 from engine.parsers import ToolCallParser, make_parser
 from engine.protocol.errors import ApiError, IncompleteGenerationError, ServiceUnavailableError
 from engine.protocol.response import (
@@ -23,6 +23,7 @@ from engine.protocol.response import (
     CompletionTokensDetails,
     Delta,
     FunctionCall,
+    PromptProgressInfo,
     TokenTimeline,
     ToolCallItem,
     Usage,
@@ -152,6 +153,8 @@ class Generation:
             logprobs = ChoiceLogprobs(content=self._formatter.entries(d.logprobs, self._skip_special))
         timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
+        if d.steps:  # the x-ray: the records as they are (no copy, no validation), one per token
+            timeline.steps, timeline.short_id = d.steps, self.stats.short_id
         if self.prepare_ms is not None and d.token_ids:  # once, with the first token
             timeline.prepare_ms, self.prepare_ms = self.prepare_ms, None
         if d.reasoning_tokens is not None:
@@ -215,6 +218,11 @@ class Generation:
             while item is not None:
                 if isinstance(item, EngineError):
                     raise map_engine_error(item)
+                if isinstance(item, PromptProgress):
+                    yield self._chunk([], prompt_progress=PromptProgressInfo(
+                        total=item.total, cache=item.cached, processed=item.processed, time_ms=round(item.time_ms, 1)))  # fmt: skip
+                    item = await self._queue.get()
+                    continue
                 for d in item:
                     if not self.params.streams_live:
                         yield self._opening(d.index)

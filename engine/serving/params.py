@@ -59,4 +59,6 @@ def sampling_params(
         use_beam_search=req.use_beam_search,
         logprobs=req.wants_logprobs,
         top_logprobs=req.top_logprobs_count,
+        sampler_logprobs=req.sampler_logprobs,
+        return_progress=req.return_progress,
     )

@@ -32,9 +32,12 @@ def render_prompt(
     enable_thinking: bool | None = None,
     media: frozenset[str] = frozenset(),
     add_generation_prompt: bool = True,
+    continue_final: bool = False,
 ) -> str:
     """`media`: modalities whose parts the template gets as parts (the model takes them); others are refused.
-    `add_generation_prompt=False`: the conversation alone, without the assistant turn's opening (/tokenize)."""
+    `add_generation_prompt=False`: the conversation alone, without the assistant turn's opening (/tokenize).
+    `continue_final`: without the opening, and cut after the final message's text, so the reply continues it
+    (vLLM's continue_final_message)."""
     messages = req.text_only_messages(media)
     limit = settings.max_request_length_mb << 20
     size = len(
@@ -47,7 +50,7 @@ def render_prompt(
         variables["enable_thinking"] = enable_thinking
     variables.update(
         messages=messages,
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=add_generation_prompt and not continue_final,
         bos_token=getattr(tokenizer, "bos_token", None) or "",
         eos_token=getattr(tokenizer, "eos_token", None) or "",
     )
@@ -56,7 +59,15 @@ def render_prompt(
         variables["tools"] = [
             t.model_dump(exclude_none=True) for t in req.tools or [] if named is None or t.function.name == named
         ]
-    return templates.render(template_source(req, tokenizer, settings), variables, limit)
+    text = templates.render(template_source(req, tokenizer, settings), variables, limit)
+    if continue_final:
+        final = str(req.messages[-1].content)
+        at = text.rfind(final)
+        if at < 0:
+            raise RequestValidationError("The chat template does not write the final message's text as it is, so "
+                                         "it cannot be continued (continue_final_message).")  # fmt: skip
+        text = text[: at + len(final)]
+    return text
 
 
 def prompt_limit(settings: Settings, context_length: int) -> int:

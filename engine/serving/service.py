@@ -149,9 +149,10 @@ class ChatService:
         media = await self.media.prepare(req, self.model.modalities)
         req = media.request
         plan = self.reasoning.plan(req)
-        text = await asyncio.to_thread(
-            prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking, self.model.modalities
-        )
+        if req.continue_final_message:  # the reply goes on with the final message's text: an answer, not reasoning
+            plan = dataclasses.replace(plan, split=False)
+        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking,
+                                       self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
         if media.kept:

@@ -50,14 +50,7 @@ async def render_chat(svc: ChatService, req: ChatCompletionRequest, add_generati
     req = media.request
     thinking = svc.reasoning.plan(req).thinking
     text = await asyncio.to_thread(prompts.render_prompt, req, svc.tokenizer, svc.settings, thinking,
-                                   svc.model.modalities, add_generation_prompt and not continue_final)  # fmt: skip
-    if continue_final:
-        final = str(req.messages[-1].content)
-        at = text.rfind(final)
-        if at < 0:
-            raise RequestValidationError("The chat template does not write the final message's text as it is, so "
-                                         "it cannot be continued (continue_final_message).")  # fmt: skip
-        text = text[: at + len(final)]
+                                   svc.model.modalities, add_generation_prompt, continue_final)  # fmt: skip
     templated = await asyncio.to_thread(_encode, svc, text, False)
     ids, report = templated, None
     if media.kept:

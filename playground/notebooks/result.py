@@ -48,6 +48,7 @@ class ToolCall:
 class ChatResult:
     view: ReplyView = field(default_factory=ReplyView)
     throttle: Throttle = field(default_factory=Throttle)
+    request: dict[str, Any] | None = None  # the body that produced it (a branch continues it with its settings)
 
     @classmethod
     def of(cls, backend: ChatBackend) -> ChatResult:
