@@ -34,6 +34,8 @@ SAMPLING = (
     Knob("temperature", "slider", 0.7, None, "0 = greedy. Range [0, 2]; API default 1.", 0.0, 2.0, 0.05),
     Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling; 1 = off. Range (1e-6, 1].", 0.01, 1.0, 0.01),
     Knob("top_k", "int", -1, -1, "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].", -1, 2147483647),
+    Knob("min_p", "slider", 0.0, 0.0, "Keep tokens at least min_p × the top token's probability; 0 = off. [0, 1].",
+         0.0, 1.0, 0.01),
     Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage tokens already used; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
     Knob("frequency_penalty", "slider", 0.0, 0.0, "Grows with a token's count; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
     Knob("repetition_penalty", "slider", 1.0, 1.0, "On tokens seen in prompt or output; 1 = off. (0, 2].", 0.05, 2.0,

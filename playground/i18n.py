@@ -144,6 +144,7 @@ KNOB_HELP_ZH = {
     "temperature": "0 = 贪心。范围 [0, 2]；API 默认 1。",
     "top_p": "核采样；1 = 关闭。范围 (1e-6, 1]。",
     "top_k": "只保留概率最高的 k 个；-1 或 0 = 关闭。范围 -1、0、[1, 2³¹−1]。",
+    "min_p": "只保留概率不低于最高者的 min_p 倍的 token；0 = 关闭。范围 [0, 1]。",
     "presence_penalty": "抑制已出现过的 token；0 = 关闭。[-2, 2]。",
     "frequency_penalty": "随 token 出现次数增大；0 = 关闭。[-2, 2]。",
     "repetition_penalty": "作用于提示或输出中出现过的 token；1 = 关闭。(0, 2]。",

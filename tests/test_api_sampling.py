@@ -50,6 +50,16 @@ def test_max_tokens_with_ignore_eos_is_exact(http: httpx.Client, greedy: dict[st
     assert [e["token"] for e in entries(body)][:same] == greedy["tokens"][:same]
 
 
+def test_min_p_one_keeps_only_the_top_token_so_sampling_is_greedy(http: httpx.Client) -> None:
+    """min_p (vLLM's extension) is relative to the top token: at 1 only the top token survives, so a hot, seeded
+    sample gives the greedy reply; at 0 (off) the same seed wanders off it."""
+    prompt = [{"role": "user", "content": "Write one sentence about the sea."}]
+    want = text_of(ok(chat(http, messages=prompt, temperature=0, max_tokens=12)))
+    hot = {"messages": prompt, "temperature": 1.8, "max_tokens": 12, "seed": 5}
+    assert text_of(ok(chat(http, min_p=1.0, **hot))) == want
+    assert text_of(ok(chat(http, min_p=0.0, **hot))) != want
+
+
 def test_max_tokens_one_without_ignore_eos(http: httpx.Client) -> None:  # case 37
     body = ok(chat(http, temperature=0, max_tokens=1))
     assert body["usage"]["completion_tokens"] == 1 and body["choices"][0]["finish_reason"] == "length"

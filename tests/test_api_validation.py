@@ -83,6 +83,9 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     ("top_k-minus-two", {"top_k": -2}, ["top_k"]),
     ("top_k-float", {"top_k": 1.5}, ["top_k"]),
     ("top_k-too-large", {"top_k": 2147483648}, ["top_k"]),
+    ("min_p-negative", {"min_p": -0.01}, ["min_p", "[0.0, 1.0]"]),
+    ("min_p-high", {"min_p": 1.01}, ["min_p", "[0.0, 1.0]", "1.01"]),
+    ("min_p-string", {"min_p": "0.1"}, ["min_p"]),
     ("max_tokens-zero", {"max_tokens": 0}, ["max_tokens"]),
     ("max_tokens-string", {"max_tokens": "10"}, ["max_tokens"]),
     ("max_tokens-float", {"max_tokens": 1.0}, ["max_tokens"]),
@@ -208,6 +211,8 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("top_k-minus-one", {"top_k": -1}),  # case 36
     ("top_k-zero", {"top_k": 0}),
     ("top_k-above-vocab", {"top_k": 2147483647}),  # clamped to the vocabulary
+    ("min_p-bounds", {"min_p": 0}),
+    ("min_p-one", {"min_p": 1}),
     ("repetition_penalty-2", {"repetition_penalty": 2.0}),  # case 38
     ("penalties-at-bounds", {"presence_penalty": -2.0, "frequency_penalty": 2.0}),
     ("seed-max", {"seed": 18446744073709551615}),

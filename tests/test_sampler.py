@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from engine.core.sampler import Row, apply_penalties, filter_top_k_top_p, sample_rows
+from engine.core.sampler import Row, apply_penalties, filter_min_p, filter_top_k_top_p, processed_logits, sample_rows
 from engine.core.types import SamplingParams
 
 
@@ -19,6 +19,26 @@ def test_top_p_keeps_smallest_set_reaching_p_and_always_the_best() -> None:
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
     assert torch.isfinite(filter_top_k_top_p(logits, 0, 0.8)).tolist() == [True, True, False, False]
     assert torch.isfinite(filter_top_k_top_p(logits, 0, 1e-6)).tolist() == [True, False, False, False]
+
+
+def test_min_p_keeps_tokens_within_a_share_of_the_top_one() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    # 0.3 >= 0.5 * 0.5, 0.15 < 0.25: min_p is relative to the top token, not a mass like top_p.
+    assert torch.isfinite(filter_min_p(logits, 0.5)).tolist() == [True, True, False, False]
+    assert torch.isfinite(filter_min_p(logits, 0.1)).tolist() == [True, True, True, True]
+    assert torch.isfinite(filter_min_p(logits, 1.0)).tolist() == [True, False, False, False]
+    assert filter_min_p(logits, 0.0) is logits  # off: untouched
+    # After temperature, as the draw sees it: a hot temperature flattens the distribution and lets more survive.
+    row = Row(SamplingParams(temperature=2.0, min_p=0.5), torch.Generator(), [], [])
+    kept, highest = processed_logits(logits.clone(), row)
+    assert not highest and torch.isfinite(kept).tolist() == [True, True, True, False]
+
+
+def test_min_p_draws_only_survivors_for_any_seed() -> None:
+    logits = torch.log(torch.tensor([[0.4, 0.35, 0.2, 0.05]]))
+    for seed in range(40):
+        row = Row(SamplingParams(min_p=0.6), torch.Generator().manual_seed(seed), [], [])
+        assert sample_rows(logits, [row])[0][0] in (0, 1)
 
 
 def test_repetition_penalty_is_multiplicative_on_sign() -> None:

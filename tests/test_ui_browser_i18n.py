@@ -20,7 +20,7 @@ pytestmark = NEEDS_CHROMIUM
 # Words that stay as they are in the Chinese page, each group with why. Matching is per word, case-sensitive.
 ALLOWED_GROUPS = (
     # A request is not translated: its fields and values are spelled as the API spells them (spec §2.2).
-    ("temperature top_p top_k presence_penalty frequency_penalty repetition_penalty seed max_tokens stop "
+    ("temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty seed max_tokens stop "
      "stop_token_ids include_stop_str_in_output ignore_eos skip_special_tokens n best_of use_beam_search logprobs "
      "top_logprobs response_format json_schema json_object text chat_template_kwargs enable_thinking "
      "thinking_budget chat_template_kwargs.enable_thinking chat_template_kwargs.thinking_budget max_n tool_choice "

@@ -6,6 +6,7 @@ whatever else shares the batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +53,14 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
+def filter_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """min_p (vLLM's): drop the tokens whose probability is below min_p times the top token's. In log space that
+    is logit < max logit + log(min_p), so no softmax is needed; the top token always stays."""
+    if min_p <= 0.0:
+        return logits
+    return logits.masked_fill(logits < logits.max() + math.log(min_p), float("-inf"))
+
+
 def processed_logits(logits: torch.Tensor, row: Row) -> tuple[torch.Tensor, bool]:
     """One row's float32 logits (modified in place) as its draw sees them, the samplers in their order: the
     constraint mask, the penalties, then temperature, top-k and top-p (min-p would be one more step here); and
@@ -64,7 +73,7 @@ def processed_logits(logits: torch.Tensor, row: Row) -> tuple[torch.Tensor, bool
     scaled = logits / p.temperature
     if not torch.isfinite(scaled.max()):
         return logits, True
-    return filter_top_k_top_p(scaled, p.top_k, p.top_p), False
+    return filter_min_p(filter_top_k_top_p(scaled, p.top_k, p.top_p), p.min_p), False
 
 
 def draw(logits: torch.Tensor, highest: bool, row: Row) -> int:

@@ -27,6 +27,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # <= 0 = off
+    min_p: float = 0.0  # 0 = off; else keep tokens with p >= min_p * the top token's p (after temperature)
     seed: int | None = None  # None = a fresh random seed per request
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

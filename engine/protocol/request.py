@@ -95,6 +95,8 @@ class ChatCompletionRequest(StrictModel):
     temperature: Annotated[float, _range("[0.0, 2.0]")] | None = None
     top_p: Annotated[float, _range("(1e-6, 1.0]")] | None = None
     top_k: Annotated[int, _range("[-1, 2147483647]")] | None = None  # -1 and 0 both mean "disabled"
+    # Extension (vLLM's): a token survives when its probability is at least min_p times the top token's; 0 = off.
+    min_p: Annotated[float, _range("[0.0, 1.0]")] | None = None
     seed: Annotated[int, _range("[0, 18446744073709551615]")] | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None

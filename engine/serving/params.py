@@ -44,6 +44,7 @@ def sampling_params(
         temperature=float(temperature),
         top_p=float(pick(req.top_p, "top_p", 1.0)),
         top_k=top_k if top_k > 0 else 0,
+        min_p=float(pick(req.min_p, "min_p", 0.0)),
         seed=req.seed,
         presence_penalty=float(req.presence_penalty or 0.0),
         frequency_penalty=float(req.frequency_penalty or 0.0),

@@ -108,6 +108,7 @@ CONTROLS: dict[str, Any] = {
     "temperature": lambda: w.FloatSlider(value=0.7, min=0.0, max=2.0, step=0.05),
     "top_p": lambda: w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01),
     "top_k": lambda: w.IntSlider(value=0, min=0, max=200),
+    "min_p": lambda: w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.01),
     "repetition_penalty": lambda: w.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.05),
     "presence_penalty": lambda: w.FloatSlider(value=0.0, min=-2.0, max=2.0, step=0.1),
     "frequency_penalty": lambda: w.FloatSlider(value=0.0, min=-2.0, max=2.0, step=0.1),
@@ -144,6 +145,7 @@ class ParameterExplorer:
         """The request fields the controls stand for (0 top_k and an empty stop mean "not set")."""
         out = {name: control.value for name, control in self.controls.items()}
         out["top_k"] = out["top_k"] or None
+        out["min_p"] = out["min_p"] or None
         out["stop"] = out["stop"] or None
         return out
 
