@@ -63,7 +63,7 @@ def filter_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
 def processed_logits(logits: torch.Tensor, row: Row) -> tuple[torch.Tensor, bool]:
     """One row's float32 logits (modified in place) as its draw sees them, the samplers in their order: the
-    constraint mask, the penalties, then temperature, top-k and top-p (min-p would be one more step here); and
+    constraint mask, the penalties, then temperature, top-k, top-p and min-p; and
     whether the draw takes the highest instead of sampling: greedy rows, and a temperature so small that it
     overflows float32 (its limit is greedy), get the masked and penalised logits without a temperature."""
     p = row.params
