@@ -78,6 +78,11 @@ class ChatBackend(ABC):
         finally:
             run.close()  # a consumer that stops early frees the engine slot now, not at garbage collection
 
+    async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """POST /tokenize's answer to `body` (its chat or prompt form, engine/protocol/tokenize.py) from this
+        backend; None when it has no /tokenize."""
+        return None
+
     def label(self) -> str:
         """What the page's header says is answering."""
         return "backend: embedded engine"
@@ -142,6 +147,13 @@ class LocalBackend(ChatBackend):
 
     async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> Running:
         return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook"))
+
+    async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The same code POST /tokenize runs (engine/serving/tokenize.py), on the loaded service."""
+        from engine.protocol.tokenize import parse_tokenize_request
+        from engine.serving.tokenize import tokenize
+
+        return await tokenize(self.policy.service(), parse_tokenize_request(body))
 
     def __repr__(self) -> str:
         return f"LocalBackend(model={self.model!r})"

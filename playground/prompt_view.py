@@ -17,11 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
-import httpx
 
 from engine.protocol.errors import ApiError
-from engine.protocol.tokenize import parse_tokenize_request
-from engine.serving.tokenize import tokenize as tokenize_request
 from playground.chat import ChatHandlers
 from playground.conversation import Conversation, Turn
 from playground.i18n import choices, say, t
@@ -113,35 +110,13 @@ class PromptHandlers:
 
     async def tokenize(self, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         """The /tokenize answer with details, from the session's backend; None: the backend has no /tokenize."""
-        chosen = self.h.backend(session)
-        if chosen.kind == "embedded":
-            return await tokenize_request(self.h.policy.service(), parse_tokenize_request(body))
-        return await remote_tokenize(chosen, body)
+        return await self.h.backend(session).tokenize(body)
 
 
 def tokenize_body(chat_body: dict[str, Any]) -> dict[str, Any]:
     """The /tokenize chat form of a chat request: what renders its prompt, and the details the view shows."""
     out = {k: chat_body[k] for k in FIELDS if chat_body.get(k) is not None}
     return {**out, "return_token_strs": True, "return_details": True}
-
-
-async def remote_tokenize(backend: Any, body: dict[str, Any]) -> dict[str, Any] | None:
-    """A remote server's POST /tokenize (vLLM serves it at the root; so does this app); None when it has none."""
-    headers = dict(getattr(backend, "headers", {}) or {})
-    timeout = getattr(backend, "timeout", 60)
-    try:
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
-            r = await client.post(f"{backend.url}/tokenize", json=body)
-    except httpx.HTTPError as exc:
-        raise ApiError(f"{type(exc).__name__}: {exc}") from None
-    if r.status_code in (404, 405, 501):  # no such route (a plain HTTP server answers a POST with 501)
-        return None
-    if r.status_code != 200:
-        from playground.remote import error_message
-
-        raise ApiError(error_message(r.text))
-    answer: dict[str, Any] = r.json()
-    return answer
 
 
 def note(text: str) -> str:

@@ -69,6 +69,9 @@ class RemoteBackend(ChatBackend):
                 if chunk is not None:
                     yield chunk
 
+    async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        return await remote_tokenize(self, body)
+
     def label(self) -> str:
         return f"backend: remote {self.url} · {self.model}"
 
@@ -176,3 +179,20 @@ class SSEChunks:
             self.count += count
             chunk.timeline = TokenTimeline(token_times_ms=[now] * count)
         return chunk
+
+
+async def remote_tokenize(backend: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+    """A remote server's POST /tokenize (vLLM serves it at the root; so does this app); None when it has none."""
+    headers = dict(getattr(backend, "headers", {}) or {})
+    timeout = getattr(backend, "timeout", 60)
+    try:
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+            r = await client.post(f"{backend.url}/tokenize", json=body)
+    except httpx.HTTPError as exc:
+        raise ApiError(f"{type(exc).__name__}: {exc}") from None
+    if r.status_code in (404, 405, 501):  # no such route (a plain HTTP server answers a POST with 501)
+        return None
+    if r.status_code != 200:
+        raise ApiError(error_message(r.text))
+    answer: dict[str, Any] = r.json()
+    return answer
