@@ -6,7 +6,8 @@ token ids (through the backend's /tokenize, `ChatBackend.tokenize`; where a back
 `prompt_tokens` count), the reply's tokens (their bytes, which every OpenAI-compatible logprobs entry carries,
 so the sides compare without sharing a tokenizer), and each token's logprob. The verdict:
 
-- "identical": the same prompt tokens (where both are known) and the same reply tokens;
+- "identical": the same prompt tokens (where both are known) and the same reply tokens (the token a stopped reply
+  ends on counts as the end, however the server spells it: "" here, "<|im_end|>" in vLLM);
 - "same text, different tokens": the replies read the same but were cut into other tokens;
 - "diverges at N": the first reply token (0-based) where they differ, with both sides' tokens there;
 - "prompts differ at N": the rendered prompts differ (then the replies are not comparable token for token).
@@ -111,6 +112,17 @@ def _report(label: str, ids: list[int] | None, result: ChatResult) -> SideReport
                       [e.logprob for e in entries], result.reply, result.finish_reason)  # fmt: skip
 
 
+END = b"\0end"  # a reply's closing token when it stopped: EOS is "" on one server and "<|im_end|>" on another
+
+
+def _keys(side: SideReport) -> list[bytes]:
+    """The reply's tokens as compared: their bytes, with the token a stopped reply ended on as one END mark, since
+    servers spell a skipped special token differently (this one as "", vLLM by its name) though it is the same."""
+    if side.finish_reason == "stop" and side.token_bytes:
+        return [*side.token_bytes[:-1], END]
+    return side.token_bytes
+
+
 def judge(a: SideReport, b: SideReport) -> Verdict:
     if a.error or b.error:
         return Verdict("error", None, None, a, b)
@@ -118,14 +130,14 @@ def judge(a: SideReport, b: SideReport) -> Verdict:
     counted = a.prompt_tokens is not None and b.prompt_tokens is not None and not (a.prompt_ids and b.prompt_ids)
     if prompt_at is None and counted and a.prompt_tokens != b.prompt_tokens:
         prompt_at = min(a.prompt_tokens, b.prompt_tokens)  # type: ignore[type-var]  # counts only: the shorter's end
-    at = first_difference(a.token_bytes, b.token_bytes)
+    at = first_difference(_keys(a), _keys(b))
     common = len(a.logprobs) if at is None else at
     diffs = [abs(x - y) for x, y in zip(a.logprobs[:common], b.logprobs[:common]) if math.isfinite(x - y)]
     if prompt_at is not None:
         verdict = f"prompts differ at {prompt_at}"
     elif at is None:
         verdict = "identical"
-    elif b"".join(a.token_bytes) == b"".join(b.token_bytes):
+    elif b"".join(_keys(a)) == b"".join(_keys(b)):
         verdict = "same text, different tokens"
     else:
         verdict = f"diverges at {at}"

@@ -57,9 +57,15 @@ def test_a_different_prompt_is_caught_before_the_replies() -> None:
     assert equivalence.judge(a, b).verdict == "prompts differ at 2"
     c = equivalence.SideReport("c", None, 5, ["x"], [b"x"], [-0.1], "x", "stop")  # no /tokenize: counts only
     assert equivalence.judge(a, c).verdict == "prompts differ at 4"
-    d = equivalence.SideReport("d", [1, 2, 3, 4], 4, ["he", "llo"], [b"he", b"llo"], [-1, -1], "hello", "stop")
-    e = equivalence.SideReport("e", [1, 2, 3, 4], 4, ["hel", "lo"], [b"hel", b"lo"], [-1, -1], "hello", "stop")
+    d = equivalence.SideReport("d", [1, 2, 3, 4], 4, ["he", "llo"], [b"he", b"llo"], [-1, -1], "hello", "length")
+    e = equivalence.SideReport("e", [1, 2, 3, 4], 4, ["hel", "lo"], [b"hel", b"lo"], [-1, -1], "hello", "length")
     assert equivalence.judge(d, e).verdict == "same text, different tokens"
+    # The end: a skipped special token is "" here and "<|im_end|>" in vLLM; both stopped there, so both ended.
+    f = equivalence.SideReport("f", [1], 1, ["a", ""], [b"a", b""], [-1, -1], "a", "stop")
+    g = equivalence.SideReport("g", [1], 1, ["a", "<|im_end|>"], [b"a", b"<|im_end|>"], [-1, -1], "a", "stop")
+    assert equivalence.judge(f, g).verdict == "identical"
+    h = equivalence.SideReport("h", [1], 1, ["a", "b"], [b"a", b"b"], [-1, -1], "ab", "length")
+    assert equivalence.judge(f, h).verdict == "diverges at 1"
     assert equivalence.first_difference([1, 2], [1, 2, 3]) == 2 and equivalence.first_difference([1], [1]) is None
 
 
