@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -52,23 +52,44 @@ def sweep_row(params: dict[str, Any], result: ChatResult | None, error: str | No
     return row
 
 
+async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, concurrency: int = 32,
+               on_done: Callable[[int, int], None] | None = None,
+               cancel: asyncio.Event | None = None) -> list[ChatResult | str]:  # fmt: skip
+    """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
+    into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
+    `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
+    "cancelled" (those running finish)."""
+    gate = asyncio.Semaphore(concurrency)
+    done = 0
+
+    async def one(backend: ChatBackend, messages: Messages, params: dict[str, Any]) -> ChatResult | str:
+        nonlocal done
+        async with gate:
+            if cancel is not None and cancel.is_set():
+                out: ChatResult | str = "cancelled"
+            else:
+                try:
+                    out = await backend.achat(messages, **params)
+                except ApiError as exc:
+                    out = exc.message
+        done += 1
+        if on_done is not None:
+            on_done(done, len(jobs))
+        return out
+
+    return list(await asyncio.gather(*(one(*job) for job in jobs)))
+
+
 async def asweep(backend: ChatBackend, grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]],
                  messages: Messages, *, concurrency: int = 32, **fixed: Any) -> pd.DataFrame:  # fmt: skip
     """Every combination of `grid` (a dict of lists, or a list of parameter dicts) with `fixed` parameters, all in
     flight together so the engine batches them; at most `concurrency` at once (32 = the engine's default batch, and
     under its default queue limit). A request the server refuses becomes a row with `error` set."""
     combos = expand_grid(grid) if isinstance(grid, dict) else list(grid)
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(params: dict[str, Any]) -> dict[str, Any]:
-        async with gate:
-            try:
-                result = await backend.achat(messages, **{"logprobs": True, **fixed, **params})
-            except ApiError as exc:
-                return sweep_row(params, None, exc.message)
-        return sweep_row(params, result)
-
-    return pd.DataFrame(await asyncio.gather(*(one(p) for p in combos)))
+    jobs = [(backend, messages, {"logprobs": True, **fixed, **params}) for params in combos]
+    results = await arun(jobs, concurrency=concurrency)
+    return pd.DataFrame([sweep_row(p, None, r) if isinstance(r, str) else sweep_row(p, r)
+                         for p, r in zip(combos, results)])  # fmt: skip
 
 
 def sweep(backend: ChatBackend, grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]], messages: Messages,
