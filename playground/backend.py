@@ -87,14 +87,15 @@ class ChatBackend(ABC):
         """What the page's header says is answering."""
         return "backend: embedded engine"
 
-    async def achat(self, messages: Messages, **params: Any) -> ChatResult:
-        """One request, folded: reply, reasoning, logprobs and stats. Validation and server errors raise ApiError."""
+    async def achat(self, messages: Messages, ctx: CallContext | None = None, **params: Any) -> ChatResult:
+        """One request, folded: reply, reasoning, logprobs and stats. Validation and server errors raise ApiError.
+        `ctx`: who asks (the page's grid passes its caller; None: a notebook)."""
         from playground.notebooks.result import ChatResult  # the notebooks' reader of the fold
 
         req = self.request(messages, **params)
         result = ChatResult.of(self)
         result.request = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        async for chunk in self.stream(req):
+        async for chunk in self.stream(req, ctx):
             result.add(chunk)
         return result
 

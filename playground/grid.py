@@ -319,9 +319,10 @@ def _cell(prompt: int, column: str, row: PromptRow, result: ChatResult | str, gr
 
 async def arun_grid(prompts: list[PromptRow], columns: list[Column], graders: Iterable[Grader] = (), *,
                     concurrency: int = 8, on_progress: Callable[[int, int], None] | None = None,
-                    cancel: asyncio.Event | None = None) -> Grid:  # fmt: skip
+                    cancel: asyncio.Event | None = None, ctx: Any = None) -> Grid:  # fmt: skip
     """Every prompt in every column, at most `concurrency` requests at once; `on_progress(done, total)` after each
-    cell; once `cancel` is set, the cells not started yet end as "cancelled"."""
+    cell; once `cancel` is set, the cells not started yet end as "cancelled". `ctx`: who asks (the page's caller,
+    for the embedded policy's per-client limit, metrics and access line; None: a notebook)."""
     from playground.notebooks.sweeps import arun
 
     names = [c.name for c in columns]
@@ -335,7 +336,7 @@ async def arun_grid(prompts: list[PromptRow], columns: list[Column], graders: It
             system = params.pop("system", None)
             messages = ([{"role": "system", "content": system}] if system else []) + row.messages
             jobs.append((col.backend, messages, params))
-    results = await arun(jobs, concurrency=concurrency, on_done=on_progress, cancel=cancel)
+    results = await arun(jobs, concurrency=concurrency, on_done=on_progress, cancel=cancel, ctx=ctx)
     cells = []
     for k, result in enumerate(results):
         i, col = divmod(k, len(columns))

@@ -27,6 +27,26 @@ TEXTS: dict[str, tuple[str, str]] = {
     "tab_request": ("📋 Request", "📋 请求"),
     "tab_backend": ("🔌 Backend", "🔌 后端"),
     "tab_server": ("🖥 Server", "🖥 服务器"),
+    "tab_grid": ("▦ Grid", "▦ 网格"),
+    "grid_help": ("Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
+                  "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
+                  "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
+                  "module runs in the notebooks (`playground/grid.py`).",
+                  "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{变量}}` 的 `user` 文本，或 `messages`；可选 "
+                  "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
+                  "`api_key`）、评分器。notebook 使用同一模块（`playground/grid.py`）。"),
+    "grid_prompts": ("Prompt set (JSONL or CSV)", "提示集（JSONL 或 CSV）"),
+    "grid_columns": ("Columns (JSON array)", "列（JSON 数组）"),
+    "grid_graders": ("Graders", "评分器"),
+    "grader_exact": ("exact match", "完全匹配"),
+    "grader_contains": ("contains the expected answer", "包含期望答案"),
+    "grader_regex": ("matches the expected answer as a regex", "按正则匹配期望答案"),
+    "grader_valid_json": ("valid JSON", "有效的 JSON"),
+    "grid_run": ("▶ Run grid", "▶ 运行网格"),
+    "grid_cancel": ("Cancel", "取消"),
+    "grid_reopen": ("Open a saved grid", "打开保存的网格"),
+    "grid_csv": ("⬇ CSV", "⬇ CSV"),
+    "grid_json": ("⬇ JSON", "⬇ JSON"),
     "tab_xray": ("🩻 X-ray", "🩻 调度透视"),
     "xray_none_html": (
         '<div class="pg-xray-note" data-xray="none">Send a message: each engine step of its reply shows here, with '

@@ -4,6 +4,7 @@ Also the request context of a page event, which the embedded backend hands to th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class Session:
     run: Run | None = None
     streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
     lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
+    grid_cancel: asyncio.Event | None = None  # the Grid tab's run in progress: its Cancel (playground/grid_panel.py)
 
     @property
     def remote(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, layout, persist, prompt_view, server_panel, xray
+from playground import backend_panel, grid_panel, layout, persist, prompt_view, server_panel, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -56,6 +56,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                     tools = layout.tools_tab(session, policy.get_service)
                 with gr.Tab(t("tab_ab"), id="ab"):
                     ab = layout.ab_tab()
+                with gr.Tab(t("tab_grid"), id="grid"):
+                    grid_view = grid_panel.grid_tab()
                 with gr.Tab(t("tab_backend"), id="backend"):
                     backend = backend_panel.build()
                 with gr.Tab(t("tab_server"), id="server"):
@@ -76,6 +78,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
         server.wire(policy, session)
+        grid_view.wire(h, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
         # and after each change of the conversation.

@@ -29,7 +29,7 @@ ALLOWED_GROUPS = (
     ("get_weather get_time", "an example tool's name, as its JSON definition spells it"),
     ("k max", "mathematical notation in a field's help: top_k's k, max(n, best_of)"),
     ("ms s tok MiB GB", "a unit"),
-    ("JSON curl Python openai API URL HTTP POST base64 data input_audio file", "a format, protocol, method or "
+    ("JSON CSV JSONL curl Python openai API URL HTTP POST base64 data input_audio file", "a format, protocol, method or "
      "tool, spelled as it is (a data URL, a file:// path)"),
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),
     ("TTFT", "time to first token, the abbreviation the statistics' Chinese name spells out"),

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from engine.protocol.errors import ApiError
+from engine.serving.policy import CallContext
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
 from playground.notebooks.result import ChatResult
 
@@ -54,11 +55,11 @@ def sweep_row(params: dict[str, Any], result: ChatResult | None, error: str | No
 
 async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, concurrency: int = 32,
                on_done: Callable[[int, int], None] | None = None,
-               cancel: asyncio.Event | None = None) -> list[ChatResult | str]:  # fmt: skip
+               cancel: asyncio.Event | None = None, ctx: CallContext | None = None) -> list[ChatResult | str]:  # fmt: skip
     """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
     into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
     `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
-    "cancelled" (those running finish)."""
+    "cancelled" (those running finish). `ctx`: who asks, for the embedded policy (None: a notebook)."""
     gate = asyncio.Semaphore(concurrency)
     done = 0
 
@@ -69,7 +70,7 @@ async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, 
                 out: ChatResult | str = "cancelled"
             else:
                 try:
-                    out = await backend.achat(messages, **params)
+                    out = await backend.achat(messages, ctx, **params)
                 except ApiError as exc:
                     out = exc.message
         done += 1
