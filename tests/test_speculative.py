@@ -1,0 +1,231 @@
+"""Speculative decoding by prompt lookup (engine/core/speculative.py): the draft finder, verification (greedy and
+rejection sampling), the KV rollback, and greedy output token for token identical on the real model."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from engine.core.engine import Engine, EngineLimits
+from engine.core.kv import PAGE, KVCache
+from engine.core.sampler import Row
+from engine.core.sequence import Sequence
+from engine.core.speculative import NgramIndex, decide, verify
+from engine.core.types import EngineRequest, SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8)
+
+
+def index(tokens: list[int], ngram_min: int = 1) -> NgramIndex:
+    idx = NgramIndex(ngram_min=ngram_min)
+    idx.extend(tokens)
+    return idx
+
+
+def test_draft_is_what_followed_the_latest_earlier_occurrence() -> None:
+    # suffix (1, 2, 3) occurred at 0..2 (followed by 9, 9) and later at 5..7 (followed by 4, 5): the latest wins
+    assert index([1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 7, 1, 2, 3]).propose(2) == [4, 5]
+    assert index([1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 7, 1, 2, 3]).propose(8) == [4, 5, 7, 1, 2, 3]
+
+
+def test_longer_suffixes_are_preferred_and_the_suffix_never_matches_itself() -> None:
+    # "3" alone last occurred before 8; the 2-gram (2, 3) occurred before 6: the longer match decides
+    assert index([2, 3, 6, 0, 3, 8, 2, 3]).propose(1) == [6]
+    assert index([5, 6, 7]).propose(4) == []  # nothing repeats
+    assert index([4, 4]).propose(3) == [4]  # the earlier 4 is followed by the last one
+    assert index([1, 2, 7, 2], ngram_min=2).propose(3) == []  # a lone "2" is below the shortest n-gram
+
+
+def test_sync_catches_up_with_prompt_and_output_incrementally() -> None:
+    idx, prompt, out = NgramIndex(), [10, 11, 12, 13], []
+    idx.sync(prompt, out)
+    for tok in [14, 10, 11]:
+        out.append(tok)
+        idx.sync(prompt, out)
+    assert idx.tokens == prompt + out
+    assert idx.propose(3) == [12, 13, 14]
+
+
+def test_backoff_skips_steps_after_misses_and_a_hit_resets_it() -> None:
+    idx = NgramIndex()
+    idx.verified(0)
+    assert idx.skip == 2
+    idx.verified(0)
+    assert idx.skip == 4
+    idx.verified(3)
+    assert idx.misses == 0
+
+
+def row(params: SamplingParams, seed: int = 0, output: list[int] | None = None) -> Row:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return Row(params, g, [], output if output is not None else [])
+
+
+def test_greedy_decide_accepts_only_the_argmax() -> None:
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.0])
+    assert decide(logits.clone(), row(GREEDY), 1) == (1, None, True)
+    assert decide(logits.clone(), row(GREEDY), 3) == (1, None, False)
+    # the samplers apply as in normal decoding: a repetition penalty moves the argmax
+    pen = SamplingParams(temperature=0, repetition_penalty=2.0)
+    assert decide(logits.clone(), row(pen, output=[1]), 3)[:2] == (3, None)
+
+
+def test_rejection_sampling_keeps_the_distribution() -> None:
+    """Accept the draft with p(draft), else draw from p without it: the token's distribution is p exactly. 40,000
+    draws from a fixed seed: every frequency within 0.01 of p (its standard error is at most 0.0025)."""
+    logits = torch.tensor([1.0, 0.2, -0.5, 1.5, 0.0])
+    p = logits.softmax(-1)
+    params = SamplingParams(temperature=1.0)
+    n = 40_000
+    for draft in (0, 2):  # a likely and an unlikely draft
+        r = row(params, seed=1234 + draft)
+        counts = torch.zeros(5)
+        accepted = 0
+        for _ in range(n):
+            token, _, ok = decide(logits.clone(), r, draft)
+            counts[token] += 1
+            accepted += ok
+        assert torch.allclose(counts / n, p, atol=0.01), (draft, counts / n, p)
+        assert abs(accepted / n - float(p[draft])) < 0.01  # accepted with probability p(draft)
+
+
+def test_rejection_sampling_is_reproducible_from_the_seed() -> None:
+    logits = torch.tensor([1.0, 0.2, -0.5, 1.5, 0.0])
+    params = SamplingParams(temperature=0.8, top_k=4)
+    a, b = row(params, seed=7), row(params, seed=7)
+    seq_a = [decide(logits.clone(), a, i % 5)[0] for i in range(200)]
+    seq_b = [decide(logits.clone(), b, i % 5)[0] for i in range(200)]
+    assert seq_a == seq_b
+    # index 2 has the lowest logit: it never comes out of the top-4 distribution, even when it is the draft
+    assert 2 not in seq_a
+
+
+def sequence(service: Any, params: SamplingParams, fed: int) -> Sequence:
+    s = Sequence(0, params, service.tokenizer, KVCache(length=fed), 0.0)
+    s.output_ids = [5]
+    return s
+
+
+def stats() -> dict[str, Any]:
+    return {"batch_size": 1, "step_start": 1.0, "step_end": 2.0, "eos_ids": frozenset({0})}
+
+
+def logits_for(picks: list[int], vocab: int = 64) -> torch.Tensor:
+    out = torch.zeros(len(picks), vocab)
+    for i, t in enumerate(picks):
+        out[i, t] = 10.0
+    return out
+
+
+def test_verify_rolls_the_cache_back_to_the_accepted_prefix(service) -> None:
+    # cache held 100 tokens; the step fed the last token and drafts [7, 8, 9]: KV now 104 long
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 104)
+    accepted = verify(logits_for([7, 8, 20, 30]), [7, 8, 9], s, lambda: Row(s.params, torch.Generator(), [],
+                      s.output_ids), stats())  # fmt: skip
+    assert accepted == 2 and s.output_ids == [5, 7, 8, 20]
+    assert s.cache.length == 103  # the last token and 7, 8 keep their KV; 20 is the next step's input
+    assert s.pending.accepted == [0, 1] and s.pending.drafted == 3
+    # one entry per token; the second and later tokens of the step waited 0 in the queue
+    assert s.pending.batch_sizes == [1, 1, 1] and s.pending.queue_waits_us == [1_000_000, 0, 0]
+    assert s.pending.token_times == [2.0, 2.0, 2.0]
+
+
+def test_verify_takes_the_bonus_token_after_all_drafts(service) -> None:
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 103)
+    assert verify(logits_for([7, 8, 9]), [7, 8], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids),
+                  stats()) == 2  # fmt: skip
+    assert s.output_ids == [5, 7, 8, 9] and s.cache.length == 103
+
+
+def test_verify_stops_at_the_token_that_finishes(service) -> None:
+    # EOS (id 0) accepted as a draft ends the step there; so does max_tokens
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 104)
+    verify(logits_for([7, 0, 9, 9]), [7, 0, 9], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats())
+    assert s.output_ids == [5, 7, 0] and s.finished and s.cache.length == 102
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=3), 104)
+    verify(logits_for([7, 8, 9, 9]), [7, 8, 9], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats())
+    assert s.output_ids == [5, 7, 8] and s.finish_reason == "length"
+
+
+# ---- the real model, through an engine with and without speculation ----
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.deltas: list[Any] = []
+        self.done = threading.Event()
+
+    def __call__(self, item: Any) -> None:
+        if item is None:
+            self.done.set()
+        elif isinstance(item, list):
+            self.deltas.extend(item)
+
+    def tokens(self) -> list[int]:
+        return [t for d in self.deltas for t in d.token_ids]
+
+
+@pytest.fixture
+def spec_engine(service):
+    core = service.engine
+    lim = EngineLimits(max_model_len=8192, step_log=0, speculative_ngram=4)
+    e = Engine(core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)), core.tokenizer,
+               set(core.eos_ids), lim)  # fmt: skip
+    e.start()
+    yield e
+    e.shutdown()
+
+
+CODE = "def area(width, height):\n    result = width * height\n    return result\n"
+REPEATING = f"Rename `result` to `value` in this code and return the whole code:\n\n{CODE}"
+
+
+def ids(service, text: str) -> list[int]:
+    return service.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)[
+        "input_ids"
+    ]
+
+
+def generate(e: Engine, prompt: list[int], params: SamplingParams) -> Collector:
+    c = Collector()
+    e.submit(EngineRequest(f"r{id(c)}", prompt, params), c)
+    assert c.done.wait(300)
+    return c
+
+
+def test_greedy_is_token_for_token_identical_and_drafts_are_accepted(service, spec_engine) -> None:
+    prompt = ids(service, REPEATING)
+    off = generate(spec_engine, prompt, SamplingParams(temperature=0, max_tokens=40, speculative=0))
+    on = generate(spec_engine, prompt, SamplingParams(temperature=0, max_tokens=40))  # the engine's default: 4
+    assert on.tokens() == off.tokens()
+    assert not any(d.drafted for d in off.deltas) and not any(d.speculative for d in off.deltas)
+    drafted, accepted = sum(d.drafted for d in on.deltas), sum(len(d.accepted) for d in on.deltas)
+    assert accepted > 0 and drafted >= accepted
+    on_stats = [(len(d.token_ids), len(d.batch_sizes), len(d.queue_waits_us), len(d.token_times)) for d in on.deltas]
+    assert all(len({*s}) == 1 for s in on_stats)  # one stats entry per token, in every delta
+    assert len({t for d in on.deltas for t in d.token_times}) < len(on.tokens())  # several tokens in one step
+
+
+def test_rows_with_and_without_drafts_share_a_step(service, spec_engine) -> None:
+    a, b = Collector(), Collector()
+    pa, pb = ids(service, REPEATING), ids(service, "Name a colour.")
+    ref_a = generate(spec_engine, pa, SamplingParams(temperature=0, max_tokens=32, speculative=0)).tokens()
+    ref_b = generate(spec_engine, pb, SamplingParams(temperature=0, max_tokens=32, speculative=0)).tokens()
+    spec_engine.submit(EngineRequest("a", pa, SamplingParams(temperature=0, max_tokens=32, speculative=4)), a)
+    spec_engine.submit(EngineRequest("b", pb, SamplingParams(temperature=0, max_tokens=32, speculative=0)), b)
+    assert a.done.wait(300) and b.done.wait(300)
+    assert a.tokens() == ref_a and b.tokens() == ref_b
+    assert 2 in [x for d in a.deltas for x in d.batch_sizes]  # they ran together
+    assert sum(len(d.accepted) for d in a.deltas) > 0
+
+
+def test_a_seed_reproduces_a_sampled_reply_with_speculation(service, spec_engine) -> None:
+    prompt = ids(service, REPEATING)
+    params = SamplingParams(temperature=0.7, seed=11, max_tokens=32, speculative=4)
+    first, second = generate(spec_engine, prompt, params), generate(spec_engine, prompt, params)
+    assert first.tokens() == second.tokens()
+    assert sum(d.drafted for d in first.deltas) > 0
