@@ -32,7 +32,7 @@ TEXTS: dict[str, tuple[str, str]] = {
                   "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
                   "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
                   "module runs in the notebooks (`playground/grid.py`).",
-                  "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{变量}}` 的 `user` 文本，或 `messages`；可选 "
+                  "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{variables}}` 变量的 `user` 文本，或 `messages`；可选 "
                   "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
                   "`api_key`）、评分器。notebook 使用同一模块（`playground/grid.py`）。"),
     "grid_prompts": ("Prompt set (JSONL or CSV)", "提示集（JSONL 或 CSV）"),
@@ -45,8 +45,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "grid_run": ("▶ Run grid", "▶ 运行网格"),
     "grid_cancel": ("Cancel", "取消"),
     "grid_reopen": ("Open a saved grid", "打开保存的网格"),
-    "grid_csv": ("⬇ CSV", "⬇ CSV"),
-    "grid_json": ("⬇ JSON", "⬇ JSON"),
+    "grid_csv": ("⬇ CSV", "⬇ 导出 CSV"),
+    "grid_json": ("⬇ JSON", "⬇ 导出 JSON"),
     "tab_xray": ("🩻 X-ray", "🩻 调度透视"),
     "xray_none_html": (
         '<div class="pg-xray-note" data-xray="none">Send a message: each engine step of its reply shows here, with '

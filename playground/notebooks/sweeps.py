@@ -10,7 +10,6 @@ from typing import Any
 import pandas as pd
 
 from engine.protocol.errors import ApiError
-from engine.serving.policy import CallContext
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
 from playground.notebooks.result import ChatResult
 
@@ -55,7 +54,7 @@ def sweep_row(params: dict[str, Any], result: ChatResult | None, error: str | No
 
 async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, concurrency: int = 32,
                on_done: Callable[[int, int], None] | None = None,
-               cancel: asyncio.Event | None = None, ctx: CallContext | None = None) -> list[ChatResult | str]:  # fmt: skip
+               cancel: asyncio.Event | None = None, ctx: Any = None) -> list[ChatResult | str]:  # fmt: skip
     """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
     into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
     `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
