@@ -26,7 +26,7 @@ import torch
 from engine.core.sampler import Row, processed_logits, token_logprob
 from engine.core.types import FINISH_STOP
 
-DEFAULT_K = 2  # drafts per step when a request asks and the server sets no K: k=2 measured best (bench/spec_ngram.py)
+DEFAULT_K = 3  # drafts per step when a request asks and the server sets no K: k=3 measured best (bench/spec_ngram.py)
 NGRAM_MAX = 3  # the longest suffix looked up (vLLM's prompt_lookup_max)
 NGRAM_MIN = 2  # the shortest (prompt_lookup_min): single-token matches guess too poorly to pay (measured)
 BACKOFF_MAX = 8  # after drafted steps that accepted nothing, skip up to this many steps before drafting again
