@@ -302,9 +302,31 @@ class Grid:
                    [Cell(**c) for c in doc["cells"]], dict(doc.get("settings") or {}))  # fmt: skip
 
     def frame(self) -> Any:
+        """The cells as a DataFrame (pandas: the notebooks' table)."""
         import pandas as pd
 
         return pd.DataFrame(self.rows())
+
+    def summary_frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.summary())
+
+    def plot(self) -> Any:
+        """Each column's pass rate, and its distribution of time to first token (matplotlib, for notebooks)."""
+        import matplotlib.pyplot as plt
+
+        summary = self.summary()
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+        left.bar([s["column"] for s in summary], [s["pass_rate"] or 0 for s in summary])
+        left.set_ylim(0, 1)
+        left.set_title("pass rate")
+        ttft = [[c.ttft_ms for c in self.cells if c.column == name and c.ttft_ms is not None] for name in self.columns]
+        right.boxplot(ttft, tick_labels=self.columns)
+        right.set_title("time to first token (ms)")
+        fig.tight_layout()
+        plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
+        return fig
 
 
 def _cell(prompt: int, column: str, row: PromptRow, result: ChatResult | str, graders: list[Grader]) -> Cell:
