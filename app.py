@@ -98,10 +98,12 @@ def build_service(settings: cfg.Settings) -> Any:
         max_batched_tokens=settings.max_batched_tokens,
         adaptive_threads=settings.adaptive_threads,
         step_log=settings.step_log,
+        speculative_ngram=settings.speculative_ngram,
     )
     cache = PrefixCache(settings.prefix_cache_tokens)
     # The pool has room for the budget plus a partly filled last page per sequence.
     runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1))
+    adapters = load_adapters(settings, runner)
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(
@@ -112,7 +114,25 @@ def build_service(settings: cfg.Settings) -> Any:
         loaded.model.get_output_embeddings().weight.shape[0],
         loaded.modalities,
     )
-    return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors)
+    return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
+
+
+def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
+    """`--lora-adapters` read, checked against the base model and stacked into the runner: {id: adapter index}.
+    A LoraError (engine/core/lora.py) names the file and the reason."""
+    from engine.core import lora
+    from engine.core.model_runner import DecoderRunner
+
+    if not settings.lora_adapters:
+        return {}
+    if not isinstance(runner, DecoderRunner):
+        raise lora.LoraError(f"{cfg.cli_flag('lora_adapters')}: LoRA adapters need the lean runner (Llama, Mistral, "
+                             "Qwen2, Qwen3); this model runs the HF forward")  # fmt: skip
+    adapters = lora.preflight(settings.lora_adapters, settings.served_model_name, load=True)
+    started = time.perf_counter()
+    stacked = runner.set_lora(adapters)
+    log.info("LoRA adapters %s loaded in %.2f s", ", ".join(stacked.ids), time.perf_counter() - started)
+    return stacked.index
 
 
 class AppState:
@@ -236,6 +256,12 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings_from(argv)
     except ValueError as exc:  # a setting that cannot work: its message, as argparse reports a bad flag
         raise SystemExit(f"app.py: error: {exc}") from None
+    from engine.core.lora import LoraError, preflight
+
+    try:  # the adapters' files and format, before the bind; their fit to the base model once it has loaded
+        preflight(settings.lora_adapters, settings.served_model_name)
+    except LoraError as exc:
+        raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     check_exposure(settings)
     state = AppState()
@@ -245,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
             state.service = build_service(settings)
             log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
         except Exception as exc:  # keep serving /health (503) with the reason in the log
+            if isinstance(exc, LoraError):  # an adapter that does not fit the base model: fail the start
+                log.error("app.py: error: %s", exc)
+                os._exit(2)
             state.error = f"{type(exc).__name__}: {exc}"
             log.exception("model failed to load")
             return

@@ -64,6 +64,9 @@ class Settings:
     prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     step_log: int = _knob(4096, "Engine step records kept for the scheduler x-ray and /server/steps (0 = off).")
+    speculative_ngram: int = _knob(
+        0, "Speculative decoding by prompt lookup: n-gram drafts verified per step (0 = off; a request may ask)."
+    )
     # Serving hygiene (issue 6): limits per client and per request, shutdown, logging.
     max_concurrent_per_client: int = _knob(
         32, "Chat requests one client (credential, else IP address) may have in flight (0 = no limit)."
@@ -74,7 +77,9 @@ class Settings:
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
     lora_adapters: list[str] = _knob(
-        [], "LoRA adapters as id=path: not supported yet, any value stops start-up.", spec=True
+        [],
+        "LoRA adapters as id=DIR (PEFT adapter_config.json + adapter_model.safetensors); each id is a model.",
+        spec=True,
     )
     api_keys: list[str] = _knob([], "Bearer keys accepted on /v1 and Pangu V2 (empty = auth off).", spec=True)
     admin_keys: list[str] = _knob(
@@ -220,10 +225,12 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 def validate(settings: Settings) -> None:
     """Reject settings that cannot work, with a message naming the flag."""
-    if settings.lora_adapters:  # accepted by spec §0.1, wired to nothing yet: refuse rather than serve without them
-        raise ValueError(
-            f"LoRA adapters are not supported yet: remove {cli_flag('lora_adapters')} / {env_var('lora_adapters')}"
-        )
+    for spec in settings.lora_adapters:  # the files themselves: engine/core/lora.py preflight, before the bind
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"{cli_flag('lora_adapters')} / {env_var('lora_adapters')}: {spec!r} is not id=DIR")
+    if not 0 <= settings.speculative_ngram <= 16:
+        raise ValueError(f"{cli_flag('speculative_ngram')} must be in [0, 16]")
     if not 1 <= settings.max_request_length_mb <= 100:
         raise ValueError(f"{cli_flag('max_request_length_mb')} must be in [1, 100]")
     for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):

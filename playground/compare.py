@@ -17,6 +17,7 @@ from playground import controls, stats, timeline
 from playground.backend import Running
 from playground.chat import LOADING, ChatHandlers, check_text
 from playground.conversation import Conversation, Turn
+from playground.header_models import SAME
 from playground.i18n import preset_name, say
 from playground.render import Throttle
 from playground.reply import ReplyView
@@ -76,7 +77,8 @@ class CompareHandlers:
         self.chat = chat
 
     async def ab(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                 session: Session, preset_b: str, request: gr.Request, **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+                 session: Session, preset_b: str, model_b: str | None, request: gr.Request,
+                 **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
         lang = session.lang
         history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
         if not history or history[-1]["role"] == "assistant":
@@ -90,7 +92,10 @@ class CompareHandlers:
                 yield check_text(problem, lang=lang), *[gr.skip()] * 4
                 return
             bodies.append(body)
-        labels = (say(("A · current settings", "A · 当前设置"), lang), f"B · {preset_name(preset_b, lang)}")
+        if model_b and model_b != SAME:  # B on a LoRA adapter: A and B still go to the engine together
+            bodies[1]["model"] = model_b
+        labels = (say(("A · current settings", "A · 当前设置"), lang),
+                  f"B · {preset_name(preset_b, lang)}" + (f" · {model_b}" if model_b and model_b != SAME else ""))  # fmt: skip
         chosen, who = self.chat.backend(session), caller(request, "ab")
         with session.running() as run:
             async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):

@@ -62,6 +62,9 @@ CANDIDATES = (
     Knob("sampler_logprobs", "check", False, False, "Extension: each token's candidates also after the samplers "
          "(penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs logprobs and "
          "top_logprobs ≥ 1.", label="sampler_logprobs_label"),
+    Knob("speculative", "check", False, False, "Extension: speculative decoding by prompt lookup (n-gram drafts) for "
+         "this request; greedy replies are the same, accepted drafts are underlined in the heatmap. Unchecked = the "
+         "server's default.", label="speculative_label"),
 )  # fmt: skip
 
 FORMAT = (

@@ -99,15 +99,23 @@ def _data(entries: list[LogprobEntry], lang: str, alts: int | None, turn: int | 
 
 
 def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool = True, alts: int | None = None,
-                 turn: int | None = None, choice: int = 0) -> str:  # fmt: skip
+                 turn: int | None = None, choice: int = 0, accepted: list[int] | None = None) -> str:  # fmt: skip
     """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many; `turn`
     (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without)."""
-    spans = []
-    for e in entries:
+    spans, drafted = [], set(accepted or ())
+    for i, e in enumerate(entries):
         tip = f' title="{escape(_tip(e))}"' if titles else ""
-        spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}"{tip}>{_shown(e.token)}</span>')
+        spec = f' {SPEC_CLASS}" style="{SPEC_STYLE}' if i in drafted else ""  # an accepted speculative draft
+        spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}{spec}"{tip}>{_shown(e.token)}</span>')
     data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts, turn, choice)}</span>'
     return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{"".join(spans)}{data}</div>'
+
+
+# Accepted speculative drafts (engine/core/speculative.py): underlined. Inline, as the sanitiser keeps `style`.
+SPEC_CLASS = "pg-spec"
+SPEC_STYLE = "text-decoration: underline 2px #0284c7; text-underline-offset: 3px"
+SPEC_NOTE = ("Underlined: {k:,} tokens that were speculative drafts, accepted.",
+             "带下划线：{k:,} 个被接受的推测草稿 token。")  # fmt: skip
 
 
 def legend_html(lang: str = "en") -> str:
@@ -124,13 +132,17 @@ def _summary(entries: list[LogprobEntry], lang: str) -> str:
                lang, n=len(entries), mean=mean, low=low)  # fmt: skip
 
 
-def tokens_html(entries: list[LogprobEntry], lang: str = "en", *, turn: int | None = None, choice: int = 0) -> str:
+def tokens_html(entries: list[LogprobEntry], lang: str = "en", *, turn: int | None = None, choice: int = 0,
+                accepted: list[int] | None = None) -> str:  # fmt: skip
     if not entries:
         return ('<div class="pg-empty">' + say(("Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
                 "Sampling to see each token's probability here.", "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
                 "top_logprobs），即可在这里看到每个 token 的概率。"), lang) + "</div>")  # fmt: skip
     head = f'<div class="pg-note">{_summary(entries, lang)} · {say(HINT, lang)}</div>'
-    return head + legend_html(lang) + heatmap_html(entries, lang, turn=turn, choice=choice)
+    body = heatmap_html(entries, lang, turn=turn, choice=choice, accepted=accepted)
+    if accepted:
+        body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(accepted))}</div>'
+    return head + legend_html(lang) + body
 
 
 def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
@@ -141,7 +153,10 @@ def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
     if not c.logprobs or not (c.finish_reason is not None if done is None else done):
         return []
     shown = c.logprobs[:CHAT_TOKENS]
-    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index)
+    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index,
+                                            accepted=c.accepted)  # fmt: skip
+    if c.accepted:
+        body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(c.accepted))}</div>'
     if len(shown) < len(c.logprobs):
         body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in 📊 Stats.",
             "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「📊 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip

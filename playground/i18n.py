@@ -28,13 +28,15 @@ TEXTS: dict[str, tuple[str, str]] = {
     "tab_backend": ("🔌 Backend", "🔌 后端"),
     "tab_server": ("🖥 Server", "🖥 服务器"),
     "tab_grid": ("▦ Grid", "▦ 网格"),
-    "grid_help": ("Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
-                  "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
-                  "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
-                  "module runs in the notebooks (`playground/grid.py`).",
-                  "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{variables}}` 变量的 `user` 文本，或 `messages`；可选 "
-                  "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
-                  "`api_key`）、评分器。notebook 使用同一模块（`playground/grid.py`）。"),
+    "grid_help": (
+        "Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
+        "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
+        "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
+        "module runs in the notebooks (`playground/grid.py`).",
+        "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{variables}}` 变量的 `user` 文本，或 `messages`；可选 "
+        "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
+        "`api_key`）、评分器。notebook 使用同一模块（`playground/grid.py`）。",
+    ),
     "grid_prompts": ("Prompt set (JSONL or CSV)", "提示集（JSONL 或 CSV）"),
     "grid_columns": ("Columns (JSON array)", "列（JSON 数组）"),
     "grid_graders": ("Graders", "评分器"),
@@ -82,6 +84,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "result": ("result (JSON or text)", "结果（JSON 或文本）"),
     "send_result": ("Send result", "发送结果"),
     "b_uses": ("B uses", "B 使用"),
+    "b_model": ("B's model (LoRA adapter)", "B 的模型（LoRA 适配器）"),
+    "model_pick": ("Model", "模型"),
     "run_ab": ("Run A/B", "运行 A/B"),
     "request_body": ("the exact request body (edit it to replay a variant)", "完整请求体（可编辑后重放）"),
     "replay": ("▶ Replay this request", "▶ 重放此请求"),
@@ -132,6 +136,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "thinking_on": ("on", "开启"),
     "thinking_off": ("off", "关闭"),
     "sampler_logprobs_label": ("samplers before/after", "采样器前后对比"),
+    "speculative_label": ("speculative (n-gram drafts)", "推测解码（多元组草稿）"),
     # the A/B tab
     "ab_help": (
         "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
@@ -182,6 +187,8 @@ KNOB_HELP_ZH = {
     "top_logprobs": "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
     "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（惩罚、约束、temperature、top_k、top_p）之后的"
     "候选。需要 logprobs 且 top_logprobs ≥ 1。",
+    "speculative": "扩展字段：本请求使用提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
+    "不勾选 = 服务器默认。",
     "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
     "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
     "object、null）。",

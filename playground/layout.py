@@ -12,6 +12,7 @@ import gradio as gr
 from playground import attach_panel, tools_panel
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import capabilities
+from playground.header_models import SAME
 from playground.i18n import PRESET_KEYS, choices, say, t
 from playground.session import Session
 
@@ -20,13 +21,15 @@ from playground.session import Session
 class Header:
     html: gr.HTML
     dark: gr.Button
+    model: gr.Dropdown | None = None  # the base model or a LoRA adapter (header_models.py); shown when any is loaded
 
 
 def header_row() -> Header:
     with gr.Row():
         html = gr.HTML(t("header_loading"))  # until the page knows the model (capabilities.header_html)
+        model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=280, elem_id="pg-model")
         dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
-    return Header(html, dark)
+    return Header(html, dark, model)
 
 
 @dataclass(eq=False)
@@ -180,6 +183,7 @@ class AbTab:
     a_html: gr.HTML
     b_md: gr.Markdown
     b_html: gr.HTML
+    model_b: gr.Dropdown | None = None  # side B's model: the same as A's, or a LoRA adapter (header_models.py)
 
     def outputs(self) -> list[gr.Component]:
         return [self.check, self.a_md, self.a_html, self.b_md, self.b_html]
@@ -189,6 +193,7 @@ def ab_tab() -> AbTab:
     gr.Markdown(t("ab_help"))
     with gr.Row():
         preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
+        model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
         go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():
@@ -196,7 +201,7 @@ def ab_tab() -> AbTab:
             a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
         with gr.Column(min_width=200):
             b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
-    return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html)
+    return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
 
 
 @dataclass(eq=False)

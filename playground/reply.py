@@ -50,6 +50,7 @@ class ChoiceView:
     # this request, whose short id is `xray_id`); empty where the backend gives no step records.
     steps: list[dict[str, Any]] = field(default_factory=list)
     xray_id: str | None = None
+    accepted: list[int] = field(default_factory=list)  # indices of the tokens that were accepted speculative drafts
     _before_answer: int = 0
 
     def add(self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None,
@@ -63,6 +64,7 @@ class ChoiceView:
             self.answer_at = self._before_answer
         if timeline is not None:
             self.engine_timeline = self.engine_timeline or bool(timeline.token_ids)
+            self.accepted += [len(self.token_ids) + i for i in timeline.accepted]
             self.token_ids += timeline.token_ids
             self.times_ms += timeline.token_times_ms
             self.batch_sizes += timeline.batch_sizes
@@ -167,6 +169,7 @@ class ReplyStats:
     streaming: bool = False
     backend: str = "embedded"
     not_provided: list[str] = field(default_factory=list)  # the statistics this backend's stream does not carry
+    speculative: dict[str, int] | None = None  # usage.speculative: drafted and accepted tokens, when it ran
 
 
 @dataclass
@@ -220,6 +223,7 @@ class ReplyView:
                        backend=self.backend)  # fmt: skip
         if usage is not None:
             s.prompt_tokens, s.cached_tokens = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+            s.speculative = usage.speculative
         if c.batch_sizes_given:
             s.max_batch = max(c.batch_sizes, default=0)
         if c.queue_waits_given and c.queue_waits_us:

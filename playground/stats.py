@@ -29,6 +29,8 @@ NAMES: dict[str, tuple[str, tuple[str, str]]] = {
     "end to end": ("端到端", ("accepted → last token", "接受请求 → 最后一个 token")),
     "batch size (max)": ("批大小（最大）", ("most sequences decoded together with this one",
                                           "与本请求一同解码的最多序列数")),
+    "speculative acceptance": ("推测接受率", ("n-gram drafts accepted / drafted (speculative decoding)",
+                                              "被接受的多元组草稿 / 草稿总数（推测解码）")),
     "finish reason": ("结束原因", ("stop, length, tool_calls, …", "stop、length、tool_calls、…")),
     "engine timeline": ("引擎时间线", ("", "")),
     "token ids": ("token id", ("", "")),
@@ -86,8 +88,19 @@ def _values(s: ReplyStats, lang: str) -> list[tuple[str, str]]:
         ("decode speed", "–" if s.decode_tps is None else f"{s.decode_tps:.1f} tok/s"),
         ("end to end", _ms(s.e2e_ms)),
         ("batch size (max)", _n(s.max_batch)),
+        *_speculative(s),
         ("finish reason", s.finish_reason or (say(STREAMING, lang) if s.streaming else "–")),
     ]
+
+
+def _speculative(s: ReplyStats) -> list[tuple[str, str]]:
+    """The acceptance rate row, only for replies that ran with speculative decoding."""
+    spec = s.speculative
+    if spec is None:
+        return []
+    drafted, accepted = spec.get("drafted", 0), spec.get("accepted", 0)
+    rate = f"{accepted / drafted:.0%}" if drafted else "–"
+    return [("speculative acceptance", f"{rate} ({accepted:,} / {drafted:,})")]
 
 
 def summary(s: ReplyStats, lang: str = "en") -> str:

@@ -22,6 +22,7 @@ from playground.chat_outputs import ChatOutputs
 from playground.compare import CompareHandlers
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
+from playground.header_models import wire_model_picker
 from playground.i18n import I18N, lang_of, t
 from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.sampling_panel import SamplingTab, sampling_tab
@@ -73,7 +74,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         cmp = CompareHandlers(h)
         run = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
-        ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b], ab.outputs(), api_name="ab", **run)
+        ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
+        wire_model_picker(demo, h, header.model, ab.model_b, session)
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)

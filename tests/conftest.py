@@ -28,15 +28,15 @@ MODEL = "SmolLM2-135M-Instruct"
 #   api        a live server (the real app on a port, driven by HTTP / gradio_client)
 #   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
 #   unit       none of that: seconds for the whole set (`pytest -m unit`)
-SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http"}
-MODEL_FIXTURES = {"service", "tiny_qwen_dir"}
+SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live"}
+MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs"}
 BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
 MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
                  "test_mm_models", "test_media_transcribe", "test_constraints", "test_detokenizer", "test_sampler",
                  "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms", "test_npu_ops",
-                 "test_device_check")  # fmt: skip
+                 "test_device_check", "test_lora")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -191,6 +191,20 @@ def qoai(qwen_live: LiveServer) -> Any:
     import openai
 
     return openai.OpenAI(base_url=qwen_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def lora_dirs() -> dict[str, Path]:
+    """Two tiny LoRA adapters of the bundled model, {id: directory} (tests/lora_fixture.py: trained once, cached)."""
+    from tests.lora_fixture import build_adapters
+
+    return build_adapters()
+
+
+@pytest.fixture(scope="session")
+def lora_live(settings: Any, lora_dirs: dict[str, Path]) -> Iterator[LiveServer]:
+    """The real app serving the bundled model with both adapters (`--lora-adapters pineapple=DIR,mango=DIR`)."""
+    yield from built_and_served(settings.replace(lora_adapters=[f"{k}={v}" for k, v in lora_dirs.items()]))
 
 
 # ---- the tiny multimodal models (demo_models/tiny_mm.py), one live server each per session ------------------------

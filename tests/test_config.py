@@ -79,7 +79,7 @@ def test_serving_knobs_from_env_and_flags() -> None:
     assert settings_from([], environ={}).max_concurrent_per_client == 32
 
 
-def test_lora_adapters_stop_start_up_until_they_are_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lora_adapters_are_checked_before_start_up(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     import app
 
     def started(settings: cfg.Settings) -> None:
@@ -87,13 +87,15 @@ def test_lora_adapters_stop_start_up_until_they_are_supported(monkeypatch: pytes
 
     monkeypatch.setattr(app, "configure_process", started)
 
-    message = "LoRA adapters are not supported yet: remove --lora-adapters / PLAYGROUND_LORA_ADAPTERS"
-    for argv, env in ((["--lora-adapters", "a=/x"], {}), ([], {"PLAYGROUND_LORA_ADAPTERS": "a=/x,b=/y"})):
+    message = "--lora-adapters / PLAYGROUND_LORA_ADAPTERS: 'a' is not id=DIR"
+    for argv, env in ((["--lora-adapters", "a"], {}), ([], {"PLAYGROUND_LORA_ADAPTERS": "a,b=/y"})):
         with pytest.raises(ValueError) as caught:
             settings_from(argv, environ=env)
         assert str(caught.value) == message
-    with pytest.raises(SystemExit, match="app.py: error: LoRA adapters are not supported yet"):
-        app.main(["--lora-adapters", "a=/x"])  # refused before anything is loaded or bound, without a traceback
+    assert settings_from(["--lora-adapters", "a=/x,b=/y"], environ={}).lora_adapters == ["a=/x", "b=/y"]
+    # the files are read before anything is loaded or bound (engine/core/lora.py preflight), without a traceback
+    with pytest.raises(SystemExit, match=f"app.py: error: adapter 'a': {tmp_path}/adapter_config.json is missing"):
+        app.main(["--lora-adapters", f"a={tmp_path}"])
     assert settings_from(["--lora-adapters", " , "], environ={"PLAYGROUND_LORA_ADAPTERS": ""}).lora_adapters == []
 
 

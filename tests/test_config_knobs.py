@@ -16,7 +16,7 @@ BOOLS = {"adaptive_threads", "ui", "insecure_public", "log_message_content", "pa
          "full_text_enabled", "media_allow_data_urls", "media_allow_local", "media_allow_remote",
          "chat_template_allow_path", "use_model_generation_config", "audio_transcription", "pangu_v1_usage_event"}  # fmt: skip
 INTS = {"port", "threads", "max_num_seqs", "max_model_len", "kv_cache_tokens", "prefix_cache_tokens",
-        "max_batched_tokens", "step_log", "max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s",
+        "max_batched_tokens", "step_log", "speculative_ngram", "max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s",
         "max_request_length_mb", "max_input_tokens", "max_new_tokens", "max_n", "max_queue"}  # fmt: skip
 LISTS = {"remote_backend_urls", "lora_adapters", "api_keys", "admin_keys", "pangu_auth_tokens", "pangu_app_codes",
          "pangu_aksk", "media_remote_allowed_domains"}  # fmt: skip
@@ -26,6 +26,7 @@ DEFAULTS = {
     "host": "", "port": 7860, "model": "", "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
+    "speculative_ngram": 0,
     "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30,
     "log_message_content": False, "served_model_name": "", "lora_adapters": [], "api_keys": [], "admin_keys": [],
     "pangu_auth_tokens": [], "pangu_app_codes": [], "pangu_aksk": [], "pangu_project_id": "",
@@ -39,7 +40,7 @@ DEFAULTS = {
     "moderation_hook": "", "pangu_v1_usage_event": False,
 }  # fmt: skip
 NAMES = [f.name for f in dataclasses.fields(cfg.Settings)]
-# What a flag / variable value looks like for each kind, and what it turns into (lora_adapters: refused, see below).
+# What a flag / variable value looks like for each kind, and what it turns into (lora_adapters: id=DIR entries, test_config.py).
 SAMPLES = {"int": ("3", 3), "list": (" a, b,,c ", ["a", "b", "c"]), "str": (" x@y ", " x@y ")}
 
 

@@ -9,6 +9,8 @@ the engine calls it on its own thread with a list of ChoiceDelta, an EngineError
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import random
 import threading
@@ -28,6 +30,7 @@ from engine.core.runner import Runner
 from engine.core.sampler import Row, sample_rows
 from engine.core.scheduler import Batch, RequestState, Scheduler
 from engine.core.sequence import Sequence
+from engine.core.speculative import verify
 from engine.core.step_log import StepLog, StepRecord, short_id
 from engine.core.threads import ThreadTuner
 from engine.core.types import (
@@ -62,6 +65,7 @@ class Engine:
         self.device = device
         self.kv = KVBudget(runner, limits.kv_cache_tokens, prefix_cache)
         self.scheduler = Scheduler(limits, self.kv, tokenizer, self.eos_ids)
+        self.scheduler.speculative = bool(getattr(runner, "all_logits", False))  # HFRunner: no drafts
         self._lock = threading.Condition()
         self._incoming: deque[RequestState] = deque()
         self._aborts: set[str] = set()
@@ -158,6 +162,11 @@ class Engine:
 
     def submit(self, req: EngineRequest, sink: Sink) -> RequestStats:
         p = req.params
+        k = self.limits.speculative_ngram if p.speculative is None else p.speculative
+        if p.use_beam_search or not self.scheduler.speculative:
+            k = 0
+        if k != p.speculative:  # the engine's default resolved: the request's own copy says what runs
+            req = dataclasses.replace(req, params=(p := dataclasses.replace(p, speculative=k)))
         cands = 1 if p.use_beam_search and p.num_candidates == 1 else p.num_candidates
         need = (len(req.prompt_ids) + p.max_tokens) * cands
         if need > self.limits.kv_cache_tokens or cands > self.limits.max_num_seqs:
@@ -295,6 +304,9 @@ class Engine:
             first = r.seqs[0]
             r.seqs = [first] + [first.fork(i, self.kv.fork(first.cache)) for i in range(1, r.req.params.num_candidates)]
             seqs, rows = r.seqs, rows.expand(len(r.seqs), -1)
+        if any(s.draft for s in seqs):
+            self._verify(r, seqs, rows, stats)
+            return
         picks = sample_rows(rows, [self._row(r, s) for s in seqs])
         for seq, (token, lp, entry) in zip(seqs, picks):
             constrained = seq.constraint is not None and not seq.thinking
@@ -303,6 +315,24 @@ class Engine:
                 seq.constraint.accept(token)
                 if seq.constraint.finished():  # the grammar is complete: only EOS could follow
                     seq.finish(FINISH_STOP)
+
+    def _verify(self, r: RequestState, seqs: list[Sequence], rows: torch.Tensor, stats: dict[str, Any]) -> None:
+        """A step of a request with speculative drafts: each sequence's rows verified (core/speculative.py); one
+        without drafts this step samples its one row as usual."""
+        at = 0
+        for s in seqs:
+            draft, s.draft = s.draft, []
+            mine, at = rows[at : at + 1 + len(draft)], at + 1 + len(draft)
+            if draft:
+                verify(mine, draft, s, functools.partial(self._row, r, s), stats)
+                continue
+            constrained = s.constraint is not None and not s.thinking
+            token, lp, entry = sample_rows(mine, [self._row(r, s)])[0]
+            s.append(token, lp, entry, **stats)
+            if constrained and not s.finished:
+                s.constraint.accept(token)
+                if s.constraint.finished():
+                    s.finish(FINISH_STOP)
 
     def _row(self, r: RequestState, s: Sequence) -> Row:
         forced = s.forced.pop(0) if s.forced else None

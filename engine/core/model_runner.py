@@ -24,6 +24,7 @@ from engine import device as devices
 from engine.core import cpu_kernels
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
+from engine.core.lora import LoraAdapter, LoraSet, LoraStep
 from engine.core.projection import Projection, calibrate_bf16
 from engine.core.runner import Segment
 from engine.core.weights import bf16_exact, fuse_layer, widen_vectors
@@ -63,6 +64,8 @@ class DecoderRunner:
     writes every new token's KV in the rotary op, and a decode batch attends over its sequences' pages in one call
     per layer, whatever the batch size: per-sequence Python work per layer is what dominated a batched step
     before. The layer's elementwise and attention steps are the device's ops (engine/core/ops.py)."""
+
+    all_logits = True  # honours Segment.all_logits, so the engine may run speculative drafts through it
 
     def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True) -> None:
         self.model = model
@@ -121,7 +124,13 @@ class DecoderRunner:
             with torch.inference_mode():
                 self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
+        self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
         self._own_pool(kv_tokens)
+
+    def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
+        """Serve `adapters` beside the base model: segment.adapter i (1..n) runs with adapters[i - 1]."""
+        self.lora = LoraSet(adapters, self.layers, self.dtype, self.device)
+        return self.lora
 
     def _own_pool(self, kv_tokens: int) -> None:
         self.pool = PagePool(len(self.layers), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device)
@@ -149,7 +158,8 @@ class DecoderRunner:
         return self.pool.fork(cache)
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
-        """Logits (float32) at the last token of each segment that wants them, in segment order."""
+        """Logits (float32) at the last token of each segment that wants them (at every token of an all_logits
+        segment), in segment order."""
         ids: list[int] = []
         pos: list[int] = []
         bounds: list[tuple[int, int, int]] = []  # per segment: its rows [a, b) and its first position
@@ -176,16 +186,23 @@ class DecoderRunner:
         chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
                        for i in single}  # fmt: skip
         last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
+        if any(seg.all_logits for seg in segments):  # speculative drafts: a row for each of their tokens
+            last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
+                    for r in (range(a, b) if seg.all_logits else (b - 1,))]  # fmt: skip
+        lora = self.lora.step([s.adapter for s in segments], bounds, dev) if self.lora is not None else None
         hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages, rows,
-                              last)  # fmt: skip
+                              last, lora)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
         return self.lm_head(hidden).float() if last else torch.empty(0)
 
-    def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last) -> torch.Tensor:
+    def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
+                lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
         """Every layer through the device ops: ~9 calls a layer (norms with the residual adds, rotary embedding
         with the KV write, SiLU gating, attention) around the four projections. Returns the final norm's output
-        at the rows in `last`."""
+        at the rows in `last`. A step with LoRA rows (`lora`) takes `_layers_lora`; this loop is left as it was."""
+        if lora is not None:
+            return self._layers_lora(h, cos, sin, slot, bounds, single, chunk_pages, rows, last, lora)
         ops, eps = self.ops, self.norm_eps
         h = h.contiguous()
         n_tok = h.shape[0]
@@ -199,6 +216,25 @@ class DecoderRunner:
             normed = ops.add_rmsnorm(h, p_o(out.reshape(n_tok, -1)), self.norm_w[2 * li + 1], eps)
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
             normed = ops.add_rmsnorm(h, p_down(ops.silu_mul(p_gate_up(normed))), nxt, eps)
+        return normed[last]
+
+    def _layers_lora(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last, lora: LoraStep) -> torch.Tensor:
+        """`_layers` with each projection's output plus the LoRA delta of its rows' adapters (lora.LoraSet.add)."""
+        assert self.lora is not None  # forward() takes this path only with adapters loaded
+        ops, eps, add = self.ops, self.norm_eps, self.lora.add
+        h = h.contiguous()
+        n_tok = h.shape[0]
+        normed = ops.add_rmsnorm(h, None, self.norm_w[0], eps)
+        for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(self.proj):
+            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
+            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
+            qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
+            qkv = add(lora, li, 0, normed, p_qkv(normed))
+            q = ops.rope_store(qkv, cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
+            out = self._attention(li, q, bounds, single, chunk_pages, rows).reshape(n_tok, -1)
+            normed = ops.add_rmsnorm(h, add(lora, li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
+            gated = ops.silu_mul(add(lora, li, 2, normed, p_gate_up(normed)))
+            normed = ops.add_rmsnorm(h, add(lora, li, 3, gated, p_down(gated)), self.norm_w[2 * li + 2], eps)
         return normed[last]
 
     def _decode_rows(

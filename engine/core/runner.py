@@ -22,10 +22,12 @@ class Segment:
     cache: KVCache
     token_ids: list[int]
     want_logits: bool = True  # False for a prompt chunk that does not end the prompt
+    all_logits: bool = False  # a row for every token, not only the last (a decode step with speculative drafts)
     positions: list[int] = field(default_factory=list)
     # Media tensors (pixel_values, image_grid_thw, input_features, ...) for a prefill that starts at position 0
     # and holds every media placeholder: multimodal models embed them on this call only.
     mm: dict[str, Any] | None = None
+    adapter: int = 0  # the LoRA adapter its rows run with (engine/core/lora.py): 0 = the base model
 
 
 @runtime_checkable

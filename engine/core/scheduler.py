@@ -26,6 +26,7 @@ from engine.core.beam import BeamSearch
 from engine.core.kv import KV_GROW, KVBudget, KVCache
 from engine.core.runner import Segment
 from engine.core.sequence import Sequence
+from engine.core.speculative import draft_for
 from engine.core.types import EngineLimits, EngineRequest, RequestStats, Sink
 
 log = logging.getLogger(__name__)
@@ -89,19 +90,21 @@ class Batch:
     prompt_chunks: int = 0
     preempted: int = 0
     prefix_tokens: int = 0
+    drafted: int = 0  # speculative draft tokens in the decode segments (core/speculative.py)
 
     @property
     def decode_rows(self) -> int | None:
         """The thread tuner's yardstick: steps of decode rows only cost about the same from one to the next at a
         given batch. None when prompt tokens run too."""
-        return None if self.prompting else len(self.segments)
+        return None if self.prompting or self.drafted else len(self.segments)
 
     def rows(self, logits: torch.Tensor) -> Iterator[tuple[RequestState, list[Sequence], torch.Tensor]]:
         """Each planned request with its sequences and their logits rows."""
         row = 0
         for r, seqs in self.plan:
-            yield r, seqs, logits[row : row + len(seqs)]
-            row += len(seqs)
+            n = sum(1 + len(s.draft) for s in seqs) if self.drafted else len(seqs)  # drafts: a row per token
+            yield r, seqs, logits[row : row + n]
+            row += n
 
 
 class Scheduler:
@@ -114,6 +117,7 @@ class Scheduler:
         self.running: list[RequestState] = []
         self.preemptions = 0
         self._prefix_loaded = 0  # prefix-cache tokens loaded by this schedule() call's admissions
+        self.speculative = False  # the runner returns a row per token of a drafted segment (the engine sets it)
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -130,7 +134,10 @@ class Scheduler:
         for r in self.running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
-                batch.segments.extend(Segment(s.cache, [s.output_ids[-1]]) for s in live)
+                if self.speculative and r.beam is None and r.req.params.speculative:
+                    self._draft(r, live, batch)
+                batch.segments.extend(Segment(s.cache, [s.output_ids[-1], *s.draft], adapter=r.req.adapter,
+                                              all_logits=bool(s.draft)) for s in live)  # fmt: skip
                 batch.decodes += len(live)
                 batch.plan.append((r, live))
                 batch.in_step.append(r)
@@ -145,7 +152,7 @@ class Scheduler:
                 batch.prompting = True
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
                 batch.segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
-                                              mm=r.req.mm))  # fmt: skip
+                                              mm=r.req.mm, adapter=r.req.adapter))  # fmt: skip
                 if r.prefill_done:
                     if not resumed:
                         batch.plan.append((r, r.seqs[:1]))
@@ -154,6 +161,16 @@ class Scheduler:
                     batch.chunked.append(r)
                 batch.in_step.append(r)
         return batch
+
+    def _draft(self, r: RequestState, live: list[Sequence], batch: Batch) -> None:
+        """Each live sequence's n-gram drafts for this step, within its KV budget and its max_tokens."""
+        k = r.req.params.speculative or 0
+        for s in live:
+            room = r.req.params.max_tokens - len(s.output_ids) - 1
+            if r.preemptible:  # the budget _grow granted; a request with candidates reserved its final size
+                room = min(room, r.kv_tokens - s.cache.length - 1)
+            s.draft = draft_for(s, r.req.prompt_ids, k, room, self.kv.runner.vocab_size)
+            batch.drafted += len(s.draft)
 
     def prompts_done(self, batch: Batch) -> None:
         """After the forward: prompts completed in it go to the prefix cache, a recomputed one is whole again."""

@@ -41,6 +41,8 @@ class Sequence:
         self._ended_by_token = False  # finished on EOS or a stop token id, which is not part of the output text
         self.pending = ChoiceDelta(index)  # what has not been handed to the caller yet
         self.closed = False  # its finishing delta has been handed out: nothing more may follow
+        self.draft: list[int] = []  # this step's speculative drafts (scheduler), consumed by the engine's verify
+        self.ngram: Any = None  # speculative.NgramIndex over prompt + output, made at the first draft
 
     @property
     def finished(self) -> bool:
@@ -151,6 +153,7 @@ class Sequence:
         d = self.pending
         d.finish_reason, d.stop_reason = self.finish_reason, self.stop_reason
         d.cumulative_logprob = self.cumulative_logprob
+        d.speculative = bool(self.params.speculative)
         if self.finished and self.reasoning_detok is not None:
             d.reasoning_tokens = self.reasoning_tokens
         self.closed = self.finished

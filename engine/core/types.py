@@ -20,6 +20,7 @@ class EngineLimits:
     max_batched_tokens: int = 256  # prompt tokens prefilled per step, beside the decodes
     adaptive_threads: bool = True  # CPU: fewer threads when another process slows the steps (core/threads.py)
     step_log: int = 4096  # step records kept for the scheduler x-ray (core/step_log.py); 0 = none made at all
+    speculative_ngram: int = 0  # n-gram drafts verified per step (core/speculative.py) by default; 0 = off
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class SamplingParams:
     thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
     think_stop_ids: tuple[int, ...] = ()  # forced when the budget is spent; ends with the </think> id
     return_progress: bool = False  # hand the caller a PromptProgress after each chunk of the prompt's prefill
+    speculative: int | None = None  # n-gram drafts a step (core/speculative.py): 0 = off, None = the engine's default
 
     @property
     def greedy(self) -> bool:
@@ -91,6 +93,11 @@ class ChoiceDelta:
     stop_reason: str | int | None = None
     cumulative_logprob: float = 0.0
     reasoning_tokens: int | None = None  # on the finishing delta, when the split is active (spec §7.5)
+    # Speculative decoding (core/speculative.py): whether it is on for the sequence, drafts proposed since the last
+    # delta, and which of this delta's tokens (indices into token_ids) were accepted drafts.
+    speculative: bool = False
+    drafted: int = 0
+    accepted: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,7 @@ class EngineRequest:
     # Media tensors of a multimodal prompt (pixel_values, image_grid_thw, input_features, ...), keyed by the model's
     # forward arguments; the prompt ids already hold the expanded placeholders. None for text.
     mm: dict[str, Any] | None = None
+    adapter: int = 0  # LoRA adapter index (engine/core/lora.py LoraSet.index): 0 = the base model
 
 
 class EngineError(Exception):

@@ -80,18 +80,24 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
                 "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length,
                 "input_modalities": svc.input_modalities()}  # fmt: skip
 
+    def model_cards() -> list[dict[str, Any]]:
+        """The served model, then each LoRA adapter (§1.3: `root` its id, `parent` the served model)."""
+        base = model_card()
+        return [base] + [{"id": a, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": a,
+                          "parent": base["id"]} for a in getattr(service(), "adapters", {})]  # fmt: skip
+
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
         check_bearer(request.headers, settings.api_keys)
-        return {"object": "list", "data": [model_card()]}
+        return {"object": "list", "data": model_cards()}
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str, request: Request) -> dict[str, Any]:
         check_bearer(request.headers, settings.api_keys)
-        card = model_card()
-        if model_id != card["id"]:
-            raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
-        return card
+        for card in model_cards():
+            if model_id == card["id"]:
+                return card
+        raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
 
     chat = ChatRoutes(settings, policy, body_limit)
     pangu_v1_auth = PanguV1Auth(settings)

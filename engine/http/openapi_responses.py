@@ -150,7 +150,7 @@ def chat_responses(route: Route) -> dict[str, Any]:
 
 
 def model_responses(one: bool) -> dict[str, Any]:
-    """GET /v1/models (`one` False) and GET /v1/models/{model_id}: 404 for an id that is not the served model."""
+    """GET /v1/models (`one` False) and GET /v1/models/{model_id}: 404 for an id that is neither the served model nor one of its LoRA adapters."""
     statuses = {**_MODEL_STATUSES, **({"404": "No such model"} if one else {})}
     ok = {"description": "The served model" if one else "The served models", "content": _json(
         "ModelCard" if one else "ModelList")}  # fmt: skip

@@ -233,7 +233,10 @@ def tighten_request(schema: dict[str, Any], dep: Deployment, *, pangu: bool) -> 
     """Field rules of one route's request schema that live in validators, server caps or the model."""
     props = schema["properties"]
     if "model" in schema.get("required", []):  # required: null (= absent) is refused
-        props["model"] = {**props["model"]["anyOf"][0], "description": "The served model's name (GET /v1/models)."}
+        props["model"] = {
+            **props["model"]["anyOf"][0],
+            "description": "The served model's name or a LoRA adapter id (GET /v1/models).",
+        }
         if dep.model is not None:
             props["model"]["enum"] = [dep.model]
     for name, cap in (("n", 8192), ("best_of", 128)):

@@ -20,6 +20,8 @@ def usage_json(usage: Usage, perf_stats: bool) -> dict[str, Any]:
     if perf_stats:
         out["batch_size"] = usage.batch_size
         out["queue_wait_time"] = usage.queue_wait_time
+    if usage.speculative is not None:
+        out["speculative"] = dict(usage.speculative)
     return out
 
 

@@ -127,6 +127,10 @@ class ChatCompletionRequest(StrictModel):
     # Extension: each logprobs entry also gets the top candidates after the samplers (penalties, constraints,
     # temperature, top-k, top-p) and the chosen token's logprob among them; needs logprobs and top_logprobs.
     sampler_logprobs: bool = False
+    # Extension: speculative decoding by prompt lookup (n-gram drafts, engine/core/speculative.py) on or off for
+    # this request, overriding the server's --speculative-ngram; absent = the server's choice. Greedy output is
+    # the same either way; the usage then reports `speculative: {drafted, accepted}`.
+    speculative: bool | None = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -209,6 +213,8 @@ class ChatCompletionRequest(StrictModel):
                 raise bad("Parameter continue_final_message needs a final assistant message with text content.")
         if self.logprobs is False and self.top_logprobs is not None:
             raise bad("Parameter top_logprobs requires logprobs to be true or absent, got logprobs false.")
+        if self.speculative and self.use_beam_search:
+            raise bad("Parameter speculative cannot be true with use_beam_search.")
         if self.sampler_logprobs and (self.logprobs is not True or (self.top_logprobs or 0) < 1):
             raise bad("Parameter sampler_logprobs requires logprobs to be true and top_logprobs of at least 1.")
 

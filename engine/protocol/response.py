@@ -72,6 +72,8 @@ class Usage(BaseModel):
     total_tokens: int = 0
     batch_size: list[int] = Field(default_factory=list)
     queue_wait_time: list[int] = Field(default_factory=list)  # microseconds
+    # Extension: speculative decoding's {drafted, accepted} tokens, when it ran for the request (else absent).
+    speculative: dict[str, int] | None = None
 
 
 class TokenTimeline(BaseModel):
@@ -88,6 +90,8 @@ class TokenTimeline(BaseModel):
     # log), and the request's own short id among each record's `requests`. In-process only, never serialised.
     steps: list[Any] = Field(default_factory=list, exclude=True)
     short_id: str | None = Field(default=None, exclude=True)
+    # Speculative decoding: which of these tokens (indices into token_ids) were accepted drafts. In-process only.
+    accepted: list[int] = Field(default_factory=list, exclude=True)
 
 
 class PromptProgressInfo(BaseModel):

@@ -56,6 +56,9 @@ class _ChoiceStats:
     queue_waits_us: list[int] = field(default_factory=list)
     times_ms: list[float] = field(default_factory=list)
     reasoning_tokens: int | None = None
+    speculative: bool = False  # speculative decoding ran for it: its drafted and accepted tokens
+    drafted: int = 0
+    accepted: int = 0
 
 
 class Generation:
@@ -136,6 +139,8 @@ class Generation:
         if self.split:
             u.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=st.reasoning_tokens or 0)
         u.batch_size, u.queue_wait_time = list(st.batch_sizes), list(st.queue_waits_us)
+        if st.speculative:
+            u.speculative = {"drafted": st.drafted, "accepted": st.accepted}
         return u
 
     def _opening(self, index: int) -> ChatCompletionChunk:
@@ -146,6 +151,8 @@ class Generation:
         st.tokens += len(d.token_ids)
         st.batch_sizes += d.batch_sizes
         st.queue_waits_us += d.queue_waits_us
+        st.speculative, st.drafted, st.accepted = st.speculative or d.speculative, st.drafted + d.drafted, \
+            st.accepted + len(d.accepted)  # fmt: skip
         times = [(t - self._accepted) * 1000 for t in d.token_times]
         st.times_ms += times
         logprobs = None
@@ -153,6 +160,7 @@ class Generation:
             logprobs = ChoiceLogprobs(content=self._formatter.entries(d.logprobs, self._skip_special))
         timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
                                  queue_waits_us=d.queue_waits_us)  # fmt: skip
+        timeline.accepted = d.accepted
         if d.steps:  # the x-ray: the records as they are (no copy, no validation), one per token
             timeline.steps, timeline.short_id = d.steps, self.stats.short_id
         if self.prepare_ms is not None and d.token_ids:  # once, with the first token
@@ -203,6 +211,9 @@ class Generation:
     def _final_usage(self) -> ChatCompletionChunk:
         longest = max(self._choices.values(), key=lambda s: s.tokens, default=_ChoiceStats())
         usage = self._usage(sum(s.tokens for s in self._choices.values()), longest)
+        if any(s.speculative for s in self._choices.values()):  # n > 1: every choice's drafts together
+            usage.speculative = {"drafted": sum(s.drafted for s in self._choices.values()),
+                                 "accepted": sum(s.accepted for s in self._choices.values())}  # fmt: skip
         if usage.completion_tokens_details is not None:  # for n > 1, choice 0's count (MindIE-faithful)
             usage.completion_tokens_details.reasoning_tokens = self._choices.get(0, longest).reasoning_tokens or 0
         ms = [round(t) for t in longest.times_ms]

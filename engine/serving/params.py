@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import Settings
+from engine.core.speculative import DEFAULT_K
 from engine.core.types import SamplingParams
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import ChatCompletionRequest
@@ -62,4 +63,5 @@ def sampling_params(
         top_logprobs=req.top_logprobs_count,
         sampler_logprobs=req.sampler_logprobs,
         return_progress=req.return_progress,
+        speculative=None if req.speculative is None else (settings.speculative_ngram or DEFAULT_K) * req.speculative,
     )

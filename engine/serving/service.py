@@ -66,6 +66,7 @@ class ChatService:
         settings: Settings,
         device: str = "cpu",
         processors: Any = None,
+        adapters: dict[str, int] | None = None,
     ) -> None:
         self.engine = engine
         self.processors = processors  # engine.multimodal.MediaProcessors of a multimodal model
@@ -77,6 +78,7 @@ class ChatService:
         self.media = MediaPreparer(settings, device)
         self.constraints = ConstraintBuilder(tokenizer, model.vocab_size or len(tokenizer), engine.eos_ids)
         self.served_name = settings.served_model_name or model.name
+        self.adapters: dict[str, int] = dict(adapters or {})  # LoRA id -> the engine's adapter index (1..n)
 
     def input_modalities(self) -> list[str]:
         """What a request's content may carry for this model: text, the media the model takes itself, and audio
@@ -87,7 +89,7 @@ class ChatService:
     def check_model(self, req: ChatCompletionRequest, route: Route) -> str:
         if route == "pangu_v1":
             return self.served_name
-        if req.model != self.served_name:
+        if req.model != self.served_name and req.model not in self.adapters:
             raise RequestValidationError(f"Model not found: {str(req.model)[:64]!r}.")
         return req.model
 
@@ -115,8 +117,10 @@ class ChatService:
 
         submitted = time.perf_counter()
         try:
+            adapter = self.adapters.get(model, 0)  # a LoRA id: its rows run with it, its prefixes cached apart
+            salt = media.salt + (b"lora:" + model.encode() if adapter else b"")
             stats = self.engine.submit(
-                EngineRequest(request_id, ids, params, media.salt, constraint, prepared.mm), sink
+                EngineRequest(request_id, ids, params, salt, constraint, prepared.mm, adapter=adapter), sink
             )
         except EngineError as err:
             raise map_engine_error(err) from None
