@@ -199,29 +199,15 @@ class DecoderRunner:
     def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
                 lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
         """Every layer through the device ops: ~9 calls a layer (norms with the residual adds, rotary embedding
-        with the KV write, SiLU gating, attention) around the four projections. Returns the final norm's output
-        at the rows in `last`. A step with LoRA rows (`lora`) takes `_layers_lora`; this loop is left as it was."""
-        if lora is not None:
-            return self._layers_lora(h, cos, sin, slot, bounds, single, chunk_pages, rows, last, lora)
+        with the KV write, SiLU gating, attention) around the four projections, each projection's output plus the
+        LoRA delta of its rows' adapters when the step has adapter rows (`lora`, lora.LoraSet.add; else the output
+        as it is). Returns the final norm's output at the rows in `last`."""
         ops, eps = self.ops, self.norm_eps
-        h = h.contiguous()
-        n_tok = h.shape[0]
-        normed = ops.add_rmsnorm(h, None, self.norm_w[0], eps)
-        for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(self.proj):
-            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
-            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
-            qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
-            q = ops.rope_store(p_qkv(normed), cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
-            out = self._attention(li, q, bounds, single, chunk_pages, rows)
-            normed = ops.add_rmsnorm(h, p_o(out.reshape(n_tok, -1)), self.norm_w[2 * li + 1], eps)
-            nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
-            normed = ops.add_rmsnorm(h, p_down(ops.silu_mul(p_gate_up(normed))), nxt, eps)
-        return normed[last]
+        adapters, step = (self.lora, lora) if lora is not None else (None, None)
 
-    def _layers_lora(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last, lora: LoraStep) -> torch.Tensor:
-        """`_layers` with each projection's output plus the LoRA delta of its rows' adapters (lora.LoraSet.add)."""
-        assert self.lora is not None  # forward() takes this path only with adapters loaded
-        ops, eps, add = self.ops, self.norm_eps, self.lora.add
+        def delta(li: int, k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return y if adapters is None or step is None else adapters.add(step, li, k, x, y)
+
         h = h.contiguous()
         n_tok = h.shape[0]
         normed = ops.add_rmsnorm(h, None, self.norm_w[0], eps)
@@ -229,12 +215,13 @@ class DecoderRunner:
             flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
             flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
             qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
-            qkv = add(lora, li, 0, normed, p_qkv(normed))
+            qkv = delta(li, 0, normed, p_qkv(normed))
             q = ops.rope_store(qkv, cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
             out = self._attention(li, q, bounds, single, chunk_pages, rows).reshape(n_tok, -1)
-            normed = ops.add_rmsnorm(h, add(lora, li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
-            gated = ops.silu_mul(add(lora, li, 2, normed, p_gate_up(normed)))
-            normed = ops.add_rmsnorm(h, add(lora, li, 3, gated, p_down(gated)), self.norm_w[2 * li + 2], eps)
+            normed = ops.add_rmsnorm(h, delta(li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
+            gated = ops.silu_mul(delta(li, 2, normed, p_gate_up(normed)))
+            nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
+            normed = ops.add_rmsnorm(h, delta(li, 3, gated, p_down(gated)), nxt, eps)
         return normed[last]
 
     def _decode_rows(
