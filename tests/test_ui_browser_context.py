@@ -23,8 +23,8 @@ def test_the_meter_counts_the_next_request_and_warns_before_a_refusal(browser: A
     with live.client() as http:
         count = http.post("/tokenize", json={"messages": [{"role": "user", "content": "Hello there"}]}).json()["count"]
     window = live.service.model.context_length
-    text = meter.inner_text()
-    assert f"{count} prompt + 64 max_tokens = {count + 64} of {window:,} tokens" in text, text
+    # Once the last keystroke's count has landed (an earlier keystroke's may still be showing).
+    sync_api.expect(meter).to_contain_text(f"{count} prompt + 64 max_tokens = {count + 64} of {window:,} tokens")
     shot(page, "context-1-short-message")
 
     box = page.locator("#pg-input textarea")
