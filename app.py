@@ -54,6 +54,10 @@ def check_exposure(settings: cfg.Settings) -> None:
     """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
     from engine.http.auth import any_credentials
 
+    if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
+        # No Space or --insecure-public exception: a tool any agent on the network may call needs a key.
+        raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
+                         "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
     if not settings.reachable_from_outside or any_credentials(settings):
         return
     if os.environ.get("SPACE_ID"):
@@ -155,6 +159,14 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
 
     policy = policy or RequestPolicy(settings, state.get)
     app = create_app(settings, policy)
+    if settings.mcp:
+        from engine.http.auth import PrefixGuard, bearer_client, server_secrets
+        from playground import mcp_tool
+
+        # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
+        # whenever the server has credentials (Gradio's login form is for browsers).
+        app = mcp_tool.mount(app, policy, bearer_client)
+        app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
     if settings.ui:
         from playground.ui import mount
 

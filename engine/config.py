@@ -54,6 +54,9 @@ class Settings:
     )
     ui: bool = _knob(True, "Mount the Gradio playground at /.")
     insecure_public: bool = _knob(False, "Allow binding a non-loopback address with no credentials configured.")
+    mcp: bool = _knob(
+        False, "Also serve the page's chat as an MCP tool at /mcp/gradio_api/mcp/ (a public bind needs credentials)."
+    )
     remote_backend_urls: list[str] = _knob(
         [], "Base URLs the page's Backend tab may connect to (empty: any URL on a loopback bind, none otherwise)."
     )

@@ -31,7 +31,7 @@ from engine.serving.moderation import ModerationHook, Moderator, QuestionBlocked
 from engine.serving.service import ChatService
 
 access_log = logging.getLogger("playground.access")
-Entry = Literal["api", "page", "notebook"]
+Entry = Literal["api", "page", "notebook", "mcp"]
 
 
 @dataclass(frozen=True)
