@@ -42,17 +42,24 @@ class Cohort:
 
 
 def batchable(model: Any) -> bool:
-    """Whether the model's decode rows can share one padded DynamicCache: a text model whose cache layers are all
-    full or sliding attention."""
+    """Whether the model's decode rows can share one padded DynamicCache: a text model whose forward takes a 2-D
+    attention mask and position ids, and whose cache layers are all full or sliding attention."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
     cfg = model.config
-    if any(hasattr(cfg, k) for k in ("vision_config", "audio_config")):
+    params = inspect.signature(model.forward).parameters
+    if any(hasattr(cfg, k) for k in ("vision_config", "audio_config")) or not all(
+        k in params for k in ("attention_mask", "position_ids", "logits_to_keep")
+    ):
         return False
-    types, _ = get_layer_types_and_kwargs(cfg.get_text_config(decoder=True))
+    try:
+        types, _ = get_layer_types_and_kwargs(cfg.get_text_config(decoder=True))
+        layers = DynamicCache(config=cfg).layers
+    except (AttributeError, KeyError, TypeError, ValueError):  # a config the cache cannot read: one by one
+        return False
     plain = (DynamicLayer, DynamicSlidingWindowLayer)
-    return set(types) <= BATCHED_LAYER_TYPES and all(type(x) in plain for x in DynamicCache(config=cfg).layers)
+    return set(types) <= BATCHED_LAYER_TYPES and all(type(x) in plain for x in layers)
 
 
 def _fit(x: torch.Tensor, width: int) -> torch.Tensor:
@@ -97,7 +104,7 @@ class HFRunner:
         # No logits_to_keep (Qwen2-Audio): run the body and project only the last position, not the whole prompt
         # (a 30 s clip is 750 tokens of 151k logits each). Only for media models, whose head is a plain lm_head.
         self._split_head = not self._keep_last and hasattr(model.config, "audio_config") and hasattr(model, "lm_head")
-        self.batched = batched and self._keep_last and not self.mrope and batchable(model)
+        self.batched = batched and not self.mrope and batchable(model)
         self.cohort: Cohort | None = None
 
     def sibling(self, kv_tokens: int) -> HFRunner:
@@ -202,7 +209,8 @@ class HFRunner:
             tokens[cohort.row(seg.cache)] = seg.token_ids[0]
         lengths = torch.tensor([m.length for m in cohort.members if m is not None], device=self.device)
         slots = torch.arange(cohort.width + 1, device=self.device)
-        mask = (slots >= cohort.width - lengths[:, None]).long()  # [rows, width + 1]: valid slots and the new one
+        # [rows, width + 1]: valid slots and the new one; none without padding (one row, or n candidates alike)
+        mask = (slots >= cohort.width - lengths[:, None]).long() if int(lengths.min()) < cohort.width else None
         try:
             logits = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=mask,
                                 position_ids=lengths[:, None], cache=cohort.cache, use_cache=True,
