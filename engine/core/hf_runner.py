@@ -8,8 +8,10 @@ one forward of [rows, 1] tokens with a 2-D attention mask over the valid slots a
 Copies happen when the cohort changes (a sequence joins: padded to the cohort's width and concatenated; one leaves:
 the rows that stay are selected and the columns only padding for all of them trimmed), not every step; a fork
 copies its row out. Right-aligned rows keep slot distance equal to position distance, so sliding-window layers
-(which keep the last window of slots) stay exact. Multimodal models (M-RoPE positions, media embedded in the
-prefill) and caches other than full or sliding attention (chunked, linear, compressed) keep the one-by-one path.
+(which keep the last window of slots) stay exact. Multimodal prompts prefill alone with their media, then decode in
+the cohort (Qwen2-VL's M-RoPE rows at their cache length plus their own rope delta). A forward without
+logits_to_keep (Qwen2-Audio) and caches other than full or sliding attention (chunked, linear, compressed) keep the
+one-by-one path.
 Its caches hold no pages, so the prefix cache is off for it.
 """
 
@@ -42,17 +44,15 @@ class Cohort:
 
 
 def batchable(model: Any) -> bool:
-    """Whether the model's decode rows can share one padded DynamicCache: a text model whose forward takes a 2-D
-    attention mask and position ids, and whose cache layers are all full or sliding attention."""
+    """Whether the model's decode rows can share one padded DynamicCache: its forward takes a 2-D attention mask,
+    position ids and logits_to_keep, and its cache layers are all full or sliding attention."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
     cfg = model.config
     params = inspect.signature(model.forward).parameters
-    if any(hasattr(cfg, k) for k in ("vision_config", "audio_config")) or not all(
-        k in params for k in ("attention_mask", "position_ids", "logits_to_keep")
-    ):
-        return False
+    if not all(k in params for k in ("attention_mask", "position_ids", "logits_to_keep")):
+        return False  # Qwen2-Audio among them: no logits_to_keep
     try:
         types, _ = get_layer_types_and_kwargs(cfg.get_text_config(decoder=True))
         layers = DynamicCache(config=cfg).layers
@@ -104,7 +104,7 @@ class HFRunner:
         # No logits_to_keep (Qwen2-Audio): run the body and project only the last position, not the whole prompt
         # (a 30 s clip is 750 tokens of 151k logits each). Only for media models, whose head is a plain lm_head.
         self._split_head = not self._keep_last and hasattr(model.config, "audio_config") and hasattr(model, "lm_head")
-        self.batched = batched and not self.mrope and batchable(model)
+        self.batched = batched and batchable(model)
         self.cohort: Cohort | None = None
 
     def sibling(self, kv_tokens: int) -> HFRunner:
@@ -126,7 +126,7 @@ class HFRunner:
 
     def fork(self, cache: KVCache) -> KVCache:
         if isinstance(cache.hf, Cohort):
-            return KVCache(length=cache.length, hf=self._row_cache(cache))
+            return KVCache(length=cache.length, hf=self._row_cache(cache), rope_delta=cache.rope_delta)
         return KVCache(length=cache.length, hf=copy.deepcopy(cache.hf), rope_delta=cache.rope_delta)
 
     # ---- the cohort ----
@@ -207,13 +207,16 @@ class HFRunner:
         tokens = [0] * rows
         for seg in segments:
             tokens[cohort.row(seg.cache)] = seg.token_ids[0]
-        lengths = torch.tensor([m.length for m in cohort.members if m is not None], device=self.device)
+        members = [m for m in cohort.members if m is not None]
+        lengths = torch.tensor([m.length for m in members], device=self.device)
+        pos = lengths + torch.tensor([m.rope_delta for m in members], device=self.device) if self.mrope else lengths
+        positions = pos.view(1, -1, 1).expand(3, -1, 1) if self.mrope else pos[:, None]  # M-RoPE: [3, rows, 1]
         slots = torch.arange(cohort.width + 1, device=self.device)
         # [rows, width + 1]: valid slots and the new one; none without padding (one row, or n candidates alike)
         mask = (slots >= cohort.width - lengths[:, None]).long() if int(lengths.min()) < cohort.width else None
         try:
             logits = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=mask,
-                                position_ids=lengths[:, None], cache=cohort.cache, use_cache=True,
+                                position_ids=positions, cache=cohort.cache, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip
         except Exception:
             self._drop_cohort()  # its layers may be half grown: the engine ends these requests
