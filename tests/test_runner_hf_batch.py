@@ -10,6 +10,8 @@ shorter than the sequences) and GLM-4 (partial rotary, its own norms).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -130,3 +132,91 @@ def test_a_sibling_runner_has_a_cohort_of_its_own() -> None:
             r.forward([Segment(c, [4])])
     assert runner.cohort is not None and other.cohort is not None and runner.cohort is not other.cohort
     assert runner.model is other.model
+
+
+# ---- through the engine: the same tokens as one segment at a time --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def phi3_parts():
+    """The tiny Phi-3 checkpoint of the API tests (SmolLM2's tokenizer), loaded as the app would."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.family_fixture import build_family
+
+    path = build_family("phi3")
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def run_engine(runner, tok, jobs, kv_tokens: int = 65536, abort: str | None = None):
+    """Submit every (id, prompt text, params) at once; {id: (token ids per choice, batch sizes)}."""
+    import threading
+
+    from engine.core.engine import Engine, EngineLimits
+    from engine.core.types import EngineRequest
+
+    e = Engine(runner, tok, {tok.eos_token_id}, EngineLimits(kv_cache_tokens=kv_tokens, step_log=0))
+    out: dict[str, list] = {rid: [] for rid, _, _ in jobs}
+    done = {rid: threading.Event() for rid, _, _ in jobs}
+
+    def sink(rid: str, item) -> None:
+        if item is None:
+            done[rid].set()
+        elif isinstance(item, list):
+            out[rid].extend(item)
+
+    e.start()
+    try:
+        for rid, text, params in jobs:
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)["input_ids"]
+            e.submit(EngineRequest(rid, ids, params), lambda x, rid=rid: sink(rid, x))
+        if abort is not None:
+            while not out[abort]:
+                time.sleep(0.001)
+            e.abort(abort)
+        assert all(d.wait(120) for d in done.values())
+        assert e.load()["kv_tokens_used"] == 0
+        result = {}
+        for rid, deltas in out.items():
+            choices: dict[int, list[int]] = {}
+            for d in deltas:
+                choices.setdefault(d.index, []).extend(d.token_ids)
+            result[rid] = ([choices[i] for i in sorted(choices)], [b for d in deltas for b in d.batch_sizes])
+        return result, e.preemptions
+    finally:
+        e.shutdown()
+
+
+def test_engine_on_the_batched_runner_gives_the_one_by_one_tokens(phi3_parts) -> None:
+    """Ragged prompts, n = 3, best_of, beam search and an abort mid-way, all in flight together; then the same
+    under a KV budget that preempts. The batched runner's tokens are the one-by-one runner's."""
+    from engine.core.types import SamplingParams
+
+    model, tok = phi3_parts
+    jobs = [("greedy", "hi", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)),
+            ("long", "Tell me about cats, dogs and birds in one sentence each.",
+             SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)),
+            ("n3", "Name a colour.", SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=20, ignore_eos=True)),
+            ("best", "Count.", SamplingParams(temperature=0.8, seed=4, n=1, best_of=3, max_tokens=12)),
+            ("beam", "Why?", SamplingParams(temperature=0, n=2, use_beam_search=True, max_tokens=10, ignore_eos=True)),
+            ("gone", "A long reply please.", SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))]  # fmt: skip
+    batched, _ = run_engine(HFRunner(model, "cpu"), tok, jobs, abort="gone")
+    alone, _ = run_engine(HFRunner(model, "cpu", batched=False), tok, jobs, abort="gone")
+    for rid in ("greedy", "long", "n3", "best", "beam"):
+        assert batched[rid][0] == alone[rid][0], rid
+    assert len(batched["n3"][0]) == 3 and max(batched["n3"][1]) >= 5  # the step held the other requests' rows too
+    assert len(batched["gone"][0][0]) < 200
+    # Room for one request to finish and two to start (as test_engine's preemption test): the later ones are
+    # preempted, prefill again alone, rejoin the batch and continue with the same tokens.
+    texts = ["Name a colour.", "Count to five.", "What is a cat?"]
+    params = [SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
+              SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
+              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True)]  # fmt: skip
+    small = [(f"p{i}", t, p) for i, (t, p) in enumerate(zip(texts, params))]
+    longest = max(len(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"])
+                  for t in texts)  # fmt: skip
+    budget = longest + 150 + 2 * (longest + 1 + 128)
+    ref, _ = run_engine(HFRunner(model, "cpu", batched=False), tok, small)
+    tight, preemptions = run_engine(HFRunner(model, "cpu"), tok, small, kv_tokens=budget)
+    assert preemptions > 0
+    assert all(tight[rid][0] == ref[rid][0] for rid, _, _ in small)
