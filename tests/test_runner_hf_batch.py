@@ -5,7 +5,8 @@ the decode batch mid-way, leaving it (finished, aborted: released), forks contin
 member that skips a step. Every logits row is checked against the HF forward over the sequence's whole history and
 against the one-by-one runner (`batched=False`); the cohort's rows are checked to be the step's decode rows, so a
 runner that silently ran them one by one fails too. Llama's shape (forced onto HFRunner), Phi-3 (a sliding window
-shorter than the sequences) and GLM-4 (partial rotary, its own norms).
+shorter than the sequences) and GLM-4 (partial rotary, its own norms). Then the engine on the batched runner
+(n, best_of, beams, an abort, preemption) against the engine on the one-by-one runner, token for token.
 """
 
 from __future__ import annotations
