@@ -75,7 +75,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         run = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
         ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
-        wire_model_picker(demo, h, header.model, ab.model_b, session)
+        wire_model_picker(demo, h, header, ab.model_b, session)
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
