@@ -326,8 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     def load() -> None:
         try:
             state.pool.set_candidates(model_candidates(settings))
-            state.service = build_service(settings)
-            state.pool.add(next(iter(state.pool.candidates)), state.service)
+            # Held by the pool alone: once it unloads this model, nothing keeps its weights alive.
+            state.pool.add(next(iter(state.pool.candidates)), build_service(settings))
             log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
         except Exception as exc:  # keep serving /health (503) with the reason in the log
             if isinstance(exc, LoraError):  # an adapter that does not fit the base model: fail the start

@@ -54,7 +54,7 @@ def model_label(model_id: str, entry: dict[str, Any], modalities: list[str]) -> 
     """One picker line: id · parameters · architecture · what it takes · whether it is loaded."""
     takes = "+".join(["text", *(m for m in MEDIA if m in modalities)])
     caps = [c for c in ("reasoning", "tools") if entry.get(c)]
-    size = f"{human(entry.get('parameters'))} ({entry['size_bytes'] / 2**20:.0f} MB)"
+    size = f"{human(entry.get('parameters'))} ({entry['size_bytes'] / 1e6:.0f} MB)"
     mark = {"loaded": "●", "loading": "◌"}.get(entry["status"], "○")
     return " · ".join([f"{mark} {model_id}", size, entry["architecture"] or "?", takes, *caps])
 
@@ -109,7 +109,7 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
         picker_update, b_update = menus(sess)
         return picker_update, b_update, gr.update(visible=needs_key and picker_update["visible"])
 
-    demo.load(on_load, session, [picker, model_b, key], api_name=False, show_progress="hidden")
+    demo.load(on_load, session, [picker, model_b, header.admin_box], api_name=False, show_progress="hidden")
 
     def header_now(sess: Any) -> str:
         label = sess.backend.label() if sess.backend is not None else "backend: embedded engine"
@@ -129,9 +129,11 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
                                 "切换模型需要管理员密钥（--admin-keys）：请在选择框旁输入。"), sess.lang))  # fmt: skip
                 return (*menus(sess), gr.skip())
             loading = pool.load(name, make_current=True)
-            while not loading.done.wait(0.2):
+            while True:  # the bar over the header follows the load's stages until it is done
                 progress(loading.fraction, desc=say(("Loading {name}: {stage}", "正在加载 {name}：{stage}"), sess.lang,
                                                     name=name, stage=loading.stage))  # fmt: skip
+                if loading.done.wait(0.1):
+                    break
             if loading.error is not None:
                 gr.Warning(say(("{name} failed to load; see the server log.", "{name} 加载失败；请查看服务器日志。"),
                                sess.lang, name=name))  # fmt: skip

@@ -6,7 +6,9 @@ an unknown model is "Model not found"; loading is an administrator's action once
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,8 +99,12 @@ def test_a_model_that_does_not_fit_beside_the_others_unloads_the_least_recently_
     budget_mb = sum(need.values()) // (1 << 20) - 1  # either model alone, never both
     root = tmp_path_factory.mktemp("models-tight")
     with models_server(settings, root, models_memory_mb=budget_mb) as server, server.client() as c:
+        pool = server.server.config.app.state.policy.models
+        first = weakref.ref(pool.get(MODEL))
         assert_v1_error(c.post("/v1/chat/completions", json=body(SECOND_ID)), 503, "is loading")
         assert wait_loaded(c, SECOND_ID)["status"] == "loaded"
+        gc.collect()
+        assert first() is None  # unloaded for real: nothing holds the first model's service (and weights) any more
         statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
         assert statuses == {MODEL: "loadable", SECOND_ID: "loaded"}
         assert c.post("/v1/chat/completions", json=body(SECOND_ID)).status_code == 200
@@ -170,3 +176,25 @@ def test_loaded_models_and_their_http_client_share_one_policy(guarded: LiveServe
     result = backend.chat([{"role": "user", "content": "What is 2+2?"}], model=SECOND_ID, max_tokens=64,
                           temperature=0)  # fmt: skip
     assert "4" in result.reply
+
+
+def test_the_openapi_document_describes_the_models_list_and_the_new_statuses(guarded: LiveServer) -> None:
+    from tests.test_openapi_contract import documented
+
+    with guarded.client(headers=bearer(USER)) as c:
+        doc = c.get("/openapi.json").json()
+        documented(doc, "/v1/models", "get", c.get("/v1/models"))
+        documented(doc, "/v1/models/{model_id}", "get", c.get(f"/v1/models/{SECOND_ID}"))
+        props = doc["components"]["schemas"]["ModelCard"]["properties"]
+        assert set(props["status"]["enum"]) == {"loaded", "loading", "loadable", "failed"}
+        refused = c.post("/v1/chat/completions", json=body("no-such-model-but-fine"))
+        documented(doc, "/v1/chat/completions", "post", refused)
+    assert "403" in doc["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert "Retry-After" in doc["paths"]["/v1/chat/completions"]["post"]["responses"]["503"]["description"]
+
+
+def test_the_openapi_request_schema_names_no_single_model_when_there_are_several(guarded: LiveServer) -> None:
+    with guarded.client(headers=bearer(USER)) as c:
+        doc = c.get("/openapi.json").json()
+    model = doc["components"]["schemas"]["ChatCompletionRequest"]["properties"]["model"]
+    assert "enum" not in model, model  # both models' ids are valid requests

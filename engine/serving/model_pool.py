@@ -14,6 +14,9 @@ at start, then the one the page's picker switched to (or, when the current one w
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import logging
 import threading
 import time
@@ -50,6 +53,14 @@ class Progress:
     def as_json(self) -> dict[str, Any]:
         return {"fraction": round(self.fraction, 3), "stage": self.stage,
                 "elapsed_s": round(time.monotonic() - self.started, 1)}  # fmt: skip
+
+
+def release_freed_memory() -> None:
+    """Hand the freed weights back to the OS. glibc keeps large freed blocks in the arena of the thread that
+    allocated them (each load runs on its own thread), so without this an unloaded SmolLM2 left the process's
+    RSS at 1029 MB instead of 483 MB (measured), and the next load added its full size again. Not glibc: a no-op."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def available_memory() -> int:
@@ -237,9 +248,8 @@ class ModelPool:
             time.sleep(0.05)
         service.engine.shutdown()
         del service
-        import gc
-
         gc.collect()  # the weights go now, before the next model's arrive
+        release_freed_memory()
         log.info("model %s unloaded", model_id)
         return True
 
