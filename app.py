@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         help_text = f"{knob.help} [env {knob.env}]"
         if knob.name == "model":  # repeated: the first is served at start, the others join --models
             parser.add_argument(knob.flag, dest=knob.name, action="append", type=knob.parse, default=None,
-                                help=help_text + " Repeat to offer more models, loaded on demand.")  # fmt: skip
+                                help=help_text)  # fmt: skip
         elif knob.kind is bool:
             parser.add_argument(knob.flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)  # fmt: skip

@@ -44,7 +44,11 @@ class Settings:
     # Where and what to serve.
     host: str = _knob("", "Bind address (default 127.0.0.1; 0.0.0.0 on Hugging Face Spaces).")
     port: int = _knob(7860, "TCP port for the API and the UI.")
-    model: str = _knob("", "Hugging Face model directory or .gguf file (default: the bundled SmolLM2-135M-Instruct).")
+    model: str = _knob(
+        "",
+        "Hugging Face model directory or .gguf file (default: the bundled SmolLM2-135M-Instruct); repeat it to "
+        "offer more models, loaded on demand.",
+    )
     models: list[str] = _knob(
         [], "More models the server can load on demand (directories or .gguf files); a repeated --model adds here."
     )

@@ -13,7 +13,9 @@ two steps, never during one.
 and chunks beside them, the short anonymous ids of the requests in it (never a request id), preemptions, prefix
 reuse, and its time against its floor; `?since=STEP` instead gives the records after that step number. It is
 guarded as /server/state. With the step log off (`--step-log 0`) it says so (`enabled: false`, no records).
-None of these routes is in the OpenAPI document (the operational routes, /metrics and /health, are not
+`POST /server/models/{id}/load` and `/unload` (several models: `--models-dir`, a repeated `--model`;
+engine/serving/model_pool.py) are administrators' as the reset is: the load answers at once and the model's
+/v1/models card follows it. None of these routes is in the OpenAPI document (the operational routes, /metrics and /health, are not
 either)."""
 
 from __future__ import annotations
