@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.models import DEFAULT_NAME
+from engine.models import DEFAULT_NAME, dir_name
 from engine.multimodal import detect_modalities
 from engine.parsers import select_parser
 
@@ -167,9 +167,7 @@ def default_id(source: str) -> str:
     if not source:
         return DEFAULT_NAME
     path = Path(source).expanduser()
-    if path.suffix == ".gguf":
-        return path.stem
-    return path.name if path.name not in ("", ".", "..") else path.resolve().name  # a link keeps its own name
+    return path.stem if path.suffix == ".gguf" else dir_name(path)
 
 
 def sources(models: Iterable[str], models_dir: str) -> list[str]:

@@ -198,3 +198,69 @@ def test_the_openapi_request_schema_names_no_single_model_when_there_are_several
         doc = c.get("/openapi.json").json()
     model = doc["components"]["schemas"]["ChatCompletionRequest"]["properties"]["model"]
     assert "enum" not in model, model  # both models' ids are valid requests
+
+
+def test_the_least_recently_used_model_is_the_one_unloaded(settings: Any, tmp_path: Path) -> None:
+    """Three copies of the tiny model, a budget for two: after `a` is used again, loading `c` unloads `b`."""
+    from app import build_pool, build_service, serve_in_thread
+    from tests.models_fixture import SECOND
+
+    models_dir = tmp_path / "three"
+    models_dir.mkdir()
+    for name in ("tiny-a", "tiny-b", "tiny-c"):
+        (models_dir / name).symlink_to(SECOND[1](), target_is_directory=True)
+    probe = settings.replace(model=str(models_dir / "tiny-a"), models_dir=str(models_dir))
+    from app import model_candidates, new_pool
+
+    pool0 = new_pool(probe)
+    pool0.set_candidates(model_candidates(probe))
+    one = pool0.memory_bytes("tiny-a")
+    cfg = probe.replace(models_memory_mb=(2 * one + one // 2) // (1 << 20))
+    pool = build_pool(cfg, build_service(cfg))
+    background = serve_in_thread(cfg, None, pool=pool)
+    try:
+        with httpx.Client(base_url=background.url, timeout=120) as c:
+            assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["tiny-a", "tiny-b", "tiny-c"]
+            assert_v1_error(c.post("/v1/chat/completions", json=body("tiny-b")), 503, "is loading")
+            again = c.post("/v1/chat/completions", json=body("tiny-b"))  # asked again mid-load: the same load
+            assert again.status_code in (200, 503), again.text
+            assert wait_loaded(c, "tiny-b")["status"] == "loaded"
+            assert c.post("/v1/chat/completions", json=body("tiny-b")).status_code == 200
+            assert c.post("/v1/chat/completions", json=body("tiny-a")).status_code == 200  # a: the latest used
+            assert_v1_error(c.post("/v1/chat/completions", json=body("tiny-c")), 503, "is loading")
+            assert wait_loaded(c, "tiny-c")["status"] == "loaded"
+            statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+            assert statuses == {"tiny-a": "loaded", "tiny-b": "loadable", "tiny-c": "loaded"}
+    finally:
+        background.stop()
+        pool.shutdown()
+
+
+def test_a_running_request_on_a_model_being_unloaded_finishes(settings: Any, tmp_path: Path) -> None:
+    """The budget holds one model: a stream on the first model still running when the second is asked for ends
+    with all its tokens; only then does the first model go."""
+    import threading
+
+    with models_server(settings, tmp_path) as probe, probe.client() as c:
+        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"])
+    with models_server(settings, tmp_path, models_memory_mb=need // (1 << 20) - 1) as server:
+        got: dict[str, Any] = {}
+
+        def long_stream() -> None:
+            with server.client() as c:
+                r = c.post("/v1/chat/completions", json=body(MODEL, max_tokens=120, ignore_eos=True))
+                got["status"], got["body"] = r.status_code, r.json()
+
+        worker = threading.Thread(target=long_stream)
+        worker.start()
+        with server.client() as c:
+            deadline = time.monotonic() + 60
+            while not c.get("/server/state").json()["requests"]["running"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert_v1_error(c.post("/v1/chat/completions", json=body(SECOND_ID)), 503, "is loading")
+            worker.join(120)
+            assert got["status"] == 200, got
+            assert got["body"]["usage"]["completion_tokens"] == 120
+            assert got["body"]["choices"][0]["finish_reason"] == "length"
+            assert wait_loaded(c, SECOND_ID)["status"] == "loaded"
+            assert {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}[MODEL] == "loadable"

@@ -98,6 +98,8 @@ class ModelPool:
 
     def add(self, model_id: str, service: ChatService) -> None:
         """A model already loaded (the first, built at start)."""
+        if service.served_name != model_id:  # requests name the id: a service under another name would refuse them
+            raise ValueError(f"the service for {model_id!r} serves {service.served_name!r}")
         with self._lock:
             self._services[model_id] = service
             self.current = self.current if self.current in self._services else model_id
