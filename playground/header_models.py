@@ -85,8 +85,9 @@ def b_choices(policy: Any) -> list[tuple[str, str]]:
     return [(SAME, SAME), *((n, n) for n in names if n != current_name)]
 
 
-def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown, session: gr.State) -> None:
-    """Fill both dropdowns on page load; the header's choice switches the model or sets the session's backend."""
+def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown, session: gr.State) -> Any:
+    """Fill both dropdowns on page load; the header's choice switches the model or sets the session's backend.
+    Returns the pick's event, for what follows a switch (the context meter)."""
     policy = h.embedded.policy
     picker, key = header.model, header.admin_key
     pool = policy.models
@@ -144,5 +145,5 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
             sess.backend = None
         return (*menus(sess), header_now(sess))
 
-    picker.input(on_pick, [picker, key, session], [picker, model_b, header.html], api_name=False,
-                 show_progress="full")  # fmt: skip
+    return picker.input(on_pick, [picker, key, session], [picker, model_b, header.html], api_name=False,
+                        show_progress="full")  # fmt: skip

@@ -79,6 +79,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     send(page, QUESTION)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
     sync_api.expect(page.locator("#pg-chat")).to_contain_text("4")
+    sync_api.expect(page.locator("#pg-context")).to_contain_text("4,096")  # the second model's context window
     shot(page, "models-3-second-answers", full_page=False)
 
     page.evaluate("() => { window.pgProgress.length = 0; }")
@@ -90,6 +91,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     assert any(f"Loading {MODEL}" in t for t in seen), seen
     assert statuses(tight) == {MODEL: "loaded", SECOND_ID: "loadable"}
     assert MODEL in page.locator("#pg-model input").input_value()
+    sync_api.expect(page.locator("#pg-context")).to_contain_text("8,192")  # the meter follows the switch
     shot(page, "models-5-back-to-first", full_page=False)
     page.close()
 
