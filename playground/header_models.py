@@ -145,5 +145,5 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
             sess.backend = None
         return (*menus(sess), header_now(sess))
 
-    return picker.input(on_pick, [picker, key, session], [picker, model_b, header.html], api_name=False,
-                        show_progress="full")  # fmt: skip
+    return picker.select(on_pick, [picker, key, session], [picker, model_b, header.html], api_name=False,
+                         show_progress="full")  # fmt: skip

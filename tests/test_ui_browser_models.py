@@ -116,3 +116,33 @@ def test_ab_puts_two_loaded_models_side_by_side(browser: Any, settings: Any, tmp
         page.wait_for_function("() => !/…/.test(document.querySelector('#pg-ab-a').textContent)", timeout=120_000)
         shot(page, "models-6-ab-two-models")
         page.close()
+
+
+def test_with_credentials_switching_takes_an_admin_key(browser: Any, settings: Any, tmp_path_factory: Any) -> None:
+    from tests.test_ui_browser_server import login
+
+    root = tmp_path_factory.mktemp("browser-admin")
+    with models_server(settings, root, api_keys=["user"], admin_keys=["root"]) as server:
+        page = login(browser, server.url, "user")
+        key = page.locator("#pg-model-key input")
+        sync_api.expect(key).to_be_visible()
+        pick(page, SECOND_ID)
+        sync_api.expect(page.locator(".toast-body")).to_contain_text("admin key")
+        assert statuses_with(server, "user")[SECOND_ID] == "loadable"  # nothing loaded
+        assert MODEL in page.locator("#pg-model input").input_value()  # the picker went back to the current model
+        shot(page, "models-7-needs-admin-key", full_page=False)
+        key.fill("user")  # a valid API key, but not an admin's
+        pick(page, SECOND_ID)
+        sync_api.expect(page.locator(".toast-body").last).to_contain_text("admin key")
+        assert statuses_with(server, "user")[SECOND_ID] == "loadable"
+        key.fill("root")
+        pick(page, SECOND_ID)
+        wait_header(page, SECOND_ID)
+        assert statuses_with(server, "user")[SECOND_ID] == "loaded"
+        shot(page, "models-8-admin-switched", full_page=False)
+        page.close()
+
+
+def statuses_with(server: LiveServer, key: str) -> dict[str, str]:
+    with server.client(headers={"Authorization": f"Bearer {key}"}) as c:
+        return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
