@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,21 @@ def tiny_qwen() -> Path:
     return build_tiny_qwen()
 
 
-# (the id it is served as: its directory name in --models-dir, how to build or find its directory)
-SECOND: tuple[str, Callable[[], Path]] = ("tiny-qwen3", tiny_qwen)
-SECOND_ID = SECOND[0]
+@dataclass(frozen=True)
+class Second:
+    """The second model and what the tests expect of it."""
+
+    id: str  # what it is served as: its name in --models-dir
+    path: Callable[[], Path]  # builds or finds its directory (or .gguf file)
+    architecture: str
+    context: str  # its context window as the page's meter writes it
+    caps: tuple[str, ...]  # what the picker's line says it can do beyond text
+    question: str  # a prompt it answers with `answer` in the reply under greedy decoding
+    answer: str
+
+
+SECOND = Second("tiny-qwen3", tiny_qwen, "qwen3", "4,096", ("reasoning", "tools"), "What is 2+2?", "4")
+SECOND_ID = SECOND.id
 
 
 @contextlib.contextmanager
@@ -33,9 +46,10 @@ def models_server(settings: Any, root: Path, **changes: Any) -> Iterator[LiveSer
 
     models_dir = root / "models"
     models_dir.mkdir(exist_ok=True)
-    link = models_dir / SECOND_ID
+    target = SECOND.path()
+    link = models_dir / (SECOND_ID + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
     if not link.exists():
-        link.symlink_to(SECOND[1](), target_is_directory=True)
+        link.symlink_to(target, target_is_directory=target.is_dir())
     cfg = settings.replace(models_dir=str(models_dir), **changes)
     pool = build_pool(cfg, build_service(cfg))
     background = serve_in_thread(cfg, None, pool=pool)

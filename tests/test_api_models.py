@@ -18,7 +18,7 @@ import pytest
 
 from tests.api_helpers import assert_v1_error
 from tests.conftest import MODEL, LiveServer
-from tests.models_fixture import SECOND_ID, models_server, wait_loaded
+from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
 
 USER, BOSS = "user-key", "boss-key"
 
@@ -28,7 +28,7 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def body(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 8,
+    return {"model": model, "messages": [{"role": "user", "content": SECOND.question}], "max_tokens": 8,
             "temperature": 0, **extra}  # fmt: skip
 
 
@@ -46,11 +46,12 @@ def test_models_lists_the_loaded_and_the_loadable_with_what_their_files_say(guar
     assert [m["id"] for m in data] == [MODEL, SECOND_ID]
     smol, second = data
     assert smol["status"] == "loaded" and second["status"] == "loadable"
-    assert smol["architecture"] == "llama" and second["architecture"] == "qwen3"
+    assert smol["architecture"] == "llama" and second["architecture"] == SECOND.architecture
     assert smol["parameters"] == 134_515_008  # SmolLM2-135M, from the safetensors headers
     assert second["parameters"] and second["size_bytes"] > 0 and second["memory_bytes"] > 0
     assert (smol["reasoning"], smol["tools"]) == (False, False)
-    assert (second["reasoning"], second["tools"]) == (True, True)  # <think> tokens; <tool_call> in its template
+    # the tiny Qwen3: <think> tokens, <tool_call> in its template
+    assert (second["reasoning"], second["tools"]) == ("reasoning" in SECOND.caps, "tools" in SECOND.caps)
     assert second["input_modalities"][0] == "text" and second["max_model_len"] > 0
     for card in data:
         assert card["object"] == "model" and card["parent"] is None and not Path(card["root"]).is_absolute()
@@ -78,7 +79,7 @@ def test_a_request_for_a_loadable_model_loads_it_and_gets_503_until_it_is_ready(
         reply = c.post("/v1/chat/completions", json=body(SECOND_ID, max_tokens=64))
         assert reply.status_code == 200, reply.text
         assert reply.json()["model"] == SECOND_ID
-        assert "4" in reply.json()["choices"][0]["message"]["content"]  # the tiny Qwen3 was trained on this one
+        assert SECOND.answer in reply.json()["choices"][0]["message"]["content"]
         data = c.get("/v1/models").json()["data"]
         assert [(m["id"], m["status"]) for m in data] == [(MODEL, "loaded"), (SECOND_ID, "loaded")]
         assert c.post("/v1/chat/completions", json=body(MODEL)).json()["model"] == MODEL
@@ -173,9 +174,9 @@ def test_loaded_models_and_their_http_client_share_one_policy(guarded: LiveServe
             c.post("/v1/chat/completions", json=body(SECOND_ID))
             wait_loaded(c, SECOND_ID)
     backend = LocalBackend(policy=policy)
-    result = backend.chat([{"role": "user", "content": "What is 2+2?"}], model=SECOND_ID, max_tokens=64,
+    result = backend.chat([{"role": "user", "content": SECOND.question}], model=SECOND_ID, max_tokens=64,
                           temperature=0)  # fmt: skip
-    assert "4" in result.reply
+    assert SECOND.answer in result.reply
 
 
 def test_the_openapi_document_describes_the_models_list_and_the_new_statuses(guarded: LiveServer) -> None:
@@ -201,14 +202,14 @@ def test_the_openapi_request_schema_names_no_single_model_when_there_are_several
 
 
 def test_the_least_recently_used_model_is_the_one_unloaded(settings: Any, tmp_path: Path) -> None:
-    """Three copies of the tiny model, a budget for two: after `a` is used again, loading `c` unloads `b`."""
+    """Three copies of the tiny Qwen3, a budget for two: after `a` is used again, loading `c` unloads `b`."""
     from app import build_pool, build_service, serve_in_thread
-    from tests.models_fixture import SECOND
+    from tests.models_fixture import tiny_qwen
 
     models_dir = tmp_path / "three"
     models_dir.mkdir()
     for name in ("tiny-a", "tiny-b", "tiny-c"):
-        (models_dir / name).symlink_to(SECOND[1](), target_is_directory=True)
+        (models_dir / name).symlink_to(tiny_qwen(), target_is_directory=True)
     probe = settings.replace(model=str(models_dir / "tiny-a"), models_dir=str(models_dir))
     from app import model_candidates, new_pool
 

@@ -16,10 +16,10 @@ import pytest
 
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, precise, send, shot, sync_api
 from tests.conftest import MODEL, LiveServer
-from tests.models_fixture import SECOND_ID, models_server, wait_loaded
+from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
 
 pytestmark = NEEDS_CHROMIUM
-QUESTION = "What is 2+2?"  # the tiny Qwen3 answers it "The answer is 4." (demo_models/tiny_qwen.py)
+QUESTION = SECOND.question
 HEADER_NAME = "() => document.querySelector('.pg-header b')?.textContent"
 # Records every progress text the page shows (Gradio's bar over the event's outputs), however briefly.
 WATCH_PROGRESS_JS = """() => { window.pgProgress = [];
@@ -62,7 +62,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     sync_api.expect(options).to_have_count(2)
     first, second = options.nth(0).inner_text(), options.nth(1).inner_text()
     assert "135M" in first and "llama" in first and "text" in first and "●" in first, first  # loaded
-    assert "qwen3" in second and "reasoning" in second and "tools" in second and "○" in second, second
+    assert SECOND.architecture in second and all(c in second for c in SECOND.caps) and "○" in second, second
     shot(page, "models-1-picker", full_page=False)
     page.keyboard.press("Escape")
     precise(page, 48)
@@ -78,8 +78,8 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     assert SECOND_ID in page.locator("#pg-model input").input_value()
     send(page, QUESTION)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
-    sync_api.expect(page.locator("#pg-chat")).to_contain_text("4")
-    sync_api.expect(page.locator("#pg-context")).to_contain_text("4,096")  # the second model's context window
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(SECOND.answer)
+    sync_api.expect(page.locator("#pg-context")).to_contain_text(SECOND.context)  # the second model's window
     shot(page, "models-3-second-answers", full_page=False)
 
     page.evaluate("() => { window.pgProgress.length = 0; }")
@@ -112,7 +112,7 @@ def test_ab_puts_two_loaded_models_side_by_side(browser: Any, settings: Any, tmp
         page.locator("ul[role=listbox] li", has_text=SECOND_ID).first.click()
         page.click("#pg-ab-run")
         sync_api.expect(page.locator("#pg-ab-b")).to_contain_text(SECOND_ID, timeout=120_000)  # B's label names it
-        sync_api.expect(page.locator("#pg-ab-b")).to_contain_text("4", timeout=120_000)
+        sync_api.expect(page.locator("#pg-ab-b")).to_contain_text(SECOND.answer, timeout=120_000)
         page.wait_for_function("() => !/…/.test(document.querySelector('#pg-ab-a').textContent)", timeout=120_000)
         shot(page, "models-6-ab-two-models")
         page.close()
