@@ -109,6 +109,14 @@ def server_secrets(settings: Settings) -> list[str]:
     return [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
 
 
+def is_admin(credential: str | None, settings: Settings) -> bool:
+    """Whether a caller with this (already checked) credential may do an administrator's action: anyone while no
+    credentials and no admin keys are configured, else only an admin key (`--admin-keys`)."""
+    if not settings.admin_keys and not any_credentials(settings):
+        return True
+    return credential is not None and matches(credential, settings.admin_keys)
+
+
 def ui_auth(settings: Settings) -> Callable[[str, str], bool] | None:
     """Gradio `auth` callable: any user name, and one of the server's secrets as the password (None = open)."""
     if not any_credentials(settings):
