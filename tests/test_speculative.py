@@ -229,3 +229,59 @@ def test_a_seed_reproduces_a_sampled_reply_with_speculation(service, spec_engine
     first, second = generate(spec_engine, prompt, params), generate(spec_engine, prompt, params)
     assert first.tokens() == second.tokens()
     assert sum(d.drafted for d in first.deltas) > 0
+
+
+# ---- the runner: a drafted segment's rows attend as decode rows ----
+
+
+def tiny_llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])
+def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: bool) -> None:
+    """A drafted segment (the last token and its drafts, a row per token) runs in the step's one decode-attention
+    call, each row against the positions up to its own: its rows equal feeding the tokens one step at a time. Two
+    drafted segments of different lengths share the step with a decode row and a prompt; the drafts cross a page
+    boundary; a rollback (the cache cut back to an accepted prefix) leaves the rejected positions unread."""
+    from engine.core.model_runner import DecoderRunner, Segment
+
+    runner = DecoderRunner(tiny_llama(), "cpu", kv_tokens=2048, use_kernels=kernels)
+    if kernels and runner.kern is None:
+        pytest.skip("no CPU kernels here (no g++ or no AVX2)")
+    assert runner.ops.name == ("cpu" if kernels else "torch")
+    prompt = [int(t) for t in torch.randint(3, 5000, (2 * PAGE - 3,), generator=torch.Generator().manual_seed(1))]
+    fed_a, fed_b = [11, 12, 13, 14, 15, 16], [21, 22, 23]  # the last token and 5 drafts; and 2 drafts
+
+    def one_by_one(tokens: list[int]) -> torch.Tensor:
+        cache = KVCache()
+        runner.forward([Segment(cache, prompt)])
+        rows = torch.cat([runner.forward([Segment(cache, [t])]) for t in tokens])
+        runner.release(cache)
+        return rows
+
+    with torch.inference_mode():
+        want_a, want_b = one_by_one(fed_a), one_by_one(fed_b[:1] + [31, 32, 33])
+        want_c = one_by_one([41])
+        a, b, c = KVCache(), KVCache(), KVCache()
+        runner.forward([Segment(a, prompt), Segment(b, prompt[:-4]), Segment(c, prompt)])
+        runner.forward([Segment(b, prompt[-4:], want_logits=False)])
+        fresh = KVCache()
+        got = runner.forward([Segment(c, [41]), Segment(a, fed_a, all_logits=True), Segment(fresh, prompt[:5]),
+                              Segment(b, fed_b, all_logits=True)])  # fmt: skip
+        assert got.shape == (1 + len(fed_a) + 1 + len(fed_b), 5000)
+        torch.testing.assert_close(got[0:1], want_c, atol=1e-4, rtol=0)
+        torch.testing.assert_close(got[1:7], want_a, atol=1e-4, rtol=0)
+        assert got[1:7].argmax(-1).tolist() == want_a.argmax(-1).tolist()
+        torch.testing.assert_close(got[8:9], want_b[:1], atol=1e-4, rtol=0)
+        # b accepted no draft: its cache keeps the last token only, and the next step feeds other tokens
+        b.length = len(prompt) + 1
+        got = runner.forward([Segment(b, [31, 32, 33], all_logits=True)])
+        torch.testing.assert_close(got, want_b[1:], atol=1e-4, rtol=0)
+        for cache in (a, b, c, fresh):
+            runner.release(cache)
