@@ -51,12 +51,36 @@ def test_sync_catches_up_with_prompt_and_output_incrementally() -> None:
 
 def test_backoff_skips_steps_after_misses_and_a_hit_resets_it() -> None:
     idx = NgramIndex()
-    idx.verified(0)
+    idx.verified(0, 3)
     assert idx.skip == 2
-    idx.verified(0)
+    idx.verified(0, 3)
     assert idx.skip == 4
-    idx.verified(3)
+    idx.verified(3, 3)
     assert idx.misses == 0
+
+
+def test_draft_length_grows_after_full_acceptance_and_shrinks_after_a_rejection(service) -> None:
+    """transformers' heuristic schedule, within the request's k: +2 when every draft was accepted, -1 (not below
+    1) when one was not; draft_for applies it."""
+    from engine.core.speculative import draft_for
+
+    s = Sequence(0, GREEDY, service.tokenizer, KVCache(), 0.0)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
+    assert draft_for(s, prompt, 6, 100, 64) == [4, 5, 6, 7, 8, 9]  # first draft: k
+    s.ngram.verified(2, 6)
+    assert s.ngram.length == 5 and draft_for(s, prompt, 6, 100, 64) == [4, 5, 6, 7, 8]
+    s.ngram.verified(5, 5)
+    assert s.ngram.length == 7 and len(draft_for(s, prompt, 6, 100, 64)) == 6  # capped at k
+    for _ in range(8):
+        s.ngram.verified(1, 6)
+    assert s.ngram.length == 1
+
+
+def test_a_one_token_match_drafts_at_most_unigram_drafts() -> None:
+    from engine.core.speculative import UNIGRAM_DRAFTS
+
+    assert index([7, 1, 2, 3, 4, 5, 9, 7]).propose(5) == [1, 2, 3, 4, 5][:UNIGRAM_DRAFTS]
+    assert index([6, 7, 1, 2, 3, 4, 5, 6, 7]).propose(5) == [1, 2, 3, 4, 5]  # a 2-gram match: all k
 
 
 def row(params: SamplingParams, seed: int = 0, output: list[int] | None = None) -> Row:
