@@ -165,6 +165,19 @@ def test_verify_takes_the_bonus_token_after_all_drafts(service) -> None:
     assert s.output_ids == [5, 7, 8, 9] and s.cache.length == 103
 
 
+def test_verify_breaks_ties_as_plain_decoding_does(service) -> None:
+    """Greedy rows take every row's argmax in one pass: a tie goes to the lower id, as sample_rows gives it."""
+    from engine.core.sampler import sample_rows
+
+    tied = torch.zeros(3, 64)
+    tied[:, 9] = tied[:, 4] = 5.0
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 103)
+    plain = sample_rows(tied[:1], [Row(s.params, torch.Generator(), [], s.output_ids)])[0][0]
+    assert plain == 4
+    assert verify(tied, [4, 9], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats()) == 1
+    assert s.output_ids == [5, 4, 4]
+
+
 def test_verify_stops_at_the_token_that_finishes(service) -> None:
     # EOS (id 0) accepted as a draft ends the step there; so does max_tokens
     s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 104)
@@ -309,3 +322,44 @@ def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: 
         torch.testing.assert_close(got, want_b[1:], atol=1e-4, rtol=0)
         for cache in (a, b, c, fresh):
             runner.release(cache)
+
+
+def test_drafts_fill_a_step_only_up_to_step_rows(service) -> None:
+    """Drafts ride along only while the step is small: decode rows and drafts together stay within STEP_ROWS, so
+    a full batch drafts nothing; replies stay what they are without speculation. The runner is the real one; its
+    forward is wrapped only to count each step's rows."""
+    from engine.core.speculative import STEP_ROWS
+
+    core = service.engine
+    lim = EngineLimits(max_model_len=8192, step_log=0, speculative_ngram=8)
+    runner = core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1))
+    steps: list[tuple[int, int, bool]] = []  # (segments, rows, whether every segment decodes)
+    forward = runner.forward
+
+    def counted(segments: list[Any]) -> torch.Tensor:
+        decoding = all(s.cache.length > 0 and (len(s.token_ids) == 1 or s.all_logits) for s in segments)
+        steps.append((len(segments), sum(len(s.token_ids) for s in segments), decoding))
+        return forward(segments)
+
+    runner.forward = counted  # type: ignore[method-assign]
+    e = Engine(runner, core.tokenizer, set(core.eos_ids), lim)
+    e.start()
+    try:
+        prompt = ids(service, REPEATING)
+        ref = generate(e, prompt, SamplingParams(temperature=0, max_tokens=24, speculative=0)).tokens()
+        for n in (3, STEP_ROWS + 1):
+            steps.clear()
+            cs = [Collector() for _ in range(n)]
+            for i, c in enumerate(cs):
+                e.submit(EngineRequest(f"n{n}-{i}", prompt, SamplingParams(temperature=0, max_tokens=24)), c)
+            assert all(c.done.wait(300) for c in cs)
+            assert all(c.tokens() == ref for c in cs)
+            decode_steps = [(segs, rows) for segs, rows, decoding in steps if decoding]
+            assert all(rows <= max(STEP_ROWS, segs) for segs, rows in decode_steps)
+            if n == 3:  # a small batch drafts
+                assert any(rows > segs for segs, rows in decode_steps)
+            else:  # a full one does not
+                full = [(segs, rows) for segs, rows in decode_steps if segs >= STEP_ROWS]
+                assert full and all(rows == segs for segs, rows in full)
+    finally:
+        e.shutdown()
