@@ -1,13 +1,16 @@
 """Speculative decoding by prompt lookup (engine/core/speculative.py): single-stream tokens/s with and without.
 
-    .venv/bin/python bench/spec_ngram.py [--k 2,4,8] [--rounds 2] [--max-tokens 96]
+    .venv/bin/python bench/spec_ngram.py [--k 2,4,8] [--rounds 2] [--max-tokens 96] [--concurrency 1,4,16]
 
-One process, the bundled model, one engine per setting on the same weights (no prefix cache, so every request
-prefills the same way). Greedy requests one at a time, rounds alternating off / on per k (A B A B), on a repeating
-set (edit this code, summarise this text, extract fields as JSON: the reply copies its prompt) and a set that
-repeats little (open questions). Tokens/s is decode only: output tokens after the first over the time from the
-first token to the last. Checks the greedy replies are identical with and without, and prints each set's
-ratio per k, the acceptance rate and the draft lookup's own cost per token.
+One process, the bundled model, one engine on the same weights (no prefix cache, so every request prefills the
+same way). Greedy requests, rounds alternating off / on per k (A B A B), on a repeating set (edit this code,
+summarise this text, extract fields as JSON: the reply copies its prompt) and a set that repeats little (open
+questions). At concurrency 1 the prompts go one at a time; at c > 1, c requests at once (the set's prompts in
+turn). Tokens/s is decode only: output tokens after each request's first over the time from the first first token
+to the last token, by the wall clock (`tok_s`, `ratio`) and by the process's CPU time (`cpu_ratio`: steadier on a
+shared machine, where other processes' load moves the wall clock); `ratio` compares the medians of the runs,
+`total_ratio` the set's tokens over its whole time (the set as one workload). Checks the greedy replies are identical with
+and without, and prints each set's ratio per k, the acceptance rate and the draft lookup's own cost per token.
 """
 
 from __future__ import annotations
@@ -50,27 +53,48 @@ OPEN = [
 ]
 
 
-def run_one(e, tokenizer, text: str, max_tokens: int, k: int | None) -> tuple[list[int], float, int, int, int]:
+class Reply:
+    """One request's tokens as they arrive, with the wall and process CPU time of the first and the last."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.drafted = self.accepted = 0
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.done = threading.Event()
+
+    def __call__(self, item) -> None:  # the engine thread's sink
+        if item is None:
+            self.done.set()
+        elif isinstance(item, list):
+            for d in item:
+                if d.token_ids:
+                    self.wall.append(time.perf_counter())
+                    self.cpu.append(time.process_time())
+                self.tokens.extend(d.token_ids)
+                self.drafted += d.drafted
+                self.accepted += len(d.accepted)
+
+
+def run_many(e, tokenizer, texts: list[str], max_tokens: int, k: int) -> tuple[list[Reply], int, float, float]:
+    """The texts as concurrent greedy requests: their replies, the decode tokens (after each request's first) and
+    the wall and process CPU seconds from the first first token to the last token (one request: its decode)."""
     from engine.core.types import EngineRequest, SamplingParams
 
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)["input_ids"]
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, speculative=k)
-    out: list = []
-    done = threading.Event()
-
-    def sink(item) -> None:
-        if item is None:
-            done.set()
-        elif isinstance(item, list):
-            out.extend(item)
-
-    e.submit(EngineRequest(f"r{time.perf_counter_ns()}", ids, params), sink)
-    done.wait(600)
-    tokens = [t for d in out for t in d.token_ids]
-    times = [t for d in out for t in d.token_times]
-    drafted = sum(d.drafted for d in out)
-    accepted = sum(len(d.accepted) for d in out)
-    return tokens, times[-1] - times[0], len(tokens) - 1, drafted, accepted
+    replies = []
+    for text in texts:
+        msgs = [{"role": "user", "content": text}]
+        ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)["input_ids"]
+        reply = Reply()
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, speculative=k)
+        e.submit(EngineRequest(f"r{time.perf_counter_ns()}", ids, params), reply)
+        replies.append(reply)
+    for reply in replies:
+        reply.done.wait(600)
+    n = sum(len(r.tokens) - 1 for r in replies)
+    wall = max(r.wall[-1] for r in replies) - min(r.wall[0] for r in replies)
+    cpu = max(r.cpu[-1] for r in replies) - min(r.cpu[0] for r in replies)
+    return replies, n, wall, cpu
 
 
 def lookup_cost_us() -> float:
@@ -95,7 +119,9 @@ def main() -> None:
     ap.add_argument("--k", default="4")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--concurrency", default="1", help="streams at once, e.g. 1,4,16")
     args = ap.parse_args()
+    concurrency = [int(c) for c in args.concurrency.split(",")]
     import torch
 
     from app import build_service, settings_from
@@ -112,34 +138,52 @@ def main() -> None:
     flags = [f for f in ("avx512f", "avx512_bf16", "avx2", "amx_bf16") if f in Path("/proc/cpuinfo").read_text()]
     print(json.dumps({"threads": torch.get_num_threads(), "cpu_flags": flags, "lookup_us_per_token":
                       round(lookup_cost_us(), 2)}))  # fmt: skip
-    rates: dict[tuple[str, int], list[float]] = {}
-    acc: dict[tuple[str, int], list[int]] = {}
+    runs: dict[tuple[str, int, int], list[tuple[int, float, float]]] = {}  # (tokens, wall s, cpu s) per run
+    acc: dict[tuple[str, int, int], list[int]] = {}
     mismatches = 0
-    run_one(e, core.tokenizer, "Hello", 8, 0)  # warm-up
+    run_many(e, core.tokenizer, ["Hello"], 8, 0)  # warm-up
     for rnd in range(args.rounds):
-        for name, prompts in (("repeating", REPEATING), ("open", OPEN)):
-            for text in prompts:
-                base = None
-                for k in [0, *ks]:  # A B ... within each prompt, so both see the same moment of the machine
-                    toks, secs, n, drafted, accepted = run_one(e, core.tokenizer, text, args.max_tokens, k)
-                    rates.setdefault((name, k), []).append(n / secs if secs > 0 else 0.0)
-                    a = acc.setdefault((name, k), [0, 0])
-                    a[0], a[1] = a[0] + drafted, a[1] + accepted
-                    if base is None:
-                        base = toks
-                    elif toks != base:
-                        mismatches += 1
-                        print(json.dumps({"mismatch": text[:40], "k": k}))
+        for c in concurrency:
+            for name, prompts in (("repeating", REPEATING), ("open", OPEN)):
+                # c = 1: each prompt alone; c > 1: c requests at once, the set's prompts in turn
+                groups = [[t] for t in prompts] if c == 1 else [[prompts[i % len(prompts)] for i in range(c)]]
+                for texts in groups:
+                    base = None
+                    for k in [0, *ks]:  # A B ... within each group, so both see the same moment of the machine
+                        replies, n, wall, cpu = run_many(e, core.tokenizer, texts, args.max_tokens, k)
+                        runs.setdefault((name, c, k), []).append((n, wall, cpu))
+                        a = acc.setdefault((name, c, k), [0, 0])
+                        a[0] += sum(r.drafted for r in replies)
+                        a[1] += sum(r.accepted for r in replies)
+                        toks = [r.tokens for r in replies]
+                        if base is None:
+                            base = toks
+                        elif toks != base:
+                            mismatches += 1
+                            print(json.dumps({"mismatch": texts[0][:40], "k": k, "concurrency": c}))
         print(json.dumps({"round": rnd + 1}), flush=True)
-    out = {"greedy_mismatches": mismatches}
-    for name in ("repeating", "open"):
-        off = statistics.median(rates[(name, 0)])
-        out[name] = {"off_tok_s": round(off, 1)}
-        for k in ks:
-            on = statistics.median(rates[(name, k)])
-            drafted, accepted = acc[(name, k)]
-            out[name][f"k{k}"] = {"tok_s": round(on, 1), "ratio": round(on / off, 2),
-                                  "acceptance": round(accepted / drafted, 2) if drafted else None}  # fmt: skip
+    out: dict = {"greedy_mismatches": mismatches}
+
+    def medians(key: tuple[str, int, int]) -> list[float]:  # median tokens/s of the runs: wall, cpu
+        return [statistics.median(r[0] / r[i] for r in runs[key]) for i in (1, 2)]
+
+    def totals(key: tuple[str, int, int]) -> list[float]:  # the set as one workload: its tokens over its time
+        n = sum(r[0] for r in runs[key])
+        return [n / sum(r[i] for r in runs[key]) for i in (1, 2)]
+
+    for c in concurrency:
+        for name in ("repeating", "open"):
+            off, off_total = medians((name, c, 0)), totals((name, c, 0))
+            res = out.setdefault(f"c{c}", {})[name] = {"off_tok_s": round(off[0], 1),
+                                                       "off_cpu_tok_s": round(off[1], 1)}  # fmt: skip
+            for k in ks:
+                on, on_total = medians((name, c, k)), totals((name, c, k))
+                drafted, accepted = acc[(name, c, k)]
+                res[f"k{k}"] = {"tok_s": round(on[0], 1), "ratio": round(on[0] / off[0], 2),
+                                "cpu_ratio": round(on[1] / off[1], 2),
+                                "total_ratio": round(on_total[0] / off_total[0], 2),
+                                "total_cpu_ratio": round(on_total[1] / off_total[1], 2),
+                                "acceptance": round(accepted / drafted, 2) if drafted else None}  # fmt: skip
     print(json.dumps(out))
     e.shutdown()
     core.shutdown()

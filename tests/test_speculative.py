@@ -51,12 +51,36 @@ def test_sync_catches_up_with_prompt_and_output_incrementally() -> None:
 
 def test_backoff_skips_steps_after_misses_and_a_hit_resets_it() -> None:
     idx = NgramIndex()
-    idx.verified(0)
+    idx.verified(0, 3)
     assert idx.skip == 2
-    idx.verified(0)
+    idx.verified(0, 3)
     assert idx.skip == 4
-    idx.verified(3)
+    idx.verified(3, 3)
     assert idx.misses == 0
+
+
+def test_draft_length_grows_after_full_acceptance_and_shrinks_after_a_rejection(service) -> None:
+    """transformers' heuristic schedule, within the request's k: +2 when every draft was accepted, -1 (not below
+    1) when one was not; draft_for applies it."""
+    from engine.core.speculative import draft_for
+
+    s = Sequence(0, GREEDY, service.tokenizer, KVCache(), 0.0)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
+    assert draft_for(s, prompt, 6, 100, 64) == [4, 5, 6, 7, 8, 9]  # first draft: k
+    s.ngram.verified(2, 6)
+    assert s.ngram.length == 5 and draft_for(s, prompt, 6, 100, 64) == [4, 5, 6, 7, 8]
+    s.ngram.verified(5, 5)
+    assert s.ngram.length == 7 and len(draft_for(s, prompt, 6, 100, 64)) == 6  # capped at k
+    for _ in range(8):
+        s.ngram.verified(1, 6)
+    assert s.ngram.length == 1
+
+
+def test_a_one_token_match_drafts_at_most_unigram_drafts() -> None:
+    from engine.core.speculative import UNIGRAM_DRAFTS
+
+    assert index([7, 1, 2, 3, 4, 5, 9, 7]).propose(5) == [1, 2, 3, 4, 5][:UNIGRAM_DRAFTS]
+    assert index([6, 7, 1, 2, 3, 4, 5, 6, 7]).propose(5) == [1, 2, 3, 4, 5]  # a 2-gram match: all k
 
 
 def row(params: SamplingParams, seed: int = 0, output: list[int] | None = None) -> Row:
@@ -139,6 +163,19 @@ def test_verify_takes_the_bonus_token_after_all_drafts(service) -> None:
     assert verify(logits_for([7, 8, 9]), [7, 8], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids),
                   stats()) == 2  # fmt: skip
     assert s.output_ids == [5, 7, 8, 9] and s.cache.length == 103
+
+
+def test_verify_breaks_ties_as_plain_decoding_does(service) -> None:
+    """Greedy rows take every row's argmax in one pass: a tie goes to the lower id, as sample_rows gives it."""
+    from engine.core.sampler import sample_rows
+
+    tied = torch.zeros(3, 64)
+    tied[:, 9] = tied[:, 4] = 5.0
+    s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 103)
+    plain = sample_rows(tied[:1], [Row(s.params, torch.Generator(), [], s.output_ids)])[0][0]
+    assert plain == 4
+    assert verify(tied, [4, 9], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats()) == 1
+    assert s.output_ids == [5, 4, 4]
 
 
 def test_verify_stops_at_the_token_that_finishes(service) -> None:
@@ -229,3 +266,100 @@ def test_a_seed_reproduces_a_sampled_reply_with_speculation(service, spec_engine
     first, second = generate(spec_engine, prompt, params), generate(spec_engine, prompt, params)
     assert first.tokens() == second.tokens()
     assert sum(d.drafted for d in first.deltas) > 0
+
+
+# ---- the runner: a drafted segment's rows attend as decode rows ----
+
+
+def tiny_llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])
+def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: bool) -> None:
+    """A drafted segment (the last token and its drafts, a row per token) runs in the step's one decode-attention
+    call, each row against the positions up to its own: its rows equal feeding the tokens one step at a time. Two
+    drafted segments of different lengths share the step with a decode row and a prompt; the drafts cross a page
+    boundary; a rollback (the cache cut back to an accepted prefix) leaves the rejected positions unread."""
+    from engine.core.model_runner import DecoderRunner, Segment
+
+    runner = DecoderRunner(tiny_llama(), "cpu", kv_tokens=2048, use_kernels=kernels)
+    if kernels and runner.kern is None:
+        pytest.skip("no CPU kernels here (no g++ or no AVX2)")
+    assert runner.ops.name == ("cpu" if kernels else "torch")
+    prompt = [int(t) for t in torch.randint(3, 5000, (2 * PAGE - 3,), generator=torch.Generator().manual_seed(1))]
+    fed_a, fed_b = [11, 12, 13, 14, 15, 16], [21, 22, 23]  # the last token and 5 drafts; and 2 drafts
+
+    def one_by_one(tokens: list[int]) -> torch.Tensor:
+        cache = KVCache()
+        runner.forward([Segment(cache, prompt)])
+        rows = torch.cat([runner.forward([Segment(cache, [t])]) for t in tokens])
+        runner.release(cache)
+        return rows
+
+    with torch.inference_mode():
+        want_a, want_b = one_by_one(fed_a), one_by_one(fed_b[:1] + [31, 32, 33])
+        want_c = one_by_one([41])
+        a, b, c = KVCache(), KVCache(), KVCache()
+        runner.forward([Segment(a, prompt), Segment(b, prompt[:-4]), Segment(c, prompt)])
+        runner.forward([Segment(b, prompt[-4:], want_logits=False)])
+        fresh = KVCache()
+        got = runner.forward([Segment(c, [41]), Segment(a, fed_a, all_logits=True), Segment(fresh, prompt[:5]),
+                              Segment(b, fed_b, all_logits=True)])  # fmt: skip
+        assert got.shape == (1 + len(fed_a) + 1 + len(fed_b), 5000)
+        torch.testing.assert_close(got[0:1], want_c, atol=1e-4, rtol=0)
+        torch.testing.assert_close(got[1:7], want_a, atol=1e-4, rtol=0)
+        assert got[1:7].argmax(-1).tolist() == want_a.argmax(-1).tolist()
+        torch.testing.assert_close(got[8:9], want_b[:1], atol=1e-4, rtol=0)
+        # b accepted no draft: its cache keeps the last token only, and the next step feeds other tokens
+        b.length = len(prompt) + 1
+        got = runner.forward([Segment(b, [31, 32, 33], all_logits=True)])
+        torch.testing.assert_close(got, want_b[1:], atol=1e-4, rtol=0)
+        for cache in (a, b, c, fresh):
+            runner.release(cache)
+
+
+def test_drafts_fill_a_step_only_up_to_step_rows(service) -> None:
+    """Drafts ride along only while the step is small: decode rows and drafts together stay within STEP_ROWS, so
+    a full batch drafts nothing; replies stay what they are without speculation. The runner is the real one; its
+    forward is wrapped only to count each step's rows."""
+    from engine.core.speculative import STEP_ROWS
+
+    core = service.engine
+    lim = EngineLimits(max_model_len=8192, step_log=0, speculative_ngram=8)
+    runner = core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1))
+    steps: list[tuple[int, int, bool]] = []  # (segments, rows, whether every segment decodes)
+    forward = runner.forward
+
+    def counted(segments: list[Any]) -> torch.Tensor:
+        decoding = all(s.cache.length > 0 and (len(s.token_ids) == 1 or s.all_logits) for s in segments)
+        steps.append((len(segments), sum(len(s.token_ids) for s in segments), decoding))
+        return forward(segments)
+
+    runner.forward = counted  # type: ignore[method-assign]
+    e = Engine(runner, core.tokenizer, set(core.eos_ids), lim)
+    e.start()
+    try:
+        prompt = ids(service, REPEATING)
+        ref = generate(e, prompt, SamplingParams(temperature=0, max_tokens=24, speculative=0)).tokens()
+        for n in (3, STEP_ROWS + 1):
+            steps.clear()
+            cs = [Collector() for _ in range(n)]
+            for i, c in enumerate(cs):
+                e.submit(EngineRequest(f"n{n}-{i}", prompt, SamplingParams(temperature=0, max_tokens=24)), c)
+            assert all(c.done.wait(300) for c in cs)
+            assert all(c.tokens() == ref for c in cs)
+            decode_steps = [(segs, rows) for segs, rows, decoding in steps if decoding]
+            assert all(rows <= max(STEP_ROWS, segs) for segs, rows in decode_steps)
+            if n == 3:  # a small batch drafts
+                assert any(rows > segs for segs, rows in decode_steps)
+            else:  # a full one does not
+                full = [(segs, rows) for segs, rows in decode_steps if segs >= STEP_ROWS]
+                assert full and all(rows == segs for segs, rows in full)
+    finally:
+        e.shutdown()

@@ -178,9 +178,9 @@ class DecoderRunner:
         slot = torch.tensor(slots, device=dev)
         h = self.inner.embed_tokens(input_ids).to(self.dtype)  # [N, D]: every token of every segment on one axis
         cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
-        # Single-token (decode) segments attend in one call, reading their pages where they are; prompt chunks
-        # attend one by one.
-        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1]
+        # Single-token (decode) segments attend in one call, reading their pages where they are, and so do drafted
+        # ones (a row per token, see _decode_rows); prompt chunks attend one by one.
+        decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1 or segments[i].all_logits]
         single = [i for i in range(len(segments)) if i not in set(decode)]
         rows = self._decode_rows(segments, bounds, decode) if decode else None
         chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
@@ -227,15 +227,19 @@ class DecoderRunner:
     def _decode_rows(
         self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int]
     ) -> DecodeRows:
-        ends = [bounds[i][2] + 1 for i in decode]
+        """A decode row per token of the `decode` segments: a drafted segment's token j (at position start + j)
+        attends to the first start + j + 1 positions of its sequence's pages, which rope_store has written before
+        attention runs, so its k + 1 rows are causal attention within the one decode call."""
+        cols = [r for i in decode for r in range(bounds[i][0], bounds[i][1])]
+        ends = [start + 1 + r - a for i in decode for a, b, start in (bounds[i],) for r in range(a, b)]
+        owner = [i for i in decode for _ in range(bounds[i][1] - bounds[i][0])]
         width = -(-max(ends) // PAGE)
         table = torch.tensor(
-            [segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE)) for i, e in zip(decode, ends)],
+            [segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE)) for i, e in zip(owner, ends)],
             device=self.device, dtype=torch.int32,
         )  # fmt: skip
         lens = torch.tensor(ends, device=self.device, dtype=torch.int32)
-        cols = torch.tensor([bounds[i][0] for i in decode], device=self.device)
-        return DecodeRows(cols, table, lens)
+        return DecodeRows(torch.tensor(cols, device=self.device), table, lens)
 
     def _attention(
         self, li: int, q: torch.Tensor, bounds, single, chunk_pages, rows: DecodeRows | None

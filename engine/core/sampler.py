@@ -108,7 +108,8 @@ def token_logprob(
     return entry
 
 
-def _plain_greedy(row: Row) -> bool:
+def plain_greedy(row: Row) -> bool:
+    """Greedy with nothing that changes the logits (no forced token, mask or penalty): the argmax is the token."""
     p = row.params
     return (
         p.greedy and row.forced is None and row.mask is None
@@ -122,13 +123,13 @@ def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float,
     Plain greedy rows share one argmax over the batch."""
     logits = logits.float()
     raw = torch.log_softmax(logits, dim=-1)  # one fused pass; torch.logsumexp takes several over the batch
-    best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(r) for r in rows) else []
+    best = logits.argmax(dim=-1).tolist() if any(plain_greedy(r) for r in rows) else []
     out = []
     for i, row in enumerate(rows):
         p, after = row.params, None
         if row.forced is not None:
             token = row.forced
-        elif _plain_greedy(row):
+        elif plain_greedy(row):
             token = best[i]
             if p.sampler_logprobs:
                 after = raw[i]  # nothing touches these logits: after the samplers is before them

@@ -26,7 +26,7 @@ from engine.core.beam import BeamSearch
 from engine.core.kv import KV_GROW, KVBudget, KVCache
 from engine.core.runner import Segment
 from engine.core.sequence import Sequence
-from engine.core.speculative import draft_for
+from engine.core.speculative import STEP_ROWS, draft_for
 from engine.core.types import EngineLimits, EngineRequest, RequestStats, Sink
 
 log = logging.getLogger(__name__)
@@ -131,11 +131,13 @@ class Scheduler:
             return None
         batch = Batch(preempted=self.preemptions - preempted, prefix_tokens=self._prefix_loaded)
         budget = self.limits.max_batched_tokens
+        # Drafts ride along while the step is small: they fill it up to STEP_ROWS rows (speculative.py).
+        drafts = STEP_ROWS - sum(sum(not s.finished for s in r.seqs) for r in self.running if r.prefill_done)
         for r in self.running:
             if r.prefill_done:
                 live = [s for s in r.seqs if not s.finished]
                 if self.speculative and r.beam is None and r.req.params.speculative:
-                    self._draft(r, live, batch)
+                    drafts -= self._draft(r, live, batch, drafts)
                 batch.segments.extend(Segment(s.cache, [s.output_ids[-1], *s.draft], adapter=r.req.adapter,
                                               all_logits=bool(s.draft)) for s in live)  # fmt: skip
                 batch.decodes += len(live)
@@ -162,15 +164,19 @@ class Scheduler:
                 batch.in_step.append(r)
         return batch
 
-    def _draft(self, r: RequestState, live: list[Sequence], batch: Batch) -> None:
-        """Each live sequence's n-gram drafts for this step, within its KV budget and its max_tokens."""
+    def _draft(self, r: RequestState, live: list[Sequence], batch: Batch, budget: int) -> int:
+        """Each live sequence's n-gram drafts for this step, within its KV budget, its max_tokens and the step's
+        `budget` of draft rows; returns how many it drafted."""
         k = r.req.params.speculative or 0
+        made = 0
         for s in live:
-            room = r.req.params.max_tokens - len(s.output_ids) - 1
+            room = min(r.req.params.max_tokens - len(s.output_ids) - 1, budget - made)
             if r.preemptible:  # the budget _grow granted; a request with candidates reserved its final size
                 room = min(room, r.kv_tokens - s.cache.length - 1)
             s.draft = draft_for(s, r.req.prompt_ids, k, room, self.kv.runner.vocab_size)
-            batch.drafted += len(s.draft)
+            made += len(s.draft)
+        batch.drafted += made
+        return made
 
     def prompts_done(self, batch: Batch) -> None:
         """After the forward: prompts completed in it go to the prefix cache, a recomputed one is whole again."""

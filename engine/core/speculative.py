@@ -23,12 +23,17 @@ from typing import Any
 
 import torch
 
-from engine.core.sampler import Row, processed_logits, token_logprob
+from engine.core.sampler import Row, plain_greedy, processed_logits, token_logprob
 from engine.core.types import FINISH_STOP
 
-DEFAULT_K = 3  # drafts per step when a request asks and the server sets no K: k=3 measured best (bench/spec_ngram.py)
+DEFAULT_K = 4  # drafts per step when a request asks and the server sets no K: k=4 measured best (bench/spec_ngram.py)
 NGRAM_MAX = 3  # the longest suffix looked up (vLLM's prompt_lookup_max)
-NGRAM_MIN = 2  # the shortest (prompt_lookup_min): single-token matches guess too poorly to pay (measured)
+NGRAM_MIN = 1  # the shortest (prompt_lookup_min, vLLM's default too)
+UNIGRAM_DRAFTS = 2  # a match of one token alone drafts at most this many: it guesses well only that far (measured)
+# A step's rows, decode rows and drafts together, up to which drafts are added: a step of a few rows streams the
+# weights once whatever its rows (memory-bound), a larger one pays for every row it adds, so a full batch drafts
+# nothing (vLLM's speculative_disable_by_batch_size, per step). bench/spec_ngram.py --concurrency 1,4,16.
+STEP_ROWS = 16
 BACKOFF_MAX = 8  # after drafted steps that accepted nothing, skip up to this many steps before drafting again
 
 
@@ -45,8 +50,13 @@ class NgramIndex:
         # then costs few wasted verifications; a hit drafts every step again.
         self.misses = 0
         self.skip = 0
+        # The draft length now (0: not set, the request's k): transformers' "heuristic" schedule for assisted
+        # generation, +2 after a step that accepted every draft, -1 after one that did not, so a long copy drafts
+        # up to k and scattered matches draft few (each draft costs a row of the forward).
+        self.length = 0
 
-    def verified(self, accepted: int) -> None:
+    def verified(self, accepted: int, drafted: int) -> None:
+        self.length = self.length + 2 if accepted == drafted else max(1, self.length - 1)
         if accepted:
             self.misses = 0
         else:
@@ -73,15 +83,15 @@ class NgramIndex:
             self.extend(output[have - len(prompt) :])
 
     def propose(self, k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of the longest suffix found (n from
-        NGRAM_MAX down to NGRAM_MIN); [] when none occurred before."""
+        """Up to k tokens (UNIGRAM_DRAFTS after a one-token match) that followed the latest earlier occurrence of
+        the longest suffix found (n from NGRAM_MAX down to NGRAM_MIN); [] when none occurred before."""
         t = self.tokens
         if k <= 0:
             return []
         for n in range(min(self.ngram_max, len(t)), self.ngram_min - 1, -1):
             end = self._last[n].get(tuple(t[len(t) - n :]))
             if end is not None:
-                return t[end + 1 : end + 1 + k]
+                return t[end + 1 : end + 1 + (k if n > 1 else min(k, UNIGRAM_DRAFTS))]
         return []
 
 
@@ -99,7 +109,8 @@ def draft_for(seq: Any, prompt_ids: list[int], k: int, room: int, vocab_size: in
     if index.skip:
         index.skip -= 1
         return []
-    draft = index.propose(min(k, room))
+    index.length = min(index.length or k, k)
+    draft = index.propose(min(index.length, room))
     if draft and seq.constraint is not None:
         c, ok = seq.constraint.fork(), 0
         for tok in draft:
@@ -143,21 +154,28 @@ def verify(logits: torch.Tensor, draft: list[int], seq: Any, row_for: Callable[[
     token by token; stops (EOS, stop ids and strings, max_tokens, a complete grammar) end the step at the token
     that finishes. Rolls the cache back to what the appended tokens need; returns the drafts accepted."""
     logits = logits.float()
-    raw = torch.log_softmax(logits, dim=-1)
     fed = seq.cache.length  # the forward wrote KV for all k + 1 inputs
     before = len(seq.output_ids)
     accepted = 0
     d = seq.pending
+    best: list[int] | None = None  # plain greedy rows: every row's argmax in one pass
     for i in range(len(draft) + 1):
         row = row_for()  # the sequence's state now: output so far (penalties), constraint mask, a forced token
         want = draft[i] if i < len(draft) else None
-        token, after, ok = decide(logits[i].clone(), row, want)
         p = row.params
-        entry = token_logprob(raw[i], token, p.top_logprobs, after) if p.logprobs else None
+        raw = torch.log_softmax(logits[i], dim=-1)  # only the rows used: none after the first rejection
+        if plain_greedy(row):  # no sampler changes these logits: the argmax is the token
+            if best is None:  # max's indices, the first maximum as argmax's, in a third of argmax's time
+                best = logits.max(dim=-1).indices.tolist()
+            token, ok = best[i], best[i] == want
+            after = raw if p.sampler_logprobs and p.logprobs else None
+        else:
+            token, after, ok = decide(logits[i].clone(), row, want)
+        entry = token_logprob(raw, token, p.top_logprobs, after) if p.logprobs else None
         if entry is not None and p.sampler_logprobs and row.forced is not None:
             entry.processed = []
         constrained = seq.constraint is not None and not seq.thinking
-        seq.append(token, float(raw[i, token]), entry, **stats)
+        seq.append(token, float(raw[token]), entry, **stats)
         if constrained and not seq.finished:
             seq.constraint.accept(token)
             if seq.constraint.finished():
@@ -170,7 +188,7 @@ def verify(logits: torch.Tensor, draft: list[int], seq: Any, row_for: Callable[[
     d.drafted += len(draft)
     d.speculative = True
     if seq.ngram is not None:
-        seq.ngram.verified(accepted)
+        seq.ngram.verified(accepted, len(draft))
     made = len(seq.output_ids) - before
     # Inputs whose KV stays: the last token and the drafts before the newest appended token (which is the next
     # step's input, as after any step).
