@@ -79,7 +79,9 @@ class Settings:
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     step_log: int = _knob(4096, "Engine step records kept for the scheduler x-ray and /server/steps (0 = off).")
     speculative_ngram: int = _knob(
-        0, "Speculative decoding by prompt lookup: n-gram drafts verified per step (0 = off; a request may ask)."
+        4,
+        "Speculative decoding by prompt lookup: up to K n-gram drafts verified per step, for greedy requests "
+        "(0 = off); any request may ask with speculative: true.",
     )
     # Serving hygiene (issue 6): limits per client and per request, shutdown, logging.
     max_concurrent_per_client: int = _knob(

@@ -62,9 +62,10 @@ CANDIDATES = (
     Knob("sampler_logprobs", "check", False, False, "Extension: each token's candidates also after the samplers "
          "(penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs logprobs and "
          "top_logprobs ≥ 1.", label="sampler_logprobs_label"),
-    Knob("speculative", "check", False, False, "Extension: speculative decoding by prompt lookup (n-gram drafts) for "
-         "this request; greedy replies are the same, accepted drafts are underlined in the heatmap. Unchecked = the "
-         "server's default.", label="speculative_label"),
+    Knob("speculative", "choice", "server default", "server default", "Extension: speculative decoding by prompt "
+         "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
+         "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
+         choices=("server default", "on", "off"), label="speculative_label"),
 )  # fmt: skip
 
 FORMAT = (
@@ -119,7 +120,8 @@ def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = BY_NAME.get(name)
-        if knob is None or name in ("response_format", "json_schema", "enable_thinking", "thinking_budget"):
+        if knob is None or name in ("response_format", "json_schema", "enable_thinking", "thinking_budget",
+                                    "speculative"):  # fmt: skip
             continue
         if name in INTEGER_FIELDS:
             value = _integral(value)
@@ -140,6 +142,8 @@ def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
             out[name] = value
     if "include_stop_str_in_output" in out and not ("stop" in out or "stop_token_ids" in out):
         del out["include_stop_str_in_output"]  # ignored by the API then; keep the request honest
+    if values.get("speculative") in ("on", "off"):  # "server default" sends nothing
+        out["speculative"] = values["speculative"] == "on"
     out.update(_format(values.get("response_format") or "text", values.get("json_schema") or "", lang))
     kwargs = _thinking(values.get("enable_thinking") or "model default", _integral(values.get("thinking_budget") or 0))
     if kwargs:

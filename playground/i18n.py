@@ -134,6 +134,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "preset_creative": ("Creative", "创意"),
     "thinking": ("thinking", "思考模式"),
     "thinking_default": ("model default", "模型默认"),
+    "server_default": ("server default", "服务器默认"),
     "thinking_on": ("on", "开启"),
     "thinking_off": ("off", "关闭"),
     "sampler_logprobs_label": ("samplers before/after", "采样器前后对比"),
@@ -188,8 +189,8 @@ KNOB_HELP_ZH = {
     "top_logprobs": "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
     "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（惩罚、约束、temperature、top_k、top_p）之后的"
     "候选。需要 logprobs 且 top_logprobs ≥ 1。",
-    "speculative": "扩展字段：本请求使用提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
-    "不勾选 = 服务器默认。",
+    "speculative": "扩展字段：提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
+    "服务器默认：贪心请求起草（--speculative-ngram），采样请求不起草。",
     "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
     "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
     "object、null）。",

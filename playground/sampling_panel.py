@@ -24,7 +24,8 @@ class SamplingTab:
 
 
 # A choice shown in words of the page's language; its value stays what the request code reads.
-SHOWN_CHOICES = {"model default": "thinking_default", "on": "thinking_on", "off": "thinking_off"}
+SHOWN_CHOICES = {"model default": "thinking_default", "server default": "server_default", "on": "thinking_on",
+                 "off": "thinking_off"}  # fmt: skip
 
 
 def knob_component(k: Knob) -> gr.Component:

@@ -1,6 +1,7 @@
 """Speculative decoding by prompt lookup through HTTP: the `speculative` request extension, greedy replies
 identical with and without, stats one entry per token, the `usage.speculative` extension, logprobs, stop strings,
-json_schema, n > 1, and the validation of the field. The live server runs with its default (speculation off)."""
+json_schema, n > 1, and the validation of the field. The live server runs with its default (`--speculative-ngram
+4`: greedy requests draft unless they say `speculative: false`, sampled ones only when they ask)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ GREEDY = {"temperature": 0, "max_tokens": 40, "messages": REPEATING}
 
 def both(http: httpx.Client, **body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The same body without and with speculation."""
-    return ok(chat(http, **body)), ok(chat(http, speculative=True, **body))
+    return ok(chat(http, speculative=False, **body)), ok(chat(http, speculative=True, **body))
+
+
+def test_by_default_greedy_requests_draft_and_sampled_ones_do_not(http: httpx.Client) -> None:
+    greedy = ok(chat(http, **GREEDY))
+    assert greedy["usage"]["speculative"]["accepted"] > 0  # the server's default drafts for greedy requests
+    assert text_of(greedy) == text_of(ok(chat(http, speculative=False, **GREEDY)))
+    sampled = ok(chat(http, **{**GREEDY, "temperature": 0.8, "seed": 3}))
+    assert "speculative" not in sampled["usage"]  # a sampled reply's draws stay what its seed gives
 
 
 def test_greedy_reply_is_identical_and_usage_reports_the_drafts(http: httpx.Client) -> None:

@@ -26,7 +26,7 @@ DEFAULTS = {
     "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
-    "speculative_ngram": 0,
+    "speculative_ngram": 4,
     "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30,
     "log_message_content": False, "served_model_name": "", "lora_adapters": [], "api_keys": [], "admin_keys": [],
     "pangu_auth_tokens": [], "pangu_app_codes": [], "pangu_aksk": [], "pangu_project_id": "",

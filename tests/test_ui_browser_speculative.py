@@ -36,7 +36,7 @@ def test_acceptance_rate_is_shown_and_accepted_tokens_are_underlined(browser: An
     page.locator("#pg-logprobs input[type=checkbox]").check()
     box = page.locator("#pg-speculative")
     sync_api.expect(box).to_contain_text("speculative")
-    box.locator("input[type=checkbox]").check()
+    box.get_by_label("on", exact=True).check()
     shot(page, "spec-1-sampling-box")
     open_tab(page, "Stats")
     page.wait_for_timeout(500)  # the controls' change events land before sending
@@ -71,6 +71,12 @@ def test_acceptance_rate_is_shown_and_accepted_tokens_are_underlined(browser: An
 def test_without_speculation_no_acceptance_row(browser: Any, live: Any) -> None:
     page = open_page(browser, live.url)
     precise(page, max_tokens=8)
+    page.get_by_role("tab", name="Sampling").click()
+    if not page.locator("#pg-speculative").is_visible():
+        page.get_by_role("button", name="Candidates and log-probabilities").click()
+    page.locator("#pg-speculative").get_by_label("off", exact=True).check()  # greedy drafts by the server's default
+    open_tab(page, "Stats")
+    page.wait_for_timeout(500)
     send(page, "Name a colour.")
     page.wait_for_function(FINISHED_JS, timeout=120_000)
     assert page.locator("#pg-stats td[data-stat='completion tokens']").count() == 1

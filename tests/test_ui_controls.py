@@ -101,3 +101,9 @@ def test_snippets_carry_the_exact_request() -> None:
     py = snippets.as_python(b, "http://127.0.0.1:7860/")
     compile(py, "snippet", "exec")
     assert "extra_body={'top_k': 5}" in py and "seed=1" in py
+
+
+def test_speculative_is_sent_only_when_chosen() -> None:
+    assert "speculative" not in request_fields(DEFAULTS)  # "server default": the server decides
+    assert request_fields({**DEFAULTS, "speculative": "on"})["speculative"] is True
+    assert request_fields({**DEFAULTS, "speculative": "off"})["speculative"] is False

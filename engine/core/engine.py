@@ -162,7 +162,10 @@ class Engine:
 
     def submit(self, req: EngineRequest, sink: Sink) -> RequestStats:
         p = req.params
-        k = self.limits.speculative_ngram if p.speculative is None else p.speculative
+        if p.speculative is None:  # the server's default: greedy requests, whose tokens drafting cannot change
+            k = self.limits.speculative_ngram if p.greedy else 0
+        else:
+            k = p.speculative
         if p.use_beam_search or not self.scheduler.speculative:
             k = 0
         if k != p.speculative:  # the engine's default resolved: the request's own copy says what runs
