@@ -248,12 +248,15 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
         for (int d = 0; d < D; ++d) out[static_cast<int64_t>(g) * D + d] *= inv[g];
 }
 
-void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int len, float* out,
-                int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
+// Positions [first, end) of the pages list: first > 0 for a sliding-window layer, whose window starts inside the
+// list's first page.
+void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int first, int end,
+                float* out, int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
                 std::vector<int64_t>& off) {
+    const int len = end - first;
     s.resize(static_cast<size_t>(G) * len);
     off.resize(len);
-    for (int t = 0, p = 0, slot = 0; t < len; ++t) {  // where each position's row sits in the pool
+    for (int t = 0, p = first / page, slot = first % page; t < len; ++t) {  // where each position's row sits
         off[t] = ((static_cast<int64_t>(pages[p]) * page + slot) * KV + kvh) * D;
         if (++slot == page) slot = 0, ++p;
     }
@@ -320,9 +323,10 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
 // q [B, H, D]; k_pool, v_pool [pages, page, KV, D]; table [B, W] page ids; lens [B] tokens to attend to
 // (the new one included); out [B, H, D]. Query heads h*G .. h*G+G-1 share key/value head h (G = H / KV), so
 // each task reads one sequence's keys and values for one KV head, for all the queries that use it.
+// starts: null, or each row's first position to attend (a sliding window's start) in its table row.
 void decode_attention(const float* q, const float* k_pool, const float* v_pool, const int32_t* table, int W,
-                      const int32_t* lens, float* out, int B, int H, int KV, int D, int page, float scale,
-                      int threads) {
+                      const int32_t* lens, const int32_t* starts, float* out, int B, int H, int KV, int D, int page,
+                      float scale, int threads) {
     const int G = H / KV;
 #pragma omp parallel num_threads(threads)
     {
@@ -333,7 +337,7 @@ void decode_attention(const float* q, const float* k_pool, const float* v_pool, 
             const int b = task / KV, kvh = task % KV, len = lens[b];
             const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
             attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
-                       table + static_cast<int64_t>(b) * W, len, out + (static_cast<int64_t>(b) * H +
+                       table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len, out + (static_cast<int64_t>(b) * H +
                        static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
         }
     }

@@ -92,7 +92,7 @@ class CpuKernels:
         self._linear.restype = None
         self._attention = lib.decode_attention
         i, f = ctypes.c_int, ctypes.c_float
-        self._attention.argtypes = [p, p, p, p, i, p, p, i, i, i, i, i, f, i]
+        self._attention.argtypes = [p, p, p, p, i, p, p, p, i, i, i, i, i, f, i]
         self._attention.restype = None
         self._add_rmsnorm = lib.add_rmsnorm
         self._add_rmsnorm.argtypes = [p, p, p, p, i, i, f]
@@ -131,18 +131,22 @@ class CpuKernels:
         return out
 
     def decode_attention(
-        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor
-    ) -> torch.Tensor:
-        """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists, in pools of
-        [pages, page, KV, D] (float32, contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
+        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
+        starts: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists (from
+        position starts[b] when given: a sliding window), in pools of [pages, page, KV, D] (float32,
+        contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
         q = q.contiguous()
         b, h, d = q.shape
         _, page, kv, _ = k_pool.shape
         table, lens = table.to(torch.int32).contiguous(), lens.to(torch.int32).contiguous()
+        starts = starts.to(torch.int32).contiguous() if starts is not None else None
         out = torch.empty_like(q)
         self._attention(
             q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), table.data_ptr(), table.shape[1], lens.data_ptr(),
-            out.data_ptr(), b, h, kv, d, page, d**-0.5, torch.get_num_threads(),
+            starts.data_ptr() if starts is not None else None, out.data_ptr(), b, h, kv, d, page, d**-0.5,
+            torch.get_num_threads(),
         )  # fmt: skip
         return out
 

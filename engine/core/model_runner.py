@@ -7,7 +7,8 @@ This is what lets requests join and leave the batch between steps without paddin
 
 `DecoderRunner` is a lean forward for the Llama family (Llama, SmolLM, Mistral without sliding window, Qwen2,
 Qwen3), reusing the HF model's own modules and weights; tests check its logits against the HF forward.
-`make_runner` gives any other causal LM the HF forward (`HFRunner`, hf_runner.py). Both implement `Runner`
+Gemma 3 text models run on it too, with what their layer adds in gemma.py. `make_runner` gives any other causal
+LM the HF forward (`HFRunner`, hf_runner.py). Both implement `Runner`
 (runner.py); the KV page pool is `PagePool` (kv.py).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from engine import device as devices
-from engine.core import cpu_kernels
+from engine.core import cpu_kernels, gemma
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
 from engine.core.lora import LoraAdapter, LoraSet, LoraStep
@@ -56,6 +57,8 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
         and getattr(cfg, "hidden_act", "silu") == "silu"  # the layer the device ops implement
     ):
         return DecoderRunner(model, device, kv_tokens)
+    if gemma.supported(cfg):
+        return DecoderRunner(model, device, kv_tokens)
     return HFRunner(model, device)
 
 
@@ -77,6 +80,7 @@ class DecoderRunner:
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.dtype = next(model.parameters()).dtype  # of activations and the KV cache
+        model_dtype = self.dtype  # as loaded
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
         # float32 on a CPU with the kernels: matrices stored in bf16 when that is exact (halves the bytes a decode
         # step streams), math in float32. The HF model's matrices then are bf16: run its own forward on a
@@ -125,6 +129,7 @@ class DecoderRunner:
                 self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
+        self.gemma = gemma.GemmaLayers(model, model_dtype, self.dtype) if gemma.supported(cfg) else None
         self._own_pool(kv_tokens)
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
@@ -176,8 +181,9 @@ class DecoderRunner:
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
-        h = self.inner.embed_tokens(input_ids).to(self.dtype)  # [N, D]: every token of every segment on one axis
-        cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
+        embed = self.inner.embed_tokens
+        # [N, D]: every token of every segment on one axis
+        h = embed(input_ids).to(self.dtype) if self.gemma is None else self.gemma.embed(embed, input_ids, self.dtype)
         # Single-token (decode) segments attend in one call, reading their pages where they are; prompt chunks
         # attend one by one.
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1]
@@ -190,11 +196,19 @@ class DecoderRunner:
             last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
                     for r in (range(a, b) if seg.all_logits else (b - 1,))]  # fmt: skip
         lora = self.lora.step([s.adapter for s in segments], bounds, dev) if self.lora is not None else None
-        hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages, rows,
-                              last, lora)  # fmt: skip
+        if self.gemma is None:
+            cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
+            hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages,
+                                  rows, last, lora)  # fmt: skip
+        else:
+            hidden = self.gemma.layers(self, h, position_ids, slot, bounds, single, chunk_pages, rows, last, segments,
+                                       lora)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
-        return self.lm_head(hidden).float() if last else torch.empty(0)
+        if not last:
+            return torch.empty(0)
+        logits = self.lm_head(hidden).float()
+        return logits if self.gemma is None else self.gemma.logits(logits)
 
     def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
                 lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
