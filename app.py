@@ -113,6 +113,7 @@ def build_service(settings: cfg.Settings) -> Any:
         loaded.model.config.model_type,
         loaded.model.get_output_embeddings().weight.shape[0],
         loaded.modalities,
+        loaded.plain_template,
     )
     return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
 
