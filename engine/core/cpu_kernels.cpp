@@ -1,7 +1,7 @@
 // CPU kernels for the lean runner on x86, compiled on first use by cpu_kernels.py once per instruction set the
 // CPU has: the AVX2 + FMA baseline, and AVX-512 (F, BW, VL) where present, picked at run time.
 //
-// add_rmsnorm, rope_store, silu_mul: the elementwise steps between a layer's matmuls, one call each instead of
+// add_rmsnorm, rope_store, silu_mul, gelu_tanh_mul: the elementwise steps between a layer's matmuls, one call each instead of
 // the handful of torch ops (and as many dispatches) that each takes, which at this model size cost as much as the
 // arithmetic.
 //
@@ -362,22 +362,31 @@ void add_rmsnorm(float* x, const float* delta, const float* w, float* y, int N, 
 // qkv [N, (H + 2 KV) D] -> rotary embedding (cos, sin [N, D]; the rotate-half form) on q and k; q to q_out
 // [N, H, D]; k and v written to row slots[n] of the pools, [rows, KV, D].
 void rope_store(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out,
-                float* k_pool, float* v_pool, int N, int H, int KV, int D) {
+                float* k_pool, float* v_pool, int N, int H, int KV, int D, const float* wq, const float* wk,
+                float eps) {
     const int half = D / 2, width = (H + 2 * KV) * D;
+    std::vector<float> normed(wq ? D : 0);
     for (int n = 0; n < N; ++n) {
         const float* row = qkv + static_cast<int64_t>(n) * width;
         const float* c = cos + static_cast<int64_t>(n) * D;
         const float* s = sin + static_cast<int64_t>(n) * D;
-        auto rope = [&](const float* x, float* o) {
+        auto rope = [&](const float* x, float* o, const float* w) {
+            if (w) {  // the head's RMSNorm first (Qwen3, Gemma 3): x / sqrt(mean(x^2) + eps) * w
+                float ss = 0.f;
+                for (int i = 0; i < D; ++i) ss += x[i] * x[i];
+                const float r = 1.f / std::sqrt(ss / D + eps);
+                for (int i = 0; i < D; ++i) normed[i] = x[i] * r * w[i];
+                x = normed.data();
+            }
             for (int i = 0; i < half; ++i) {
                 o[i] = x[i] * c[i] - x[i + half] * s[i];
                 o[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
             }
         };
-        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D);
+        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D, wq);
         float* kd = k_pool + slots[n] * KV * D;
         float* vd = v_pool + slots[n] * KV * D;
-        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D);
+        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D, wk);
         for (int i = 0; i < KV * D; ++i) vd[i] = row[(H + KV) * D + i];
     }
 }
@@ -396,6 +405,27 @@ void silu_mul(const float* gate_up, float* out, int N, int I) {
             _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
         }
         for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+}
+
+// gelu_tanh(g) * u, Gemma's gating: 0.5 g (1 + tanh(c (g + 0.044715 g^3))) = g * sigmoid(2 c (g + 0.044715 g^3)),
+// c = sqrt(2 / pi): silu_mul's sigmoid at another argument.
+void gelu_tanh_mul(const float* gate_up, float* out, int N, int I) {
+    const float c2 = 2.f * 0.7978845608028654f, c3 = 0.044715f;
+    for (int n = 0; n < N; ++n) {
+        const float* g = gate_up + static_cast<int64_t>(n) * 2 * I;
+        const float* u = g + I;
+        float* o = out + static_cast<int64_t>(n) * I;
+        int i = 0;
+        for (; i + 8 <= I; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+            const __m256 arg = _mm256_mul_ps(_mm256_set1_ps(c2), _mm256_fmadd_ps(_mm256_set1_ps(c3), g3, gv));
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), arg));
+            const __m256 gelu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-c2 * (g[i] + c3 * g[i] * g[i] * g[i]))) * u[i];
     }
 }
 

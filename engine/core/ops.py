@@ -118,7 +118,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class CpuOps(TorchOps):
-    """The C++ kernels of cpu_kernels.py for the four elementwise / decode operations (float32); prompt
+    """The C++ kernels of cpu_kernels.py for the five elementwise / decode operations (float32); prompt
     attention stays torch's SDPA, which is already one fused call per chunk."""
 
     name = "cpu"
@@ -126,14 +126,12 @@ class CpuOps(TorchOps):
     def __init__(self, kern: Any) -> None:
         super().__init__()
         self.kern = kern
-        for op in ("add_rmsnorm", "silu_mul", "decode_attention"):  # gelu_tanh_mul: torch's (fast enough, #22)
+        for op in ("add_rmsnorm", "silu_mul", "gelu_tanh_mul", "decode_attention"):
             setattr(self, op, getattr(kern, op))
-        for op in ("add_rmsnorm", "rope_store", "silu_mul", "decode_attention"):
+        for op in ("add_rmsnorm", "rope_store", "silu_mul", "gelu_tanh_mul", "decode_attention"):
             self.chosen[op] = f"cpu_kernels.{op} ({kern.isa})"
 
     def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
                    k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
                    qk_norm: QKNorm | None = None) -> torch.Tensor:  # fmt: skip
-        if qk_norm is not None:  # the kernel has no q / k norm: the reference does the (rarer) Qwen3 layer
-            return super().rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads, qk_norm)
-        return self.kern.rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads)
+        return self.kern.rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads, qk_norm)
