@@ -137,3 +137,26 @@ def test_gemma3_without_softcap_and_with_the_default_scale() -> None:
     assert isinstance(runner, DecoderRunner) and runner.gemma is not None
     assert runner.gemma.q_scale is None and runner.gemma.softcap is None
     check_gemma(runner, model)
+
+
+def test_sliding_layers_read_only_the_pages_of_their_window() -> None:
+    """A decode row at position 80 with a 21-token window (60..80): its sliding layers' table is the three pages
+    from position 48 (not the six the sequence owns), the window starting 12 positions into the first; a prompt
+    chunk's table starts at the page of its first query's window."""
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    cache = KVCache()
+    with torch.inference_mode():
+        runner.forward([Segment(cache, ids(80, 4))])
+    runner.reserve(cache, 81)
+    segs = [Segment(cache, [9])]
+    win = runner.gemma.window_view(runner, segs, [(0, 1, 80)], [], [0])
+    assert len(cache.pages) == 6 and win.table is not None and win.lens is not None and win.starts is not None
+    assert (
+        win.table.tolist() == [cache.pages[3:6]] and win.lens.tolist() == [81 - 48] and win.starts.tolist() == [60 - 48]
+    )
+    chunk = runner.gemma.window_view(runner, [Segment(cache, [9, 10])], [(0, 2, 79)], [0], [])
+    index, first = chunk.chunks[0]
+    assert first == 48 and index == slice(cache.pages[3], cache.pages[5] + 1)  # 59.. from page 3, a view
+    runner.release(cache)
