@@ -30,7 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="LLM Playground: chat UI + MindIE-compatible API")
     for knob in cfg.KNOBS:
         help_text = f"{knob.help} [env {knob.env}]"
-        if knob.kind is bool:
+        if knob.name == "model":  # repeated: the first is served at start, the others join --models
+            parser.add_argument(knob.flag, dest=knob.name, action="append", type=knob.parse, default=None,
+                                help=help_text)  # fmt: skip
+        elif knob.kind is bool:
             parser.add_argument(knob.flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)  # fmt: skip
         else:
@@ -43,7 +46,11 @@ def settings_from(argv: list[str] | None = None, environ: Mapping[str, str] | No
     """Defaults, then the PLAYGROUND_* variables of `environ` (default os.environ), then the flags of `argv` (default
     sys.argv): the flag wins. Impossible settings raise ValueError (`cfg.validate`)."""
     flags = {name: value for name, value in vars(build_parser().parse_args(argv)).items() if value is not None}
-    settings = cfg.Settings(**{**cfg.from_env(environ), **flags})
+    values = {**cfg.from_env(environ), **flags}
+    if "model" in flags:
+        first, *more = flags["model"]
+        values |= {"model": first, "models": [*more, *values.get("models", [])]}
+    settings = cfg.Settings(**values)
     if settings.audio_transcription is None:  # on for the bundled demo model, off for a --model
         settings = settings.replace(audio_transcription=not settings.model)
     cfg.validate(settings)
@@ -54,6 +61,10 @@ def check_exposure(settings: cfg.Settings) -> None:
     """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
     from engine.http.auth import any_credentials
 
+    if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
+        # No Space or --insecure-public exception: a tool any agent on the network may call needs a key.
+        raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
+                         "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
     if not settings.reachable_from_outside or any_credentials(settings):
         return
     if os.environ.get("SPACE_ID"):
@@ -68,8 +79,9 @@ def check_exposure(settings: cfg.Settings) -> None:
     )
 
 
-def build_service(settings: cfg.Settings) -> Any:
-    """Load the model and start the engine; returns the ChatService every front end shares.
+def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
+    """Load the model and start the engine; returns the ChatService every front end shares. `progress(fraction,
+    stage)` hears how far it got (the page's progress bar while a model loads on demand).
 
     Changes nothing process-wide (a notebook's kernel or a test calls it too): `main()` sizes the thread pools."""
     import torch
@@ -83,6 +95,8 @@ def build_service(settings: cfg.Settings) -> Any:
 
     place = devices.placement(settings.device, settings.dtype)
     log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, torch.get_num_threads())
+    report = progress or (lambda fraction, stage: None)
+    report(0.05, "reading the weights")
     started = time.perf_counter()
     loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
     log.info("model %s loaded in %.1f s", loaded.name, time.perf_counter() - started)
@@ -100,6 +114,7 @@ def build_service(settings: cfg.Settings) -> Any:
         step_log=settings.step_log,
         speculative_ngram=settings.speculative_ngram,
     )
+    report(0.7, "starting the engine")
     cache = PrefixCache(settings.prefix_cache_tokens)
     # The pool has room for the budget plus a partly filled last page per sequence.
     runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1))
@@ -116,6 +131,54 @@ def build_service(settings: cfg.Settings) -> Any:
         loaded.plain_template,
     )
     return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
+
+
+def model_candidates(settings: cfg.Settings) -> list[Any]:
+    """The registry (engine/model_registry.py): `--model` (its first value served at start), `--models` (a repeated
+    `--model`) and what `--models-dir` holds, described from their files. The bundled model is read from its
+    converted cache, made here on a first start."""
+    from engine import model_registry as registry
+    from engine import models
+
+    cache = models.cache_root(settings.cache_dir)
+    first = registry.describe(settings.model, settings.served_model_name or registry.default_id(settings.model),
+                              models.resolve_model_dir(settings.model, cache)[0], settings.tool_call_parser)  # fmt: skip
+    more = [s for s in registry.sources(settings.models, settings.models_dir) if s != settings.model]
+
+    def fetched(source: str) -> Any:  # a name models.BUNDLED fetches (gemma-3-270m): read from its converted cache
+        return models.resolve_model_dir(source, cache)[0] if source.lower() in models.BUNDLED else None
+
+    described = [registry.describe(s, registry.default_id(s), fetched(s), settings.tool_call_parser) for s in more]
+    return registry.unique([first, *described])
+
+
+def new_pool(settings: cfg.Settings) -> Any:
+    """An empty ModelPool whose loader builds a service per candidate with this server's settings (the first
+    model keeps its `--served-model-name` and LoRA adapters)."""
+    import torch
+
+    from engine.http.auth import is_admin
+    from engine.serving.model_pool import ModelPool
+
+    def loader(candidate: Any, report: Any) -> Any:
+        first = candidate.source == settings.model
+        own = settings.replace(model=candidate.source, served_model_name=candidate.id,
+                               lora_adapters=settings.lora_adapters if first else [])  # fmt: skip
+        return build_service(own, report)
+
+    itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
+    return ModelPool([], loader, bytes_per_param=itemsize, kv_tokens=settings.kv_cache_tokens,
+                     budget_mb=settings.models_memory_mb, admin=lambda key: is_admin(key, settings))  # fmt: skip
+
+
+def build_pool(settings: cfg.Settings, service: Any = None) -> Any:
+    """The ModelPool of `settings`' models, with `service` (built from the first) already loaded in it."""
+    pool = new_pool(settings)
+    candidates = model_candidates(settings)
+    pool.set_candidates(candidates)
+    if service is not None:
+        pool.add(candidates[0].id, service)
+    return pool
 
 
 def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
@@ -139,12 +202,13 @@ def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
 class AppState:
     """Holds the service once loaded; routes and UI ask it and answer 'loading' until then."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Any = None) -> None:
         self.service: Any = None
         self.error: str | None = None
+        self.pool = pool  # engine/serving/model_pool.ModelPool: several models, the current one served by default
 
     def get(self) -> Any:
-        return self.service
+        return self.pool.current_service() if self.pool is not None else self.service
 
 
 def create_application(settings: cfg.Settings, state: AppState, policy: Any = None) -> Any:
@@ -154,8 +218,16 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
     from engine.http.auth import ui_auth
     from engine.serving.policy import RequestPolicy
 
-    policy = policy or RequestPolicy(settings, state.get)
+    policy = policy or RequestPolicy(settings, state.get, models=state.pool)
     app = create_app(settings, policy)
+    if settings.mcp:
+        from engine.http.auth import PrefixGuard, bearer_client, server_secrets
+        from playground import mcp_tool
+
+        # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
+        # whenever the server has credentials (Gradio's login form is for browsers).
+        app = mcp_tool.mount(app, policy, bearer_client)
+        app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
     if settings.ui:
         from playground.ui import mount
 
@@ -177,17 +249,18 @@ class BackgroundServer:
 
 
 def serve_in_thread(
-    settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None
+    settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None, pool: Any = None
 ) -> BackgroundServer:
     """Serve an already built service on a free port of `host` from a daemon thread (a notebook's kernel, a test),
     so HTTP clients such as the openai SDK reach the engine that process already holds. Pass the notebook
-    backend's `policy` to have its calls and the server's count against the same limits."""
+    backend's `policy` to have its calls and the server's count against the same limits, or a ModelPool
+    (`build_pool`) to serve several models."""
     import socket
 
     import uvicorn
 
     check_exposure(settings.replace(host=host))
-    state = AppState()
+    state = AppState(pool)
     state.service = service
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
@@ -265,11 +338,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     check_exposure(settings)
-    state = AppState()
+    state = AppState(new_pool(settings))
 
     def load() -> None:
         try:
-            state.service = build_service(settings)
+            state.pool.set_candidates(model_candidates(settings))
+            # Held by the pool alone: once it unloads this model, nothing keeps its weights alive.
+            state.pool.add(next(iter(state.pool.candidates)), build_service(settings))
             log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
         except Exception as exc:  # keep serving /health (503) with the reason in the log
             if isinstance(exc, LoraError):  # an adapter that does not fit the base model: fail the start

@@ -44,7 +44,18 @@ class Settings:
     # Where and what to serve.
     host: str = _knob("", "Bind address (default 127.0.0.1; 0.0.0.0 on Hugging Face Spaces).")
     port: int = _knob(7860, "TCP port for the API and the UI.")
-    model: str = _knob("", "Hugging Face model directory or .gguf file (default: the bundled SmolLM2-135M-Instruct).")
+    model: str = _knob(
+        "",
+        "Hugging Face model directory or .gguf file (default: the bundled SmolLM2-135M-Instruct); repeat it to "
+        "offer more models, loaded on demand.",
+    )
+    models: list[str] = _knob(
+        [], "More models the server can load on demand (directories or .gguf files); a repeated --model adds here."
+    )
+    models_dir: str = _knob("", "Directory whose model subdirectories and .gguf files can be loaded on demand.")
+    models_memory_mb: int = _knob(
+        0, "Memory the loaded models may take together, MiB, as weights + KV pool (0 = what is available, psutil)."
+    )
     device: str = _knob("auto", "Device to run on.", choices=("auto", "npu", "cuda", "mps", "cpu"))
     dtype: str = _knob("auto", "Compute dtype.", choices=("auto", "bf16", "fp16", "fp32"))
     cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
@@ -54,6 +65,9 @@ class Settings:
     )
     ui: bool = _knob(True, "Mount the Gradio playground at /.")
     insecure_public: bool = _knob(False, "Allow binding a non-loopback address with no credentials configured.")
+    mcp: bool = _knob(
+        False, "Also serve the page's chat as an MCP tool at /mcp/gradio_api/mcp/ (a public bind needs credentials)."
+    )
     remote_backend_urls: list[str] = _knob(
         [], "Base URLs the page's Backend tab may connect to (empty: any URL on a loopback bind, none otherwise)."
     )
@@ -236,7 +250,13 @@ def validate(settings: Settings) -> None:
     for name in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{cli_flag(name)} must be >= 1")
-    for name in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s", "step_log"):
+    for name in (
+        "max_concurrent_per_client",
+        "request_timeout_s",
+        "shutdown_timeout_s",
+        "step_log",
+        "models_memory_mb",
+    ):
         if getattr(settings, name) < 0:
             raise ValueError(f"{cli_flag(name)} must be >= 0")
     for name in ("pangu_project_id", "pangu_deployment_id"):

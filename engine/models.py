@@ -179,6 +179,11 @@ def _convert(gguf: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+def dir_name(path: Path) -> str:
+    """A model directory's served name: its own name (a link keeps the name it was given), "." resolved."""
+    return path.name if path.name not in ("", ".", "..") else path.resolve().name
+
+
 def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
     """Return (a loadable HF directory, the default served name) for --model (or the bundled model)."""
     if not model:
@@ -193,7 +198,7 @@ def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
         key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
         return convert_gguf(path, cache / "models" / f"{path.stem}-{key}-bf16"), path.stem
     if path.is_dir() and (path / "config.json").is_file():
-        return path, path.resolve().name
+        return path, dir_name(path)
     raise FileNotFoundError(f"--model must be a Hugging Face model directory, a .gguf file or one of "
                             f"{', '.join(sorted(BUNDLED))}: {model}")  # fmt: skip
 

@@ -21,15 +21,19 @@ from playground.session import Session
 class Header:
     html: gr.HTML
     dark: gr.Button
-    model: gr.Dropdown | None = None  # the base model or a LoRA adapter (header_models.py); shown when any is loaded
+    model: gr.Dropdown | None = None  # the server's models and LoRA adapters (header_models.py); shown when any
+    admin_key: gr.Textbox | None = None  # the admin key a model switch takes once credentials are set
+    admin_box: gr.Column | None = None  # holds admin_key: hidden, it takes no room in the header
 
 
 def header_row() -> Header:
     with gr.Row():
         html = gr.HTML(t("header_loading"))  # until the page knows the model (capabilities.header_html)
-        model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=280, elem_id="pg-model")
+        model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=400, elem_id="pg-model")
+        with gr.Column(scale=0, min_width=160, visible=False) as box:
+            key = gr.Textbox(label=t("switch_key"), type="password", elem_id="pg-model-key")
         dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
-    return Header(html, dark, model)
+    return Header(html, dark, model, key, box)
 
 
 @dataclass(eq=False)

@@ -75,7 +75,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         run = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
         ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
-        wire_model_picker(demo, h, header.model, ab.model_b, session)
+        picked = wire_model_picker(demo, h, header, ab.model_b, session)
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
@@ -88,7 +88,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         measure = {"fn": meter.measure, "inputs": [chat.box, chat.pending, *common], "outputs": chat.context,
                    "inputs_kwargs": sampling.knobs, "api_name": False, "show_progress": "hidden"}  # fmt: skip
         gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
-        for event in changes:
+        for event in [*changes, picked]:  # a model switch changes the context window too
             event.then(**measure)
         # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
@@ -169,6 +169,8 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
         return attach_note(h.get_service(), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
+    header.html.change(lambda session: model_notes(h.get_service(), session.lang), session,
+                       [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # fmt: skip
 
 
 def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:

@@ -13,6 +13,7 @@ from tests.conftest import MODEL, sse_events
 ID_RE = re.compile(r"^chatcmpl-[0-9a-f]{32}$")
 ERROR_TYPES = {
     401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFoundError",
     405: "Method Not Allowed",
     413: "Payload Too Large",

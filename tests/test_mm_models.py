@@ -105,6 +105,51 @@ def test_runner_positions_give_the_hf_forward_logits(vl_parts) -> None:
             torch.testing.assert_close(step[0], reference(ids, inputs.tensors), atol=1e-4, rtol=0)
 
 
+def test_vl_decode_rows_batch_with_their_own_rope_deltas(vl_parts) -> None:
+    """An image sequence, its fork and a text-only one decode in one batch (the runner's cohort): each row keeps its
+    own M-RoPE delta, and every step's logits equal the HF forward over the whole sequence."""
+    from PIL import Image
+
+    from engine.core.hf_runner import HFRunner
+    from engine.core.model_runner import KVCache, Segment, make_runner
+    from engine.media import LoadedMedia
+
+    model, tok, procs = vl_parts
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, HFRunner) and runner.batched and runner.mrope
+    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
+                                   tokenize=False, add_generation_prompt=True)  # fmt: skip
+    image = Image.fromarray(np.random.RandomState(2).randint(0, 255, (60, 90, 3), dtype=np.uint8))
+    inputs = build_inputs(tok(text, add_special_tokens=False)["input_ids"],
+                          [LoadedMedia("image", "image/png", "data_url", 1, "x", image=image)], procs)  # fmt: skip
+
+    def reference(ids: list[int], mm: dict | None) -> torch.Tensor:
+        full = torch.tensor([ids])
+        model.model.rope_deltas = None
+        return model(input_ids=full, mm_token_type_ids=(full == model.config.image_token_id).int(),
+                     **(mm or {})).logits[0, -1]  # fmt: skip
+
+    with torch.inference_mode():
+        img, plain = KVCache(), KVCache()
+        history = {"img": list(inputs.ids), "plain": tok("A plain question", add_special_tokens=False)["input_ids"]}
+        runner.forward([Segment(img, inputs.ids, mm=inputs.tensors), Segment(plain, history["plain"])])
+        caches = {"img": img, "plain": plain}
+        for t in range(4):
+            if t == 1:
+                caches["fork"], history["fork"] = runner.fork(img), list(history["img"])
+            names = list(caches)
+            for i, n in enumerate(names):
+                history[n].append(11 + 3 * t + i)
+            out = runner.forward([Segment(caches[n], [history[n][-1]]) for n in names])
+            assert runner.cohort is not None and len(runner.cohort.members) == len(names)
+            for row, n in zip(out, names):
+                torch.testing.assert_close(row, reference(history[n], None if n == "plain" else inputs.tensors),
+                                           atol=1e-4, rtol=0)  # fmt: skip
+        assert img.rope_delta < 0 and caches["fork"].rope_delta == img.rope_delta and plain.rope_delta == 0
+        for c in caches.values():
+            runner.release(c)
+
+
 def test_qwen2_5_vl_image_and_video_positions(vl_parts) -> None:
     """Qwen2.5-VL (in memory): an image and a video in one prompt, positions spaced by seconds per temporal patch."""
     from PIL import Image

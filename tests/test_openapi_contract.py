@@ -51,8 +51,8 @@ def refused_when(doc: dict[str, Any], name: str, body: dict[str, Any]) -> list[s
 def test_every_route_documents_the_statuses_it_answers(doc: dict[str, Any]) -> None:
     paths = doc["paths"]
     expected = {("/v1/models", "get"): {"200", "401", "503"}, ("/v1/models/{model_id}", "get"): {"200", "401", "404", "503"},
-                (V1, "post"): {"200", "401", "413", "422", "429", "500", "503"},
-                (V2, "post"): {"200", "400", "401", "413", "429", "500"},
+                (V1, "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
+                (V2, "post"): {"200", "400", "401", "403", "413", "429", "500"},
                 (PV1, "post"): {"200", "400", "401", "404", "413", "429", "500"}}  # fmt: skip
     assert {(p, m) for p, ops in paths.items() for m in ops} == set(expected)
     for (path, method), statuses in expected.items():

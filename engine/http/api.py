@@ -25,6 +25,7 @@ from engine.protocol.errors import (
     NotFoundError,
     ServiceUnavailableError,
 )
+from engine.serving.model_pool import ModelPool
 from engine.serving.policy import RequestPolicy
 
 __all__ = ["ERROR_TYPES", "check_bearer", "create_app", "read_body"]
@@ -80,11 +81,35 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
                 "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length,
                 "input_modalities": svc.input_modalities()}  # fmt: skip
 
+    def adapter_cards(svc: Any, extra: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": a, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": a,
+                 "parent": svc.served_name, **extra} for a in getattr(svc, "adapters", {})]  # fmt: skip
+
+    def pool_cards(models: ModelPool) -> list[dict[str, Any]]:
+        """Every model the server can serve, in the registry's order, each with `status` (extension: loaded,
+        loading, loadable, failed) and what the registry knows of it; a loaded model's adapters after it."""
+        cards = []
+        transcribes = {"audio"} if settings.audio_transcription else set()
+        for model_id, c in models.candidates.items():
+            svc = models.get(model_id)
+            media = set(c.modalities) | transcribes
+            card = {"id": model_id, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": model_id,
+                    "parent": None, "max_model_len": svc.model.context_length if svc else c.context_length,
+                    "input_modalities": svc.input_modalities() if svc else
+                    ["text", *(m for m in ("image", "video", "audio") if m in media)],
+                    **models.entry(model_id)}  # fmt: skip
+            cards.append(card)
+            if svc is not None:
+                cards += adapter_cards(svc, {"status": "loaded"})
+        return cards
+
     def model_cards() -> list[dict[str, Any]]:
-        """The served model, then each LoRA adapter (§1.3: `root` its id, `parent` the served model)."""
+        """The served model, then each LoRA adapter (§1.3: `root` its id, `parent` the served model); with
+        several models (`--models-dir`, repeated `--model`), every one of them (`pool_cards`)."""
+        if policy.models is not None:
+            return pool_cards(policy.models)
         base = model_card()
-        return [base] + [{"id": a, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": a,
-                          "parent": base["id"]} for a in getattr(service(), "adapters", {})]  # fmt: skip
+        return [base, *adapter_cards(service(), {})]
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from engine.config import Settings
 from engine.http import aksk
+from engine.http.error_bodies import error_response
 from engine.protocol.errors import AuthError
 
 
@@ -100,12 +103,25 @@ def any_credentials(settings: Settings) -> bool:
     return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
 
 
+def server_secrets(settings: Settings) -> list[str]:
+    """Every credential the server accepts on some route: API keys, Pangu tokens and app codes, AK/SK secrets."""
+    secret_keys = aksk.load_pairs(settings.pangu_aksk).values()
+    return [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
+
+
+def is_admin(credential: str | None, settings: Settings) -> bool:
+    """Whether a caller with this (already checked) credential may do an administrator's action: anyone while no
+    credentials and no admin keys are configured, else only an admin key (`--admin-keys`)."""
+    if not settings.admin_keys and not any_credentials(settings):
+        return True
+    return credential is not None and matches(credential, settings.admin_keys)
+
+
 def ui_auth(settings: Settings) -> Callable[[str, str], bool] | None:
     """Gradio `auth` callable: any user name, and one of the server's secrets as the password (None = open)."""
     if not any_credentials(settings):
         return None
-    secret_keys = aksk.load_pairs(settings.pangu_aksk).values()
-    secrets = [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
+    secrets = server_secrets(settings)
 
     def check(username: str, password: str) -> bool:
         return matches(password or "", secrets)
@@ -118,3 +134,30 @@ def client_key(credential: str | None, host: str | None) -> str:
     if credential:
         return "key:" + hashlib.sha256(credential.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return "ip:" + (host or "unknown")
+
+
+def bearer_client(headers: Mapping[str, str], host: str | None) -> str:
+    """The per-client key of a request that authenticates (or not) with `Authorization: Bearer <credential>`."""
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+    return client_key(token.strip() if scheme.lower() == "bearer" and token.strip() else None, host)
+
+
+class PrefixGuard:
+    """ASGI middleware: HTTP requests under `prefix` need `Authorization: Bearer <secret>`, one of `secrets`
+    (none: open); others pass untouched. A refusal is the v1 error body with status 401, as the API's."""
+
+    def __init__(self, app: Any, prefix: str, secrets: list[str]) -> None:
+        self.app, self.prefix, self.secrets = app, prefix.rstrip("/"), secrets
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        guarded = path == self.prefix or path.startswith(self.prefix + "/")
+        if scope["type"] != "http" or not self.secrets or not guarded:
+            return await self.app(scope, receive, send)
+        try:
+            check_bearer(Headers(scope=scope), self.secrets)
+        except AuthError as exc:
+            response = error_response("v1", exc)
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from engine.protocol.errors import (
     ApiError,
     AuthError,
+    ForbiddenError,
     GenerationError,
     MethodNotAllowedError,
     NotFoundError,
@@ -29,6 +30,7 @@ from engine.protocol.request import Route
 ERROR_TYPES = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFoundError",
     405: "Method Not Allowed",
     413: "Payload Too Large",
@@ -51,6 +53,7 @@ PANGU_MESSAGES = {
     "PANGU.3342": "inference service call failed.",
 }
 V2_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            403: "authentication_error",
             405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
 _V1_SHAPE = re.compile(r"/v1/[^/]+/deployments(/|$)")
 
@@ -69,6 +72,8 @@ def pangu_status(exc: ApiError) -> tuple[int, str]:
         return 400, exc.code or ("PANGU.3278" if exc.missing else "PANGU.0010")
     if isinstance(exc, AuthError):
         return 401, "PANGU.0012" if exc.missing else "PANGU.0011"
+    if isinstance(exc, ForbiddenError):
+        return 403, "PANGU.0011"
     if isinstance(exc, NotFoundError):
         return 404, "PANGU.3254"
     if isinstance(exc, MethodNotAllowedError):
@@ -105,4 +110,6 @@ def error_response(family: Route, exc: ApiError) -> JSONResponse:
     headers = {"X-Request-Id": request_id} if request_id else {}
     if isinstance(exc, MethodNotAllowedError):
         headers["Allow"] = exc.allow
+    if isinstance(exc, ServiceUnavailableError) and exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
     return JSONResponse(body, status_code=status, headers=headers)

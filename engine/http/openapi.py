@@ -149,7 +149,11 @@ def install(app: Any, settings: Settings, service: Callable[[], Any] | None = No
         if "HTTPValidationError" not in json.dumps(doc["paths"]):  # FastAPI's own 422, which no route answers
             schemas.pop("HTTPValidationError", None)
             schemas.pop("ValidationError", None)
-        schemas.update(request_schemas(settings, svc))
+        # Several models (--models-dir): no one model's name, media, tools or context is the server's; the document
+        # states what any of them may take, and each model's /v1/models card what it takes itself.
+        pool = getattr(getattr(app.state, "policy", None), "models", None)
+        several = pool is not None and len(pool.candidates) > 1
+        schemas.update(request_schemas(settings, None if several else svc))
         doc["components"]["securitySchemes"] = {
             "BearerKey": {"type": "http", "scheme": "bearer", "description": "One of --api-keys."},
             "PanguAuthToken": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"},

@@ -97,6 +97,28 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
             "parent": {"anyOf": [{"type": "string"}, {"type": "null"}]},
             "max_model_len": {"type": "integer"},
             "input_modalities": {"type": "array", "items": {"enum": ["text", "image", "video", "audio"]}},
+            # Extension, with several models (--models-dir, a repeated --model); read from the files, not loaded.
+            "status": {
+                "enum": ["loaded", "loading", "loadable", "failed"],
+                "description": "Whether the model serves now; a request for a loadable one loads it (503 "
+                "with Retry-After until it is ready).",
+            },
+            "architecture": {"type": "string", "description": "config.json model_type (GGUF: general.architecture)"},
+            "size_bytes": {"type": "integer", "description": "Weights on disk"},
+            "parameters": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "memory_bytes": {"type": "integer", "description": "Estimated cost when loaded: weights + KV pool"},
+            "context_length": {"type": "integer"},
+            "reasoning": {"type": "boolean", "description": "<think> and </think> are tokens of the tokenizer"},
+            "tools": {"type": "boolean", "description": "The chat template selects a tool-call parser"},
+            "loading": {
+                "type": "object",
+                "description": "While loading: fraction, stage, elapsed_s",
+                "properties": {
+                    "fraction": {"type": "number"},
+                    "stage": {"type": "string"},
+                    "elapsed_s": {"type": "number"},
+                },
+            },
         },  # fmt: skip
     },
     "ModelList": {
@@ -119,17 +141,21 @@ SSE_EVENT = {
     },
 }
 _CHAT_STATUSES: dict[Route, dict[str, str]] = {
-    "v1": {"401": "Missing or wrong credentials (only with --api-keys)", "413": "Body too large",
+    "v1": {"401": "Missing or wrong credentials (only with --api-keys)",
+           "403": "The model asked for is not loaded and loading it needs an admin key (--admin-keys)",
+           "413": "Body too large",
            "422": "Invalid request: any validation failure, an unknown model, a prompt too long, a template error",
            "429": "Too many concurrent requests from this client",
            "500": "Internal failure before the first token",
-           "503": "Loading, draining, queue full, or timed out waiting for the engine"},
+           "503": "Loading (also the model asked for, loading on demand: Retry-After), draining, queue full, or "
+                  "timed out waiting for the engine"},
     "pangu_v2": {"400": "Invalid request (PANGU.0010, .3278, .3320, .3321)",
                  "401": "PANGU.0012 / PANGU.0011 (only with --api-keys)",
+                 "403": "The model is not loaded and loading it needs an admin key (PANGU.0011)",
                  "413": "Body too large (PANGU.0010)", "429": "Queue or client limit (PANGU.3267)",
                  "500": "Loading, draining, timed out or internal failure (PANGU.0031, PANGU.3342)"},
 }  # fmt: skip
-_CHAT_STATUSES["pangu_v1"] = {**_CHAT_STATUSES["pangu_v2"],
+_CHAT_STATUSES["pangu_v1"] = {**{k: v for k, v in _CHAT_STATUSES["pangu_v2"].items() if k != "403"},  # no model
                               "401": "PANGU.0012 / PANGU.0011 (only with --pangu-auth-tokens / --pangu-app-codes)",
                               "404": "Deployment does not exist (PANGU.3254)"}  # fmt: skip
 _MODEL_STATUSES = {"401": "Missing or wrong credentials (only with --api-keys)", "503": "The model is loading"}

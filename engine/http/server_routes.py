@@ -13,7 +13,9 @@ two steps, never during one.
 and chunks beside them, the short anonymous ids of the requests in it (never a request id), preemptions, prefix
 reuse, and its time against its floor; `?since=STEP` instead gives the records after that step number. It is
 guarded as /server/state. With the step log off (`--step-log 0`) it says so (`enabled: false`, no records).
-None of these routes is in the OpenAPI document (the operational routes, /metrics and /health, are not
+`POST /server/models/{id}/load` and `/unload` (several models: `--models-dir`, a repeated `--model`;
+engine/serving/model_pool.py) are administrators' as the reset is: the load answers at once and the model's
+/v1/models card follows it. None of these routes is in the OpenAPI document (the operational routes, /metrics and /health, are not
 either)."""
 
 from __future__ import annotations
@@ -28,15 +30,12 @@ from fastapi import FastAPI, Request
 
 from engine.config import Settings
 from engine.http.auth import any_credentials, check_bearer, matches
-from engine.protocol.errors import ApiError, RequestValidationError
+from engine.protocol.errors import ForbiddenError, NotFoundError, RequestValidationError
+from engine.serving.model_pool import ModelPool
 from engine.serving.policy import RequestPolicy
 
 RESET_TIMEOUT_S = 60  # the engine thread resets between two steps: one step, at most, to wait for
 STEPS_SECONDS = 10.0  # /server/steps' default window
-
-
-class ForbiddenError(ApiError):
-    status = 403
 
 
 def state_keys(settings: Settings) -> list[str]:
@@ -44,17 +43,17 @@ def state_keys(settings: Settings) -> list[str]:
     return [*settings.api_keys, *settings.admin_keys] if settings.api_keys else []
 
 
-def check_admin(headers: Mapping[str, str], settings: Settings) -> None:
-    """Whether this request may reset the prefix cache (see the module's docstring); raises AuthError (401) or
-    ForbiddenError (403)."""
+def check_admin(headers: Mapping[str, str], settings: Settings, action: str = "Resetting the prefix cache") -> None:
+    """Whether this request may do an administrator's `action` (see the module's docstring); raises AuthError
+    (401) or ForbiddenError (403)."""
     if not settings.admin_keys and not any_credentials(settings):
         return
     keys = [*settings.api_keys, *settings.admin_keys]
     if not keys:
-        raise ForbiddenError("Resetting the prefix cache needs an admin key, and this server has none (--admin-keys).")
+        raise ForbiddenError(f"{action} needs an admin key, and this server has none (--admin-keys).")
     token = check_bearer(headers, keys)
     if not matches(token or "", settings.admin_keys):
-        raise ForbiddenError("Resetting the prefix cache needs an admin key (--admin-keys).")
+        raise ForbiddenError(f"{action} needs an admin key (--admin-keys).")
 
 
 def server_state(policy: RequestPolicy) -> dict[str, Any]:
@@ -105,6 +104,29 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:
         seconds = _number(q.get("seconds"), "seconds", STEPS_SECONDS)
         since = _number(q.get("since"), "since", None)
         return server_steps(policy, seconds or 0.0, int(since) if since is not None else None)
+
+    def pool() -> ModelPool:
+        if policy.models is None:
+            raise NotFoundError("This server serves one model (no --models-dir or repeated --model).")
+        return policy.models
+
+    @app.post("/server/models/{model_id}/load", include_in_schema=False)
+    async def load_model(model_id: str, request: Request) -> dict[str, Any]:
+        """Start loading a model (unloading others that would not fit beside it) and make it the current one;
+        answers at once with its status; GET /v1/models/{id} follows the progress."""
+        check_admin(request.headers, settings, "Loading a model")
+        models = pool()
+        models.load(model_id, make_current=True)
+        return {"id": model_id, **models.entry(model_id)}
+
+    @app.post("/server/models/{model_id}/unload", include_in_schema=False)
+    async def unload_model(model_id: str, request: Request) -> dict[str, Any]:
+        check_admin(request.headers, settings, "Unloading a model")
+        models = pool()
+        if model_id not in models.candidates:
+            raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
+        unloaded = await asyncio.to_thread(models.unload, model_id)
+        return {"id": model_id, "unloaded": unloaded, **models.entry(model_id)}
 
     @app.post("/reset_prefix_cache", include_in_schema=False)
     async def reset_prefix_cache(request: Request) -> dict[str, Any]:

@@ -49,9 +49,16 @@ class ServiceUnavailableError(ApiError):
 
     status = 503
 
-    def __init__(self, message: str, *, queue_full: bool = False) -> None:
+    def __init__(self, message: str, *, queue_full: bool = False, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.queue_full = queue_full
+        self.retry_after = retry_after  # seconds, sent as Retry-After (a model still loading)
+
+
+class ForbiddenError(ApiError):
+    """Valid credentials that may not do this (an administrator's action: --admin-keys)."""
+
+    status = 403
 
 
 class GenerationError(ApiError):

@@ -27,11 +27,12 @@ from engine.protocol.response import ChatCompletionChunk, PromptTokensDetails, U
 from engine.serving.admission import Admission, Flight
 from engine.serving.generation import Generation
 from engine.serving.metrics import Metrics
+from engine.serving.model_pool import ModelPool
 from engine.serving.moderation import ModerationHook, Moderator, QuestionBlocked, load_hook
 from engine.serving.service import ChatService
 
 access_log = logging.getLogger("playground.access")
-Entry = Literal["api", "page", "notebook"]
+Entry = Literal["api", "page", "notebook", "mcp"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class CallContext:
     route: Route = "v1"  # the protocol family the answer is shaped for (ids, Pangu narrowing)
     entry: Entry = "api"
     started: float = field(default_factory=time.monotonic)  # acceptance: the request timeout counts from here
+    may_load: bool = True  # whether a request for a model not loaded may load it (an admin, or no credentials set)
 
 
 def client_of(user: str | None, address: str | None) -> str:
@@ -53,12 +55,15 @@ def client_of(user: str | None, address: str | None) -> str:
 
 class RequestPolicy:
     """The policy of one deployment: one admission, one metrics registry and one moderation hook, shared by every
-    front end that serves it. `get_service` returns None while the model loads (requests then get 503)."""
+    front end that serves it. `get_service` returns None while the model loads (requests then get 503); with
+    several models (`models`, engine/serving/model_pool.py) it is the current one, and a request goes to the
+    service of the model it names."""
 
     def __init__(self, settings: Settings, get_service: Callable[[], ChatService | None],
-                 hook: ModerationHook | None = None) -> None:  # fmt: skip
+                 hook: ModerationHook | None = None, models: ModelPool | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.get_service = get_service
+        self.models = models
         self.admission = Admission(settings.max_concurrent_per_client)
         self.metrics = Metrics(get_service, self.admission)
         self.hook = hook if hook is not None else load_hook(settings.moderation_hook)
@@ -68,6 +73,16 @@ class RequestPolicy:
         if svc is None:
             raise ServiceUnavailableError("The model is loading.")
         return svc
+
+    def service_for(self, req: ChatCompletionRequest, ctx: CallContext) -> ChatService:
+        """The service of the model `req` names (Pangu V1 names none: the current one). A model that can be loaded
+        but is not raises 503 (and starts loading when `ctx.may_load`); an unknown name gets the current service,
+        whose model check answers "Model not found"."""
+        if self.models is not None and ctx.route != "pangu_v1":
+            svc = self.models.service_for(str(req.model), ctx.may_load)
+            if svc is not None:
+                return svc
+        return self.service()
 
     async def run(self, req: ChatCompletionRequest, ctx: CallContext,
                   access: dict[str, Any] | None = None) -> PolicedRun:  # fmt: skip
@@ -81,7 +96,7 @@ class RequestPolicy:
             self._finish(ctx, access, exc.status, own_line)
             raise
         try:
-            chunks, gen = await self._start(self.service(), req, ctx, access)
+            chunks, gen = await self._start(self.service_for(req, ctx), req, ctx, access)
         except BaseException as exc:
             flight.close()
             self._finish(ctx, access, exc.status if isinstance(exc, ApiError) else 500, own_line)

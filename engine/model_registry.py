@@ -1,0 +1,192 @@
+"""The models a server may serve (`--model`, repeated, and `--models-dir`), described without loading weights.
+
+Each candidate is a Hugging Face model directory (config.json and weights) or a .gguf file. What the page's picker
+and `/v1/models` say of it is read from its files alone: bytes on disk, parameter count (the safetensors headers or
+the GGUF tensor table), architecture (`model_type`), context length, the media it takes (the multimodal families
+engine/multimodal knows, as the loader picks them), and from its chat template and tokenizer whether it can reason
+(`<think>` and `</think>` are tokens of their own, as engine/serving/reasoning.py requires) and call tools (the
+parser `tool_call_parser` would select, engine/parsers). `memory_bytes` estimates what loading it costs: the weights
+at the compute dtype plus the KV page pool the engine reserves (`--kv-cache-tokens`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.models import DEFAULT_NAME, dir_name
+from engine.multimodal import detect_modalities
+from engine.parsers import select_parser
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+THINK = ("<think>", "</think>")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model the server can load: `source` is what `--model` would take ("" for the bundled SmolLM2)."""
+
+    id: str
+    source: str
+    format: str  # "hf" or "gguf"
+    size_bytes: int  # weights on disk
+    parameters: int | None  # None when the files do not say (a .bin checkpoint)
+    architecture: str  # config.json model_type, or the GGUF general.architecture
+    context_length: int
+    modalities: frozenset[str] = frozenset()  # media the model takes itself: image, video, audio
+    reasoning: bool = False
+    tools: bool = False
+    kv_bytes_per_token: int = 0  # keys and values of every layer, at 2 bytes an element
+
+    def memory_bytes(self, bytes_per_param: int, kv_tokens: int) -> int:
+        """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pool."""
+        weights = self.parameters * bytes_per_param if self.parameters else self.size_bytes
+        return weights + self.kv_bytes_per_token * bytes_per_param // 2 * kv_tokens
+
+    def describe(self) -> dict[str, Any]:
+        """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""
+        return {"architecture": self.architecture, "size_bytes": self.size_bytes, "parameters": self.parameters,
+                "context_length": self.context_length, "reasoning": self.reasoning, "tools": self.tools}  # fmt: skip
+
+
+def _safetensors_parameters(path: Path) -> int:
+    """Elements of every tensor in one .safetensors file, from its JSON header (the first 8 bytes say its length)."""
+    with open(path, "rb") as fh:
+        (length,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(length))
+    return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+
+
+def _kv_per_token(cfg: dict[str, Any]) -> int:
+    layers = int(cfg.get("num_hidden_layers") or 0)
+    heads = int(cfg.get("num_attention_heads") or 0)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or 0) // heads if heads else 0))
+    return layers * 2 * kv_heads * head_dim * 2
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _template(path: Path, tok_cfg: dict[str, Any]) -> str:
+    source = tok_cfg.get("chat_template")
+    if isinstance(source, list):  # named templates: the default one
+        source = next((t.get("template") for t in source if t.get("name") == "default"), None)
+    if isinstance(source, str):
+        return source
+    if (path / "chat_template.jinja").is_file():
+        return (path / "chat_template.jinja").read_text(encoding="utf-8")
+    return str(_json(path / "chat_template.json").get("chat_template") or "")
+
+
+def _special_tokens(path: Path, tok_cfg: dict[str, Any]) -> set[str]:
+    """The tokenizer's added tokens (tokenizer_config.json, else tokenizer.json), each one id of its own."""
+    added = {str(t.get("content")) for t in tok_cfg.get("added_tokens_decoder", {}).values() if isinstance(t, dict)}
+    if not added and (path / "tokenizer.json").is_file():
+        added = {str(t.get("content")) for t in _json(path / "tokenizer.json").get("added_tokens", [])}
+    return added
+
+
+def describe_hf(path: Path, model_id: str, source: str, tool_call_parser: str = "auto") -> Candidate:
+    config = _json(path / "config.json")
+    sub = config.get("text_config")
+    text: dict[str, Any] = sub if isinstance(sub, dict) else config
+    weights = [p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()]
+    shards = [p for p in weights if p.suffix == ".safetensors"]
+    parameters = sum(_safetensors_parameters(p) for p in shards) if shards else None
+    tok_cfg = _json(path / "tokenizer_config.json")
+    special = _special_tokens(path, tok_cfg)
+    model_type = str(config.get("model_type") or "")
+    template = _template(path, tok_cfg)
+    return Candidate(
+        id=model_id, source=source, format="hf", size_bytes=sum(p.stat().st_size for p in weights),
+        parameters=parameters, architecture=model_type,
+        context_length=int(text.get("max_position_embeddings") or tok_cfg.get("model_max_length") or 2048),
+        modalities=detect_modalities(path), reasoning=all(t in special for t in THINK),
+        tools=select_parser(tool_call_parser, template, model_type, special) is not None,
+        kv_bytes_per_token=_kv_per_token(text),
+    )  # fmt: skip
+
+
+def describe_gguf(path: Path, model_id: str, tool_call_parser: str = "auto") -> Candidate:
+    """From the GGUF header and tensor table (memory-mapped by the `gguf` package; nothing is dequantized)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+
+    def field_value(key: str) -> Any:
+        f = reader.fields.get(key)
+        return f.contents() if f is not None else None
+
+    arch = str(field_value("general.architecture") or "")
+    tokens = field_value("tokenizer.ggml.tokens") or []
+    special = {t for t in tokens if isinstance(t, str) and t.startswith("<") and t.endswith(">")}
+    heads = int(field_value(f"{arch}.attention.head_count") or 0)
+    cfg = {"num_hidden_layers": field_value(f"{arch}.block_count"), "num_attention_heads": heads,
+           "num_key_value_heads": field_value(f"{arch}.attention.head_count_kv"),
+           "head_dim": field_value(f"{arch}.attention.key_length"),
+           "hidden_size": field_value(f"{arch}.embedding_length")}  # fmt: skip
+    template = str(field_value("tokenizer.chat_template") or "")
+    return Candidate(
+        id=model_id, source=str(path), format="gguf", size_bytes=path.stat().st_size,
+        parameters=sum(int(t.n_elements) for t in reader.tensors), architecture=arch,
+        context_length=int(field_value(f"{arch}.context_length") or 2048), reasoning=all(t in special for t in THINK),
+        tools=select_parser(tool_call_parser, template, arch, special) is not None, kv_bytes_per_token=_kv_per_token(cfg),
+    )  # fmt: skip
+
+
+def is_candidate(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix == ".gguf"
+    return (path / "config.json").is_file() and any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir())
+
+
+def describe(source: str, model_id: str, resolved: Path | None = None, tool_call_parser: str = "auto") -> Candidate:
+    """`source` as `--model` takes it; `resolved`: the HF directory it already became (the bundled model's
+    converted cache), read instead of the source."""
+    path = resolved or Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return describe_gguf(path, model_id, tool_call_parser)
+    if not is_candidate(path):
+        raise FileNotFoundError(f"not a Hugging Face model directory or a .gguf file: {Path(source).name or source}")
+    return describe_hf(path, model_id, source, tool_call_parser)
+
+
+def default_id(source: str) -> str:
+    """The id a model gets without `--served-model-name`: its directory name or file stem (as engine/models.py)."""
+    if not source:
+        return DEFAULT_NAME
+    path = Path(source).expanduser()
+    return path.stem if path.suffix == ".gguf" else dir_name(path)
+
+
+def sources(models: Iterable[str], models_dir: str) -> list[str]:
+    """Every `--model` given, then each candidate in `--models-dir` (sorted by name), each once."""
+    found = list(dict.fromkeys(models))
+    if models_dir:
+        root = Path(models_dir).expanduser()
+        if not root.is_dir():
+            raise FileNotFoundError(f"--models-dir is not a directory: {models_dir}")
+        seen = {str(Path(s).expanduser().resolve()) for s in found if s}
+        found += [str(p) for p in sorted(root.iterdir()) if is_candidate(p) and str(p.resolve()) not in seen]
+    return found
+
+
+def unique(candidates: list[Candidate]) -> list[Candidate]:
+    """Refuse two candidates with one id: a request could not say which it means."""
+    ids: dict[str, Candidate] = {}
+    for c in candidates:
+        if c.id in ids:
+            raise ValueError(f"two models have the id {c.id!r}: rename one (its directory or file)")
+        ids[c.id] = c
+    return candidates

@@ -1,0 +1,73 @@
+"""A server with two models (issue 22): the bundled SmolLM2, served at start, and a second model that loads on
+demand from `--models-dir`. The second model is named here once: swap `SECOND` for another checkpoint (Gemma 3
+270M once the runner takes it) and every multi-model test, API and browser, runs against it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import LiveServer
+
+
+def tiny_qwen() -> Path:
+    from demo_models.tiny_qwen import build_tiny_qwen
+
+    return build_tiny_qwen()
+
+
+@dataclass(frozen=True)
+class Second:
+    """The second model and what the tests expect of it."""
+
+    id: str  # what it is served as: its name in --models-dir
+    path: Callable[[], Path]  # builds or finds its directory (or .gguf file)
+    architecture: str
+    context: str  # its context window as the page's meter writes it
+    caps: tuple[str, ...]  # what the picker's line says it can do beyond text
+    question: str  # a prompt it answers with `answer` in the reply under greedy decoding
+    answer: str
+
+
+SECOND = Second("tiny-qwen3", tiny_qwen, "qwen3", "4,096", ("reasoning", "tools"), "What is 2+2?", "4")
+SECOND_ID = SECOND.id
+
+
+@contextlib.contextmanager
+def models_server(settings: Any, root: Path, **changes: Any) -> Iterator[LiveServer]:
+    """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
+    cached directory), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
+    from app import build_pool, build_service, serve_in_thread
+
+    models_dir = root / "models"
+    models_dir.mkdir(exist_ok=True)
+    target = SECOND.path()
+    link = models_dir / (SECOND_ID + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
+    if not link.exists():
+        link.symlink_to(target, target_is_directory=target.is_dir())
+    cfg = settings.replace(models_dir=str(models_dir), **changes)
+    pool = build_pool(cfg, build_service(cfg))
+    background = serve_in_thread(cfg, None, pool=pool)
+    try:
+        url = httpx.URL(background.url)
+        yield LiveServer(background.url, None, cfg.replace(host=url.host, port=url.port), background.server)
+    finally:
+        background.stop()
+        pool.shutdown()
+
+
+def wait_loaded(client: httpx.Client, model_id: str, timeout: float = 300, **kw: Any) -> dict[str, Any]:
+    """Poll GET /v1/models/{id} until its status is no longer `loading`; returns the card."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        card = client.get(f"/v1/models/{model_id}", **kw).json()
+        if card["status"] != "loading" or time.monotonic() > deadline:
+            return card
+        time.sleep(0.2)

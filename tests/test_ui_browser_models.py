@@ -1,0 +1,148 @@
+"""Models from the page (issue 22): the header's picker lists the server's models with their size, architecture
+and what they take; picking the other one switches the server to it with a progress bar (unloading the first, the
+memory budget holding only one), the chat then answers as that model, and picking the first one switches back.
+The A/B tab puts two loaded models side by side.
+
+The second model is tests/models_fixture.py's `SECOND` (the tiny Qwen3 today; Gemma 3 270M once the runner takes
+it): swap it there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, precise, send, shot, sync_api
+from tests.conftest import MODEL, LiveServer
+from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
+
+pytestmark = NEEDS_CHROMIUM
+QUESTION = SECOND.question
+HEADER_NAME = "() => document.querySelector('.pg-header b')?.textContent"
+# Records every progress text the page shows (Gradio's bar over the event's outputs), however briefly.
+WATCH_PROGRESS_JS = """() => { window.pgProgress = [];
+  new MutationObserver(() => { for (const e of document.querySelectorAll('.progress-level-inner, .progress-text')) {
+    const t = e.textContent.trim(); if (t && window.pgProgress.at(-1) !== t) window.pgProgress.push(t); } })
+  .observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+
+
+@pytest.fixture(scope="module")
+def tight(settings: Any, tmp_path_factory: Any) -> Iterator[LiveServer]:
+    """A memory budget that holds either model, never both."""
+    root = tmp_path_factory.mktemp("browser-models")
+    with models_server(settings, root) as probe, probe.client() as c:
+        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"])
+    with models_server(settings, root, models_memory_mb=need // (1 << 20) - 1) as server:
+        yield server
+
+
+def statuses(server: LiveServer) -> dict[str, str]:
+    with server.client() as c:
+        return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+
+
+def pick(page: Any, name: str) -> None:
+    page.locator("#pg-model input").click()
+    page.locator("ul[role=listbox] li", has_text=name).first.click()
+
+
+def wait_header(page: Any, name: str) -> None:
+    page.wait_for_function(f"() => ({HEADER_NAME})() === {name!r}", timeout=300_000)
+
+
+def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: LiveServer) -> None:
+    page = open_page(browser, tight.url)
+    picker = page.locator("#pg-model")
+    sync_api.expect(picker).to_be_visible()
+    assert MODEL in page.locator("#pg-model input").input_value()
+    page.locator("#pg-model input").click()
+    options = page.locator("ul[role=listbox] li")
+    sync_api.expect(options).to_have_count(2)
+    first, second = options.nth(0).inner_text(), options.nth(1).inner_text()
+    assert "135M" in first and "llama" in first and "text" in first and "●" in first, first  # loaded
+    assert SECOND.architecture in second and all(c in second for c in SECOND.caps) and "○" in second, second
+    shot(page, "models-1-picker", full_page=False)
+    page.keyboard.press("Escape")
+    precise(page, 48)
+
+    page.evaluate(WATCH_PROGRESS_JS)
+    pick(page, SECOND_ID)
+    page.locator(".progress-level-inner", has_text="Loading").first.wait_for(state="attached", timeout=30_000)
+    shot(page, "models-2-loading-second", full_page=False)
+    wait_header(page, SECOND_ID)
+    seen = page.evaluate("() => window.pgProgress")
+    assert any(f"Loading {SECOND_ID}" in t for t in seen), seen
+    assert statuses(tight) == {MODEL: "loadable", SECOND_ID: "loaded"}  # the budget holds one: the first went
+    assert SECOND_ID in page.locator("#pg-model input").input_value()
+    send(page, QUESTION)
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(SECOND.answer)
+    sync_api.expect(page.locator("#pg-context")).to_contain_text(SECOND.context)  # the second model's window
+    shot(page, "models-3-second-answers", full_page=False)
+
+    page.evaluate("() => { window.pgProgress.length = 0; }")
+    pick(page, MODEL)
+    page.locator(".progress-level-inner", has_text="Loading").first.wait_for(state="attached", timeout=30_000)
+    shot(page, "models-4-loading-first", full_page=False)
+    wait_header(page, MODEL)
+    seen = page.evaluate("() => window.pgProgress")
+    assert any(f"Loading {MODEL}" in t for t in seen), seen
+    assert statuses(tight) == {MODEL: "loaded", SECOND_ID: "loadable"}
+    assert MODEL in page.locator("#pg-model input").input_value()
+    sync_api.expect(page.locator("#pg-context")).to_contain_text("8,192")  # the meter follows the switch
+    shot(page, "models-5-back-to-first", full_page=False)
+    page.close()
+
+
+def test_ab_puts_two_loaded_models_side_by_side(browser: Any, settings: Any, tmp_path_factory: Any) -> None:
+    with models_server(settings, tmp_path_factory.mktemp("browser-ab")) as server:
+        with httpx.Client(base_url=server.url, timeout=120) as c:  # load the second model beside the first
+            c.post("/v1/chat/completions", json={"model": SECOND_ID, "messages": [{"role": "user", "content": "hi"}]})
+            assert wait_loaded(c, SECOND_ID)["status"] == "loaded"
+        page = open_page(browser, server.url)
+        wait_header(page, MODEL)  # loading on demand leaves the current model as it was
+        precise(page, 48)
+        page.fill("#pg-input textarea", QUESTION)
+        open_tab(page, "⚖ A/B")
+        page.locator("label", has_text="Precise (greedy)").last.click()
+        sync_api.expect(page.locator("#pg-ab-model")).to_be_visible()
+        page.locator("#pg-ab-model input").click()
+        page.locator("ul[role=listbox] li", has_text=SECOND_ID).first.click()
+        page.click("#pg-ab-run")
+        sync_api.expect(page.locator("#pg-ab-b")).to_contain_text(SECOND_ID, timeout=120_000)  # B's label names it
+        sync_api.expect(page.locator("#pg-ab-b")).to_contain_text(SECOND.answer, timeout=120_000)
+        page.wait_for_function("() => !/…/.test(document.querySelector('#pg-ab-a').textContent)", timeout=120_000)
+        shot(page, "models-6-ab-two-models")
+        page.close()
+
+
+def test_with_credentials_switching_takes_an_admin_key(browser: Any, settings: Any, tmp_path_factory: Any) -> None:
+    from tests.test_ui_browser_server import login
+
+    root = tmp_path_factory.mktemp("browser-admin")
+    with models_server(settings, root, api_keys=["user"], admin_keys=["root"]) as server:
+        page = login(browser, server.url, "user")
+        key = page.locator("#pg-model-key input")
+        sync_api.expect(key).to_be_visible()
+        pick(page, SECOND_ID)
+        sync_api.expect(page.locator(".toast-body")).to_contain_text("admin key")
+        assert statuses_with(server, "user")[SECOND_ID] == "loadable"  # nothing loaded
+        assert MODEL in page.locator("#pg-model input").input_value()  # the picker went back to the current model
+        shot(page, "models-7-needs-admin-key", full_page=False)
+        key.fill("user")  # a valid API key, but not an admin's
+        pick(page, SECOND_ID)
+        sync_api.expect(page.locator(".toast-body").last).to_contain_text("admin key")
+        assert statuses_with(server, "user")[SECOND_ID] == "loadable"
+        key.fill("root")
+        pick(page, SECOND_ID)
+        wait_header(page, SECOND_ID)
+        assert statuses_with(server, "user")[SECOND_ID] == "loaded"
+        shot(page, "models-8-admin-switched", full_page=False)
+        page.close()
+
+
+def statuses_with(server: LiveServer, key: str) -> dict[str, str]:
+    with server.client(headers={"Authorization": f"Bearer {key}"}) as c:
+        return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
