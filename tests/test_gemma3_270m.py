@@ -98,3 +98,13 @@ def test_the_server_serves_the_270m_greedy_as_hf_generates_it(gemma_live: Any, r
     stream = client.chat.completions.create(model=GEMMA, messages=messages, max_tokens=4, temperature=0,  # type: ignore[arg-type]
                                             stream=True)  # fmt: skip
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
+
+
+def test_the_model_picker_lists_the_270m_by_its_name(settings: Any, gemma_service: Any) -> None:
+    """`--models gemma-3-270m` beside the bundled SmolLM2: described from its converted cache (no weights loaded)."""
+    from app import model_candidates
+
+    found = {c.id: c for c in model_candidates(settings.replace(model="", models=[GEMMA]))}
+    gemma = found[GEMMA]
+    assert gemma.architecture == "gemma3_text" and gemma.source == GEMMA
+    assert 260e6 < (gemma.parameters or 0) < 280e6 and gemma.context_length == 32768
