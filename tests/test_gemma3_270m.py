@@ -108,3 +108,16 @@ def test_the_model_picker_lists_the_270m_by_its_name(settings: Any, gemma_servic
     gemma = found[GEMMA]
     assert gemma.architecture == "gemma3_text" and gemma.source == GEMMA
     assert 260e6 < (gemma.parameters or 0) < 280e6 and gemma.context_length == 32768
+
+
+def test_a_repeated_prompt_reuses_its_cached_pages_with_the_same_reply(gemma_live: Any) -> None:
+    """Pages hold every layer's KV for every position (sliding layers only read less of them), so the prefix
+    cache serves Gemma as it does Llama: the second request loads cached pages and answers the same."""
+    import httpx
+
+    text = "Ravens, crows and jays are corvids. " * 12  # ~100 tokens: several whole pages
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": text}], "max_tokens": 4, "temperature": 0}
+    with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
+        first, second = (http.post("/v1/chat/completions", json=body).json() for _ in range(2))
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
+    assert second["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
