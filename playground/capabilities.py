@@ -97,6 +97,10 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
     context = say(("context {n:,}", "上下文 {n:,}"), lang, n=getattr(service.model, "context_length", "?"))
     badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", say(("device · dtype", "设备 · 数据类型"),
               lang)), (shown, ""), (context, "")]  # fmt: skip
+    if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
+        badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
+            "The checkpoint has no chat template: the messages' text is joined and the model continues it",
+            "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写"), lang)))  # fmt: skip
     out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
     for cap, on in capabilities(service).items():
         out += _badge(say(CAPS[cap], lang), on, "" if on else say(("this model cannot", "此模型不支持"), lang))

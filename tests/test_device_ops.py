@@ -100,31 +100,39 @@ def test_each_backend_matches_the_reference_op_by_op(table: ops.TorchOps, rows: 
     q = torch.randn(rows, H, D, generator=g)
     torch.testing.assert_close(table.decode_attention(q, k_pool, v_pool, table_, lens),
                                ref.decode_attention(q, k_pool, v_pool, table_, lens), atol=1e-5, rtol=1e-4)  # fmt: skip
+    starts = (torch.rand(rows, generator=g) * lens.float()).to(torch.int32)  # sliding windows: from starts[b]
+    torch.testing.assert_close(table.decode_attention(q, k_pool, v_pool, table_, lens, starts),
+                               ref.decode_attention(q, k_pool, v_pool, table_, lens, starts), atol=1e-5, rtol=1e-4)  # fmt: skip
+    torch.testing.assert_close(table.gelu_tanh_mul(gate_up), ref.gelu_tanh_mul(gate_up))
 
 
-def test_the_reference_decode_attention_is_attention_over_each_rows_own_positions() -> None:
+@pytest.mark.parametrize("windowed", [False, True])
+def test_the_reference_decode_attention_is_attention_over_each_rows_own_positions(windowed: bool) -> None:
     ref = ops.TorchOps()
     k_pool, v_pool = pools()
     table_ = torch.tensor([[3, 7, 0], [5, 0, 0]], dtype=torch.int32)
     lens = torch.tensor([PAGE + 5, 9], dtype=torch.int32)
+    starts = torch.tensor([PAGE - 2, 4], dtype=torch.int32) if windowed else torch.zeros(2, dtype=torch.int32)
     q = torch.randn(2, H, D)
-    out = ref.decode_attention(q, k_pool, v_pool, table_, lens)
+    out = ref.decode_attention(q, k_pool, v_pool, table_, lens, starts if windowed else None)
     for b in range(2):
-        k = k_pool[table_[b].long()].flatten(0, 1)[: lens[b]].repeat_interleave(H // KV, dim=1)  # [T, H, D]
-        v = v_pool[table_[b].long()].flatten(0, 1)[: lens[b]].repeat_interleave(H // KV, dim=1)
+        at = slice(int(starts[b]), int(lens[b]))
+        k = k_pool[table_[b].long()].flatten(0, 1)[at].repeat_interleave(H // KV, dim=1)  # [T, H, D]
+        v = v_pool[table_[b].long()].flatten(0, 1)[at].repeat_interleave(H // KV, dim=1)
         p = torch.softmax(torch.einsum("hd,thd->ht", q[b], k) / D**0.5, dim=-1)
         torch.testing.assert_close(out[b], torch.einsum("ht,thd->hd", p, v), atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("start", [0, 5])
-def test_the_reference_prompt_attention_is_causal_from_its_start(start: int) -> None:
+@pytest.mark.parametrize(("start", "window"), [(0, 0), (5, 0), (0, 3), (5, 3), (5, 100)])
+def test_the_reference_prompt_attention_is_causal_from_its_start(start: int, window: int) -> None:
     ref = ops.TorchOps()
     t = 4
     q, k, v = torch.randn(H, t, D), torch.randn(KV, start + t, D), torch.randn(KV, start + t, D)
-    out = ref.prompt_attention(q, k, v, start)
+    out = ref.prompt_attention(q, k, v, start, window)
     kk, vv = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
     scores = torch.einsum("htd,hsd->hts", q, kk) / D**0.5
-    allowed = torch.arange(start + t)[None] <= (torch.arange(t)[:, None] + start)
+    rows, cols = torch.arange(t)[:, None] + start, torch.arange(start + t)[None]
+    allowed = (cols <= rows) & ((rows - cols < window) if window else True)
     expect = torch.einsum("hts,hsd->htd", torch.softmax(scores.masked_fill(~allowed, -torch.inf), -1), vv)
     torch.testing.assert_close(out, expect, atol=1e-5, rtol=1e-4)
 

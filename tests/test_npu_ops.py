@@ -32,6 +32,7 @@ ALL_FUSED = {
     "silu_mul": "torch_npu.npu_swiglu",
     "decode_attention": "torch_npu.npu_fused_infer_attention_score",
     "prompt_attention": "torch_npu.npu_prompt_flash_attention",
+    "gelu_tanh_mul": "torch",  # no fused function: the reference
 }
 
 

@@ -1,7 +1,7 @@
 // CPU kernels for the lean runner on x86, compiled on first use by cpu_kernels.py once per instruction set the
 // CPU has: the AVX2 + FMA baseline, and AVX-512 (F, BW, VL) where present, picked at run time.
 //
-// add_rmsnorm, rope_store, silu_mul: the elementwise steps between a layer's matmuls, one call each instead of
+// add_rmsnorm, rope_store, silu_mul, gelu_tanh_mul: the elementwise steps between a layer's matmuls, one call each instead of
 // the handful of torch ops (and as many dispatches) that each takes, which at this model size cost as much as the
 // arithmetic.
 //
@@ -248,12 +248,15 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
         for (int d = 0; d < D; ++d) out[static_cast<int64_t>(g) * D + d] *= inv[g];
 }
 
-void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int len, float* out,
-                int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
+// Positions [first, end) of the pages list: first > 0 for a sliding-window layer, whose window starts inside the
+// list's first page.
+void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int first, int end,
+                float* out, int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
                 std::vector<int64_t>& off) {
+    const int len = end - first;
     s.resize(static_cast<size_t>(G) * len);
     off.resize(len);
-    for (int t = 0, p = 0, slot = 0; t < len; ++t) {  // where each position's row sits in the pool
+    for (int t = 0, p = first / page, slot = first % page; t < len; ++t) {  // where each position's row sits
         off[t] = ((static_cast<int64_t>(pages[p]) * page + slot) * KV + kvh) * D;
         if (++slot == page) slot = 0, ++p;
     }
@@ -320,9 +323,10 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
 // q [B, H, D]; k_pool, v_pool [pages, page, KV, D]; table [B, W] page ids; lens [B] tokens to attend to
 // (the new one included); out [B, H, D]. Query heads h*G .. h*G+G-1 share key/value head h (G = H / KV), so
 // each task reads one sequence's keys and values for one KV head, for all the queries that use it.
+// starts: null, or each row's first position to attend (a sliding window's start) in its table row.
 void decode_attention(const float* q, const float* k_pool, const float* v_pool, const int32_t* table, int W,
-                      const int32_t* lens, float* out, int B, int H, int KV, int D, int page, float scale,
-                      int threads) {
+                      const int32_t* lens, const int32_t* starts, float* out, int B, int H, int KV, int D, int page,
+                      float scale, int threads) {
     const int G = H / KV;
 #pragma omp parallel num_threads(threads)
     {
@@ -333,7 +337,7 @@ void decode_attention(const float* q, const float* k_pool, const float* v_pool, 
             const int b = task / KV, kvh = task % KV, len = lens[b];
             const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
             attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
-                       table + static_cast<int64_t>(b) * W, len, out + (static_cast<int64_t>(b) * H +
+                       table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len, out + (static_cast<int64_t>(b) * H +
                        static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
         }
     }
@@ -358,22 +362,31 @@ void add_rmsnorm(float* x, const float* delta, const float* w, float* y, int N, 
 // qkv [N, (H + 2 KV) D] -> rotary embedding (cos, sin [N, D]; the rotate-half form) on q and k; q to q_out
 // [N, H, D]; k and v written to row slots[n] of the pools, [rows, KV, D].
 void rope_store(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out,
-                float* k_pool, float* v_pool, int N, int H, int KV, int D) {
+                float* k_pool, float* v_pool, int N, int H, int KV, int D, const float* wq, const float* wk,
+                float eps) {
     const int half = D / 2, width = (H + 2 * KV) * D;
+    std::vector<float> normed(wq ? D : 0);
     for (int n = 0; n < N; ++n) {
         const float* row = qkv + static_cast<int64_t>(n) * width;
         const float* c = cos + static_cast<int64_t>(n) * D;
         const float* s = sin + static_cast<int64_t>(n) * D;
-        auto rope = [&](const float* x, float* o) {
+        auto rope = [&](const float* x, float* o, const float* w) {
+            if (w) {  // the head's RMSNorm first (Qwen3, Gemma 3): x / sqrt(mean(x^2) + eps) * w
+                float ss = 0.f;
+                for (int i = 0; i < D; ++i) ss += x[i] * x[i];
+                const float r = 1.f / std::sqrt(ss / D + eps);
+                for (int i = 0; i < D; ++i) normed[i] = x[i] * r * w[i];
+                x = normed.data();
+            }
             for (int i = 0; i < half; ++i) {
                 o[i] = x[i] * c[i] - x[i + half] * s[i];
                 o[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
             }
         };
-        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D);
+        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D, wq);
         float* kd = k_pool + slots[n] * KV * D;
         float* vd = v_pool + slots[n] * KV * D;
-        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D);
+        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D, wk);
         for (int i = 0; i < KV * D; ++i) vd[i] = row[(H + KV) * D + i];
     }
 }
@@ -392,6 +405,27 @@ void silu_mul(const float* gate_up, float* out, int N, int I) {
             _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
         }
         for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+}
+
+// gelu_tanh(g) * u, Gemma's gating: 0.5 g (1 + tanh(c (g + 0.044715 g^3))) = g * sigmoid(2 c (g + 0.044715 g^3)),
+// c = sqrt(2 / pi): silu_mul's sigmoid at another argument.
+void gelu_tanh_mul(const float* gate_up, float* out, int N, int I) {
+    const float c2 = 2.f * 0.7978845608028654f, c3 = 0.044715f;
+    for (int n = 0; n < N; ++n) {
+        const float* g = gate_up + static_cast<int64_t>(n) * 2 * I;
+        const float* u = g + I;
+        float* o = out + static_cast<int64_t>(n) * I;
+        int i = 0;
+        for (; i + 8 <= I; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+            const __m256 arg = _mm256_mul_ps(_mm256_set1_ps(c2), _mm256_fmadd_ps(_mm256_set1_ps(c3), g3, gv));
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), arg));
+            const __m256 gelu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-c2 * (g[i] + c3 * g[i] * g[i] * g[i]))) * u[i];
     }
 }
 

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -92,15 +93,17 @@ class CpuKernels:
         self._linear.restype = None
         self._attention = lib.decode_attention
         i, f = ctypes.c_int, ctypes.c_float
-        self._attention.argtypes = [p, p, p, p, i, p, p, i, i, i, i, i, f, i]
+        self._attention.argtypes = [p, p, p, p, i, p, p, p, i, i, i, i, i, f, i]
         self._attention.restype = None
         self._add_rmsnorm = lib.add_rmsnorm
         self._add_rmsnorm.argtypes = [p, p, p, p, i, i, f]
         self._rope_store = lib.rope_store
-        self._rope_store.argtypes = [p, p, p, p, p, p, p, i, i, i, i]
+        self._rope_store.argtypes = [p, p, p, p, p, p, p, i, i, i, i, p, p, f]
         self._silu_mul = lib.silu_mul
         self._silu_mul.argtypes = [p, p, i, i]
-        for fn in (self._add_rmsnorm, self._rope_store, self._silu_mul):
+        self._gelu_tanh_mul = lib.gelu_tanh_mul
+        self._gelu_tanh_mul.argtypes = [p, p, i, i]
+        for fn in (self._add_rmsnorm, self._rope_store, self._silu_mul, self._gelu_tanh_mul):
             fn.restype = None
 
     def add_rmsnorm(self, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -113,15 +116,19 @@ class CpuKernels:
 
     def rope_store(
         self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
-        k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
+        k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int, qk_norm: Any = None,
     ) -> torch.Tensor:  # fmt: skip
-        """Rotary embedding on q and k of qkv [N, (H + 2 KV) D]; k and v stored at row slots[n] of k_rows and v_rows
-        ([rows, KV, D], contiguous); returns q as [N, H, D]."""
+        """Rotary embedding on q and k of qkv [N, (H + 2 KV) D], after each head's RMSNorm when `qk_norm` (q and k
+        weights [D] float32, eps) is given; k and v stored at row slots[n] of k_rows and v_rows ([rows, KV, D],
+        contiguous); returns q as [N, H, D]."""
         n = qkv.shape[0]
         _, kv, d = k_rows.shape
         q = torch.empty(n, heads, d)
+        wq, wk, eps = (qk_norm[0].contiguous(), qk_norm[1].contiguous(), qk_norm[2]) if qk_norm else (None, None, 0.0)
         self._rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), q.data_ptr(),
-                         k_rows.data_ptr(), v_rows.data_ptr(), n, heads, kv, d)  # fmt: skip
+                         k_rows.data_ptr(), v_rows.data_ptr(), n, heads, kv, d,
+                         wq.data_ptr() if wq is not None else None, wk.data_ptr() if wk is not None else None,
+                         eps)  # fmt: skip
         return q
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -130,19 +137,29 @@ class CpuKernels:
         self._silu_mul(gate_up.data_ptr(), out.data_ptr(), n, width // 2)
         return out
 
+    def gelu_tanh_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        n, width = gate_up.shape
+        out = torch.empty(n, width // 2)
+        self._gelu_tanh_mul(gate_up.data_ptr(), out.data_ptr(), n, width // 2)
+        return out
+
     def decode_attention(
-        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor
-    ) -> torch.Tensor:
-        """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists, in pools of
-        [pages, page, KV, D] (float32, contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
+        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
+        starts: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists (from
+        position starts[b] when given: a sliding window), in pools of [pages, page, KV, D] (float32,
+        contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
         q = q.contiguous()
         b, h, d = q.shape
         _, page, kv, _ = k_pool.shape
         table, lens = table.to(torch.int32).contiguous(), lens.to(torch.int32).contiguous()
+        starts = starts.to(torch.int32).contiguous() if starts is not None else None
         out = torch.empty_like(q)
         self._attention(
             q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), table.data_ptr(), table.shape[1], lens.data_ptr(),
-            out.data_ptr(), b, h, kv, d, page, d**-0.5, torch.get_num_threads(),
+            starts.data_ptr() if starts is not None else None, out.data_ptr(), b, h, kv, d, page, d**-0.5,
+            torch.get_num_threads(),
         )  # fmt: skip
         return out
 

@@ -7,7 +7,8 @@ This is what lets requests join and leave the batch between steps without paddin
 
 `DecoderRunner` is a lean forward for the Llama family (Llama, SmolLM, Mistral without sliding window, Qwen2,
 Qwen3), reusing the HF model's own modules and weights; tests check its logits against the HF forward.
-`make_runner` gives any other causal LM the HF forward (`HFRunner`, hf_runner.py). Both implement `Runner`
+Gemma 3 text models run on it too, with what their layer adds in gemma.py. `make_runner` gives any other causal
+LM the HF forward (`HFRunner`, hf_runner.py). Both implement `Runner`
 (runner.py); the KV page pool is `PagePool` (kv.py).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from engine import device as devices
-from engine.core import cpu_kernels
+from engine.core import cpu_kernels, gemma
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
 from engine.core.lora import LoraAdapter, LoraSet, LoraStep
@@ -39,11 +40,13 @@ LEAN_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 @dataclass
 class DecodeRows:
     """The single-token segments of a step: their rows on the token axis, their page tables ([rows, width],
-    zero-padded) and how many positions each attends to."""
+    zero-padded) and how many positions each attends to; with a sliding window, each table starts at the window's
+    first page and `starts` is the window's first position in it."""
 
     cols: torch.Tensor
     table: torch.Tensor
     lens: torch.Tensor
+    starts: torch.Tensor | None = None
 
 
 def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunner | HFRunner:
@@ -55,6 +58,8 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
         and not (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None))
         and getattr(cfg, "hidden_act", "silu") == "silu"  # the layer the device ops implement
     ):
+        return DecoderRunner(model, device, kv_tokens)
+    if gemma.supported(cfg):
         return DecoderRunner(model, device, kv_tokens)
     return HFRunner(model, device)
 
@@ -77,6 +82,7 @@ class DecoderRunner:
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.dtype = next(model.parameters()).dtype  # of activations and the KV cache
+        model_dtype = self.dtype  # as loaded
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
         # float32 on a CPU with the kernels: matrices stored in bf16 when that is exact (halves the bytes a decode
         # step streams), math in float32. The HF model's matrices then are bf16: run its own forward on a
@@ -125,6 +131,7 @@ class DecoderRunner:
                 self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
+        self.gemma = gemma.GemmaLayers(model, model_dtype, self.dtype) if gemma.supported(cfg) else None
         self._own_pool(kv_tokens)
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
@@ -176,8 +183,9 @@ class DecoderRunner:
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
-        h = self.inner.embed_tokens(input_ids).to(self.dtype)  # [N, D]: every token of every segment on one axis
-        cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
+        embed = self.inner.embed_tokens
+        # [N, D]: every token of every segment on one axis
+        h = embed(input_ids).to(self.dtype) if self.gemma is None else self.gemma.embed(embed, input_ids, self.dtype)
         # Single-token (decode) segments attend in one call, reading their pages where they are, and so do drafted
         # ones (a row per token, see _decode_rows); prompt chunks attend one by one.
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1 or segments[i].all_logits]
@@ -190,11 +198,19 @@ class DecoderRunner:
             last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
                     for r in (range(a, b) if seg.all_logits else (b - 1,))]  # fmt: skip
         lora = self.lora.step([s.adapter for s in segments], bounds, dev) if self.lora is not None else None
-        hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages, rows,
-                              last, lora)  # fmt: skip
+        if self.gemma is None:
+            cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
+            hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages,
+                                  rows, last, lora)  # fmt: skip
+        else:
+            hidden = self.gemma.layers(self, h, position_ids, slot, bounds, single, chunk_pages, rows, last, segments,
+                                       lora)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
-        return self.lm_head(hidden).float() if last else torch.empty(0)
+        if not last:
+            return torch.empty(0)
+        logits = self.lm_head(hidden).float()
+        return logits if self.gemma is None else self.gemma.logits(logits)
 
     def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
                 lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
@@ -225,21 +241,26 @@ class DecoderRunner:
         return normed[last]
 
     def _decode_rows(
-        self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int]
+        self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int], window: int = 0
     ) -> DecodeRows:
         """A decode row per token of the `decode` segments: a drafted segment's token j (at position start + j)
         attends to the first start + j + 1 positions of its sequence's pages, which rope_store has written before
-        attention runs, so its k + 1 rows are causal attention within the one decode call."""
+        attention runs, so its k + 1 rows are causal attention within the one decode call. With a `window` (Gemma 3's
+        sliding layers), a row attends to its last `window` positions only: its table begins at the page holding
+        the first of them."""
         cols = [r for i in decode for r in range(bounds[i][0], bounds[i][1])]
         ends = [start + 1 + r - a for i in decode for a, b, start in (bounds[i],) for r in range(a, b)]
         owner = [i for i in decode for _ in range(bounds[i][1] - bounds[i][0])]
-        width = -(-max(ends) // PAGE)
-        table = torch.tensor(
-            [segments[i].cache.pages[: -(-e // PAGE)] + [0] * (width - -(-e // PAGE)) for i, e in zip(owner, ends)],
-            device=self.device, dtype=torch.int32,
-        )  # fmt: skip
-        lens = torch.tensor(ends, device=self.device, dtype=torch.int32)
-        return DecodeRows(torch.tensor(cols, device=self.device), table, lens)
+        first = [max(0, e - window) // PAGE if window else 0 for e in ends]  # each table's first page
+        tables = [segments[i].cache.pages[f : -(-e // PAGE)] for i, e, f in zip(owner, ends, first)]
+        width = max(len(t) for t in tables)
+        as_int = {"device": self.device, "dtype": torch.int32}
+        table = torch.tensor([t + [0] * (width - len(t)) for t in tables], **as_int)  # type: ignore[arg-type]
+        lens = torch.tensor([e - f * PAGE for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
+        starts = None
+        if window:
+            starts = torch.tensor([max(0, e - window) - f * PAGE for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
+        return DecodeRows(torch.tensor(cols, device=self.device), table, lens, starts)
 
     def _attention(
         self, li: int, q: torch.Tensor, bounds, single, chunk_pages, rows: DecodeRows | None

@@ -138,9 +138,9 @@ class NpuOps(TorchOps):
     # -- attention ----------------------------------------------------------------------------------------------
 
     def decode_attention(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor,
-                         lens: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        if not self._fused_attention("decode_attention", q.dtype):
-            return super().decode_attention(q, k_pool, v_pool, table, lens)
+                         lens: torch.Tensor, starts: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        if starts is not None or not self._fused_attention("decode_attention", q.dtype):  # windows: the reference
+            return super().decode_attention(q, k_pool, v_pool, table, lens, starts)
         fn_name, fn = self.fn["decode_attention"]
         b, h, d = q.shape
         pages, page, kv = k_pool.shape[0], k_pool.shape[1], k_pool.shape[2]
@@ -154,9 +154,10 @@ class NpuOps(TorchOps):
             out = fn(query, key, value, actual_seq_lengths=self._host_lens(lens), scale_value=d**-0.5, **kw)
         return out.view(b, h, d)
 
-    def prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
-        if not self._fused_attention("prompt_attention", q.dtype):
-            return super().prompt_attention(q, k, v, start)
+    def prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
+                         window: int = 0) -> torch.Tensor:  # fmt: skip
+        if window or not self._fused_attention("prompt_attention", q.dtype):  # windows: the reference
+            return super().prompt_attention(q, k, v, start, window)
         fn_name, fn = self.fn["prompt_attention"]
         h, t, d = q.shape
         kv = k.shape[0]

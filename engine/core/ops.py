@@ -13,10 +13,13 @@ D head size, pools of [pages, PAGE, KV, D]):
   qkv [N, (H + 2 KV) D] (cos / sin [N, D]), after Qwen3's per-head norms when `qk_norm` is given; k and v
   written at row slots[n] of k_rows / v_rows ([rows, KV, D]); returns q [N, H, D].
 - `silu_mul(gate_up)`: silu(gate) * up of gate_up [N, 2 F] -> [N, F].
-- `decode_attention(q, k_pool, v_pool, table, lens)`: q [B, H, D], one new token per sequence, against the first
-  lens[b] positions of the pages table[b] lists ([B, width], zero-padded) -> [B, H, D].
-- `prompt_attention(q, k, v, start)`: a prompt chunk q [H, T, D] at positions start.. against its keys and values
-  k / v [KV, start + T, D], causal -> [H, T, D].
+- `gelu_tanh_mul(gate_up)`: gelu_tanh(gate) * up, the same shapes (Gemma 3's MLP).
+- `decode_attention(q, k_pool, v_pool, table, lens, starts=None)`: q [B, H, D], one new token per sequence,
+  against the first lens[b] positions of the pages table[b] lists ([B, width], zero-padded) -> [B, H, D]; from
+  position starts[b] of that list when given (a sliding window that begins inside the list's first page).
+- `prompt_attention(q, k, v, start, window=0)`: a prompt chunk q [H, T, D] at positions start.. against its keys
+  and values k / v [KV, start + T, D], causal -> [H, T, D]; with a window, a query sees only the `window` latest
+  positions up to its own (Gemma 3's sliding layers; positions are relative to k's first row).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-OPS = ("add_rmsnorm", "rope_store", "silu_mul", "decode_attention", "prompt_attention")
+OPS = ("add_rmsnorm", "rope_store", "silu_mul", "gelu_tanh_mul", "decode_attention", "prompt_attention")
 QKNorm = tuple[torch.Tensor, torch.Tensor, float]  # Qwen3's per-head q and k norm weights, and their eps
 
 
@@ -66,8 +69,12 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def gelu_tanh_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+
     def decode_attention(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor,
-                         lens: torch.Tensor) -> torch.Tensor:  # fmt: skip
+                         lens: torch.Tensor, starts: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Gathers each row's pages into a padded [B, width * PAGE] copy and masks the padding."""
         b, h, d = q.shape
         page, kv = k_pool.shape[1], k_pool.shape[2]
@@ -75,17 +82,26 @@ class TorchOps:
         shape = (b, table.shape[1] * page, kv, d)
         k = k_pool.index_select(0, flat).view(shape).transpose(1, 2)  # [B, KV, width, D]
         v = v_pool.index_select(0, flat).view(shape).transpose(1, 2)
-        mask = (torch.arange(shape[1], device=q.device) < lens.to(q.device).unsqueeze(1))[:, None, None]
+        at = torch.arange(shape[1], device=q.device)
+        mask = at < lens.to(q.device).unsqueeze(1)
+        if starts is not None:
+            mask &= at >= starts.to(q.device).unsqueeze(1)
+        mask = mask[:, None, None]
         o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, enable_gqa=h != kv)
         return o.view(b, h, d)
 
-    def prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    def prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
+                         window: int = 0) -> torch.Tensor:  # fmt: skip
         t, total = q.shape[1], k.shape[1]
         mask = None
-        causal = t > 1 and start == 0
-        if t > 1 and start > 0:
+        windowed = 0 < window < total  # some query has keys beyond its window
+        causal = t > 1 and start == 0 and not windowed
+        if (t > 1 and start > 0) or windowed:
             rows = torch.arange(t, device=q.device).unsqueeze(1) + start
-            mask = torch.arange(total, device=q.device).unsqueeze(0) <= rows
+            cols = torch.arange(total, device=q.device).unsqueeze(0)
+            mask = cols <= rows
+            if windowed:
+                mask &= rows - cols < window
         o = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                            is_causal=causal, enable_gqa=q.shape[0] != k.shape[0])  # fmt: skip
         return o[0]
@@ -102,7 +118,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class CpuOps(TorchOps):
-    """The C++ kernels of cpu_kernels.py for the four elementwise / decode operations (float32); prompt
+    """The C++ kernels of cpu_kernels.py for the five elementwise / decode operations (float32); prompt
     attention stays torch's SDPA, which is already one fused call per chunk."""
 
     name = "cpu"
@@ -110,14 +126,12 @@ class CpuOps(TorchOps):
     def __init__(self, kern: Any) -> None:
         super().__init__()
         self.kern = kern
-        for op in ("add_rmsnorm", "silu_mul", "decode_attention"):
+        for op in ("add_rmsnorm", "silu_mul", "gelu_tanh_mul", "decode_attention"):
             setattr(self, op, getattr(kern, op))
-        for op in ("add_rmsnorm", "rope_store", "silu_mul", "decode_attention"):
+        for op in ("add_rmsnorm", "rope_store", "silu_mul", "gelu_tanh_mul", "decode_attention"):
             self.chosen[op] = f"cpu_kernels.{op} ({kern.isa})"
 
     def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
                    k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
                    qk_norm: QKNorm | None = None) -> torch.Tensor:  # fmt: skip
-        if qk_norm is not None:  # the kernel has no q / k norm: the reference does the (rarer) Qwen3 layer
-            return super().rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads, qk_norm)
-        return self.kern.rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads)
+        return self.kern.rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads, qk_norm)

