@@ -138,14 +138,16 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> Path:
-    """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used)."""
+def convert_gguf(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
+    """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used).
+    `plain`: a base model; a GGUF without a chat template gets PLAIN_TEMPLATE in the directory, so the directory
+    is served the same however it is named (`--model gemma-3-270m`, its path, a link in `--models-dir`)."""
     if (out_dir / "config.json").is_file():
         return out_dir
     with file_lock(out_dir):
         if (out_dir / "config.json").is_file():
             return out_dir
-        return _convert(gguf, out_dir)
+        return _convert(gguf, out_dir, plain)
 
 
 def save_atomically(out: Path, *parts: Any) -> None:
@@ -162,12 +164,14 @@ def save_atomically(out: Path, *parts: Any) -> None:
         raise
 
 
-def _convert(gguf: Path, out_dir: Path) -> Path:
+def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to a bf16 safetensors cache (once; about 30 s on 2 cores)", gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    if plain and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
     )
@@ -191,7 +195,7 @@ def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
         return convert_gguf(gguf, cache / "models" / f"{DEFAULT_NAME}-bf16"), DEFAULT_NAME
     if model.lower() in BUNDLED and not Path(model).expanduser().exists():
         spec = BUNDLED[model.lower()]
-        return convert_gguf(split_gguf(spec, cache), cache / "models" / f"{spec.name}-bf16"), spec.name
+        return convert_gguf(split_gguf(spec, cache), cache / "models" / f"{spec.name}-bf16", spec.base), spec.name
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         stat = path.stat()
@@ -236,9 +240,12 @@ def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     spec = BUNDLED.get(model.lower())
-    plain = spec is not None and spec.base and not getattr(tokenizer, "chat_template", None)
-    if plain:  # a base model: a template that only joins the messages' text, said so on the page
-        tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
+    plain_text = PLAIN_TEMPLATE.read_text(encoding="utf-8")
+    if spec is not None and spec.base and not getattr(tokenizer, "chat_template", None):  # converted before it had it
+        tokenizer.chat_template = plain_text
+    # A base model on the template that only joins the messages' text (said so on the page): a bundled base model,
+    # by name or by its converted directory, which carries the template.
+    plain = getattr(tokenizer, "chat_template", None) == plain_text
     hf.to(device).eval().requires_grad_(False)
     cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))

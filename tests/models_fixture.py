@@ -1,6 +1,6 @@
 """A server with two models (issue 22): the bundled SmolLM2, served at start, and a second model that loads on
-demand from `--models-dir`. The second model is named here once: swap `SECOND` for another checkpoint (Gemma 3
-270M once the runner takes it) and every multi-model test, API and browser, runs against it."""
+demand from `--models-dir`: `SECOND` (the tiny Qwen3) for the API tests, `GEMMA` (Gemma 3 270M) for the browser's
+switch."""
 
 from __future__ import annotations
 
@@ -34,20 +34,30 @@ class Second:
     answer: str
 
 
+def gemma_270m() -> Path:
+    from engine.models import cache_root, resolve_model_dir
+
+    return resolve_model_dir("gemma-3-270m", cache_root())[0]  # fetched and converted once (tests/conftest.py)
+
+
 SECOND = Second("tiny-qwen3", tiny_qwen, "qwen3", "4,096", ("reasoning", "tools"), "What is 2+2?", "4")
 SECOND_ID = SECOND.id
+# The real second model: Gemma 3 270M, a base model on the plain template (engine/serving/plain_template.jinja).
+# The browser's switch test uses it; the API tests keep the tiny Qwen3, which loads in a second.
+GEMMA = Second("gemma-3-270m", gemma_270m, "gemma3_text", "32,768", (),
+               "Question: What is the capital of France?\nAnswer:", "Paris")  # fmt: skip
 
 
 @contextlib.contextmanager
-def models_server(settings: Any, root: Path, **changes: Any) -> Iterator[LiveServer]:
+def models_server(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Iterator[LiveServer]:
     """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
     cached directory), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
     from app import build_pool, build_service, serve_in_thread
 
     models_dir = root / "models"
     models_dir.mkdir(exist_ok=True)
-    target = SECOND.path()
-    link = models_dir / (SECOND_ID + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
+    target = second.path()
+    link = models_dir / (second.id + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
     if not link.exists():
         link.symlink_to(target, target_is_directory=target.is_dir())
     cfg = settings.replace(models_dir=str(models_dir), **changes)

@@ -1,10 +1,10 @@
 """Models from the page (issue 22): the header's picker lists the server's models with their size, architecture
-and what they take; picking the other one switches the server to it with a progress bar (unloading the first, the
+and what they take; picking another one switches the server to it with a progress bar (unloading the first, the
 memory budget holding only one), the chat then answers as that model, and picking the first one switches back.
 The A/B tab puts two loaded models side by side.
 
-The second model is tests/models_fixture.py's `SECOND` (the tiny Qwen3 today; Gemma 3 270M once the runner takes
-it): swap it there."""
+The switch goes from SmolLM2 to Gemma 3 270M (tests/models_fixture.py's `GEMMA`, a base model on the plain
+template) and back; the A/B and admin-key tests use the tiny Qwen3 (`SECOND`), which loads in a second."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, precise, send, shot, sync_api
 from tests.conftest import MODEL, LiveServer
-from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
+from tests.models_fixture import GEMMA, SECOND, SECOND_ID, models_server, wait_loaded
 
 pytestmark = NEEDS_CHROMIUM
 QUESTION = SECOND.question
@@ -32,9 +32,9 @@ WATCH_PROGRESS_JS = """() => { window.pgProgress = [];
 def tight(settings: Any, tmp_path_factory: Any) -> Iterator[LiveServer]:
     """A memory budget that holds either model, never both."""
     root = tmp_path_factory.mktemp("browser-models")
-    with models_server(settings, root) as probe, probe.client() as c:
+    with models_server(settings, root, GEMMA) as probe, probe.client() as c:
         need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"])
-    with models_server(settings, root, models_memory_mb=need // (1 << 20) - 1) as server:
+    with models_server(settings, root, GEMMA, models_memory_mb=need // (1 << 20) - 1) as server:
         yield server
 
 
@@ -62,24 +62,24 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     sync_api.expect(options).to_have_count(2)
     first, second = options.nth(0).inner_text(), options.nth(1).inner_text()
     assert "135M" in first and "llama" in first and "text" in first and "●" in first, first  # loaded
-    assert SECOND.architecture in second and all(c in second for c in SECOND.caps) and "○" in second, second
+    assert GEMMA.architecture in second and all(c in second for c in GEMMA.caps) and "○" in second, second
     shot(page, "models-1-picker", full_page=False)
     page.keyboard.press("Escape")
     precise(page, 48)
 
     page.evaluate(WATCH_PROGRESS_JS)
-    pick(page, SECOND_ID)
+    pick(page, GEMMA.id)
     page.locator(".progress-level-inner", has_text="Loading").first.wait_for(state="attached", timeout=30_000)
     shot(page, "models-2-loading-second", full_page=False)
-    wait_header(page, SECOND_ID)
+    wait_header(page, GEMMA.id)
     seen = page.evaluate("() => window.pgProgress")
-    assert any(f"Loading {SECOND_ID}" in t for t in seen), seen
-    assert statuses(tight) == {MODEL: "loadable", SECOND_ID: "loaded"}  # the budget holds one: the first went
-    assert SECOND_ID in page.locator("#pg-model input").input_value()
-    send(page, QUESTION)
+    assert any(f"Loading {GEMMA.id}" in t for t in seen), seen
+    assert statuses(tight) == {MODEL: "loadable", GEMMA.id: "loaded"}  # the budget holds one: the first went
+    assert GEMMA.id in page.locator("#pg-model input").input_value()
+    send(page, GEMMA.question)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
-    sync_api.expect(page.locator("#pg-chat")).to_contain_text(SECOND.answer)
-    sync_api.expect(page.locator("#pg-context")).to_contain_text(SECOND.context)  # the second model's window
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(GEMMA.answer)
+    sync_api.expect(page.locator("#pg-context")).to_contain_text(GEMMA.context)  # the second model's window
     shot(page, "models-3-second-answers", full_page=False)
 
     page.evaluate("() => { window.pgProgress.length = 0; }")
@@ -89,7 +89,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     wait_header(page, MODEL)
     seen = page.evaluate("() => window.pgProgress")
     assert any(f"Loading {MODEL}" in t for t in seen), seen
-    assert statuses(tight) == {MODEL: "loaded", SECOND_ID: "loadable"}
+    assert statuses(tight) == {MODEL: "loaded", GEMMA.id: "loadable"}
     assert MODEL in page.locator("#pg-model input").input_value()
     sync_api.expect(page.locator("#pg-context")).to_contain_text("8,192")  # the meter follows the switch
     shot(page, "models-5-back-to-first", full_page=False)
