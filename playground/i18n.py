@@ -190,7 +190,7 @@ KNOB_HELP_ZH = {
     "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（惩罚、约束、temperature、top_k、top_p）之后的"
     "候选。需要 logprobs 且 top_logprobs ≥ 1。",
     "speculative": "扩展字段：提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
-    "服务器默认：贪心请求起草（--speculative-ngram），采样请求不起草。",
+    "服务器默认：贪心请求起草，采样请求不起草（由服务器启动参数决定）。",
     "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
     "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
     "object、null）。",
