@@ -214,13 +214,15 @@ class HFRunner:
         slots = torch.arange(cohort.width + 1, device=self.device)
         # [rows, width + 1]: valid slots and the new one; none without padding (one row, or n candidates alike)
         mask = (slots >= cohort.width - lengths[:, None]).long() if int(lengths.min()) < cohort.width else None
+        grown = False
         try:
             logits = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=mask,
                                 position_ids=positions, cache=cohort.cache, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip
-        except Exception:
-            self._drop_cohort()  # its layers may be half grown: the engine ends these requests
-            raise
+            grown = True
+        finally:
+            if not grown:  # the forward raised (the error goes on to the engine, which ends these requests) and
+                self._drop_cohort()  # may have grown some layers of the cache: it is no longer one width
         cohort.width += 1
         for m in cohort.members:
             if m is not None:
