@@ -91,6 +91,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     from engine.core.kv import PAGE
     from engine.core.model_runner import make_runner
     from engine.core.prefix_cache import PrefixCache
+    from engine.core.speculative import STEP_ROWS
     from engine.serving.service import ChatService, ModelInfo
 
     place = devices.placement(settings.device, settings.dtype)
@@ -117,7 +118,13 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     report(0.7, "starting the engine")
     cache = PrefixCache(settings.prefix_cache_tokens)
     # The pool has room for the budget plus a partly filled last page per sequence.
-    runner = make_runner(loaded.model, place.device, settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1))
+    runner = make_runner(
+        loaded.model,
+        place.device,
+        settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1),
+        seqs=settings.max_num_seqs,
+        step_tokens=settings.max_batched_tokens + STEP_ROWS,
+    )
     adapters = load_adapters(settings, runner)
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
@@ -168,7 +175,8 @@ def new_pool(settings: cfg.Settings) -> Any:
 
     itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
     return ModelPool([], loader, bytes_per_param=itemsize, kv_tokens=settings.kv_cache_tokens,
-                     budget_mb=settings.models_memory_mb, admin=lambda key: is_admin(key, settings))  # fmt: skip
+                     seqs=settings.max_num_seqs, budget_mb=settings.models_memory_mb,
+                     admin=lambda key: is_admin(key, settings))  # fmt: skip
 
 
 def build_pool(settings: cfg.Settings, service: Any = None) -> Any:

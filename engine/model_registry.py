@@ -42,11 +42,21 @@ class Candidate:
     reasoning: bool = False
     tools: bool = False
     kv_bytes_per_token: int = 0  # keys and values of every layer, at 2 bytes an element
+    # Sliding-window layers (Gemma 3): the window, and their share of kv_bytes_per_token; a sequence holds only its
+    # window of them (engine/core/window_kv.py).
+    window: int = 0
+    window_bytes_per_token: int = 0
 
-    def memory_bytes(self, bytes_per_param: int, kv_tokens: int) -> int:
-        """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pool."""
+    def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0) -> int:
+        """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pools (the
+        sliding layers' sized for `seqs` live sequences, as the runner sizes it)."""
+        from engine.core.window_kv import pool_tokens
+
         weights = self.parameters * bytes_per_param if self.parameters else self.size_bytes
-        return weights + self.kv_bytes_per_token * bytes_per_param // 2 * kv_tokens
+        full = self.kv_bytes_per_token - self.window_bytes_per_token
+        window = pool_tokens(self.window, kv_tokens, seqs, 0) if self.window else kv_tokens
+        kv = full * kv_tokens + self.window_bytes_per_token * window
+        return weights + kv * bytes_per_param // 2
 
     def describe(self) -> dict[str, Any]:
         """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""
@@ -62,12 +72,22 @@ def _safetensors_parameters(path: Path) -> int:
     return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
 
 
-def _kv_per_token(cfg: dict[str, Any]) -> int:
-    layers = int(cfg.get("num_hidden_layers") or 0)
+def _kv_per_token(cfg: dict[str, Any], layers: int | None = None) -> int:
+    layers = int(cfg.get("num_hidden_layers") or 0) if layers is None else layers
     heads = int(cfg.get("num_attention_heads") or 0)
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or 0) // heads if heads else 0))
     return layers * 2 * kv_heads * head_dim * 2
+
+
+def _window_kv(cfg: dict[str, Any]) -> dict[str, int]:
+    """Candidate.window and window_bytes_per_token of a config whose `layer_types` name sliding layers."""
+    kinds = (cfg.get("layer_types") or [])[: int(cfg.get("num_hidden_layers") or 0)]
+    sliding = sum(1 for t in kinds if t == "sliding_attention")
+    window = int(cfg.get("sliding_window") or 0)
+    if not (sliding and window):
+        return {}
+    return {"window": window, "window_bytes_per_token": _kv_per_token(cfg, sliding)}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -114,7 +134,7 @@ def describe_hf(path: Path, model_id: str, source: str, tool_call_parser: str = 
         context_length=int(text.get("max_position_embeddings") or tok_cfg.get("model_max_length") or 2048),
         modalities=detect_modalities(path), reasoning=all(t in special for t in THINK),
         tools=select_parser(tool_call_parser, template, model_type, special) is not None,
-        kv_bytes_per_token=_kv_per_token(text),
+        kv_bytes_per_token=_kv_per_token(text), **_window_kv(text),
     )  # fmt: skip
 
 

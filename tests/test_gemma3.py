@@ -139,26 +139,116 @@ def test_gemma3_without_softcap_and_with_the_default_scale() -> None:
     check_gemma(runner, model)
 
 
-def test_sliding_layers_read_only_the_pages_of_their_window() -> None:
-    """A decode row at position 80 with a 21-token window (60..80): its sliding layers' table is the three pages
-    from position 48 (not the six the sequence owns), the window starting 12 positions into the first; a prompt
-    chunk's table starts at the page of its first query's window."""
+def test_sliding_layers_hold_and_read_only_the_pages_of_their_window() -> None:
+    """After an 80-token prompt with a 21-token window, the next query (position 80) sees 60..80 and one at 64
+    (a cached chain's, WindowPages.drop) 44..64: the sliding layers' pool holds pages 2..4 of the sequence, pages
+    0 and 1 went back to it, while the full layers keep all five. The decode row's table is the window's three pages from position 48 (the third taken for position 80
+    as the step writes it), the window starting 12 positions into the first; a prompt chunk's table starts at the
+    page of its first query's window."""
     model = tiny_gemma()
     runner = make_runner(model, "cpu")
-    assert isinstance(runner, DecoderRunner) and runner.gemma is not None
+    assert isinstance(runner, DecoderRunner) and runner.gemma is not None and runner.window is not None
+    free = runner.window.pool.free_pages
     cache = KVCache()
     with torch.inference_mode():
         runner.forward([Segment(cache, ids(80, 4))])
+    assert len(cache.pages) == 5 and cache.window[:2] == [0, 0] and all(cache.window[2:5])
+    assert runner.window.held(cache) == 3 and runner.window.pool.free_pages == free - 3
     runner.reserve(cache, 81)
+    runner.window.write(cache, 80, 81)  # what forward does before its layers run
     segs = [Segment(cache, [9])]
     win = runner.gemma.window_view(runner, segs, [(0, 1, 80)], []).rows
-    assert len(cache.pages) == 6 and win is not None and win.starts is not None
-    assert win.table.tolist() == [cache.pages[3:6]] and win.lens.tolist() == [81 - 48]
+    assert win is not None and win.starts is not None
+    assert win.table.tolist() == [cache.window[3:6]] and win.lens.tolist() == [81 - 48]
     assert win.starts.tolist() == [60 - 48]
     chunk = runner.gemma.window_view(runner, [Segment(cache, [9, 10])], [(0, 2, 79)], [0])
     index, first = chunk.chunks[0]
-    assert first == 48 and index == slice(cache.pages[3], cache.pages[5] + 1)  # 59.. from page 3, a view
+    assert first == 48 and torch.equal(torch.arange(64)[index], torch.tensor(cache.window[3:6]))
     runner.release(cache)
+    assert runner.window.pool.free_pages == free and cache.window == []
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])
+def test_a_long_decode_keeps_its_window_pages_bounded_and_matches_hf(kernels: bool) -> None:
+    """200 tokens through a 21-token window, fed one step at a time: the sliding layers' pool never holds more
+    than the window's pages, the page kept for the prefix cache and the one being written, and the logits stay
+    HF's all the way."""
+    model = tiny_gemma()
+    runner = DecoderRunner(model, "cpu", kv_tokens=1024, use_kernels=kernels)
+    if kernels and runner.kern is None:
+        pytest.skip("no CPU kernels here (no g++ or no AVX2)")
+    assert runner.window is not None
+    seq = ids(200, 8)
+    most = 0
+    with torch.inference_mode():
+        cache = KVCache()
+        runner.forward([Segment(cache, seq[:5])])
+        for n in range(5, len(seq)):
+            out = runner.forward([Segment(cache, [seq[n]])])
+            most = max(most, runner.window.held(cache))
+            if n % 50 == 0 or n == len(seq) - 1:
+                torch.testing.assert_close(out[0], hf_logits(model, seq[: n + 1]), atol=ATOL, rtol=0)
+    assert most <= -(-WINDOW // PAGE) + 2 and len(cache.pages) == -(-200 // PAGE)
+    runner.release(cache)
+
+
+def test_a_rolled_back_draft_keeps_the_window_its_next_step_reads() -> None:
+    """A drafted step past the window whose drafts are rejected (verify sets the cache length back to one past
+    its first row): the pages dropped after it are only those no later query can see, so the next step, from
+    the rolled-back length, matches HF."""
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    prompt, drafted = ids(40, 9), ids(12, 10)  # 12 rows: a window-and-a-half past the first one
+    with torch.inference_mode():
+        cache = KVCache()
+        runner.forward([Segment(cache, prompt)])
+        runner.forward([Segment(cache, drafted, all_logits=True)])
+        cache.length = len(prompt) + 1  # every draft rejected: only the first input's KV stays
+        out = runner.forward([Segment(cache, [77])])
+    torch.testing.assert_close(out[0], hf_logits(model, [*prompt, drafted[0], 77]), atol=ATOL, rtol=0)
+    runner.release(cache)
+
+
+def test_the_window_pool_is_sized_to_what_the_engine_holds_at_once() -> None:
+    """With the engine's limits (4 sequences, 64 tokens a step) the sliding layers' pool holds far fewer pages
+    than the main one's 4096 tokens; without them, as many."""
+    sized = make_runner(tiny_gemma(), "cpu", 4096, seqs=4, step_tokens=64)
+    plain = make_runner(tiny_gemma(), "cpu", 4096)
+    assert isinstance(sized, DecoderRunner) and isinstance(plain, DecoderRunner)
+    assert sized.window is not None and plain.window is not None
+    assert sized.window.pool.total_pages == -(-(2 * 4 * (WINDOW + 6 * PAGE) + 64) // PAGE)
+    assert plain.window.pool.total_pages == plain.pool.total_pages == 4096 // PAGE
+    assert sized.k.shape[0] == 1 and sized.window.pool.k.shape[0] == 3  # one full layer, three sliding ones
+
+
+def test_the_prefix_cache_loads_a_gemma_chain_only_with_its_window() -> None:
+    """Blocks stored after the window moved on keep their full layers' pages only. A conversation that goes on
+    (the same prompt and more) loads the whole chain, its last blocks carrying the window; a prompt that shares
+    only an early part, whose window pages were gone when stored, loads nothing; both answer as HF."""
+    from engine.core.prefix_cache import PrefixCache
+
+    model = tiny_gemma()
+    runner = make_runner(model, "cpu")
+    cache_store = PrefixCache(4096)
+    first = ids(70, 11)  # 4 whole blocks; the window of position 70 starts in block 3
+    with torch.inference_mode():
+        c = KVCache()
+        runner.forward([Segment(c, first)])
+        cache_store.store(first, c, runner.pages)
+        runner.release(c)
+        go_on = [*first, 5, 6, 7]
+        chain = cache_store.match(go_on, pages=runner.pages)
+        assert len(chain) == 4
+        d = KVCache()
+        runner.reserve(d, len(go_on))
+        d.length = cache_store.load(chain, d, runner.pages)
+        assert d.length == 64 and runner.window is not None and runner.window.held(d) == 2  # blocks 2 and 3
+        out = runner.forward([Segment(d, go_on[64:])])
+        torch.testing.assert_close(out[0], hf_logits(model, go_on), atol=ATOL, rtol=0)
+        runner.release(d)
+        early = [*first[:40], 9, 9, 9]  # blocks 0 and 1 match, but their window pages were dropped
+        assert cache_store.match(early, pages=runner.pages) == []
+        assert len(cache_store.match(early)) == 2  # without the runner's pages: what the keys alone match
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.core.kv import PAGE
 from engine.core.model_runner import DecoderRunner, KVCache, Segment
 from tests.conftest import GEMMA
 
@@ -41,7 +42,7 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
     assert isinstance(runner, DecoderRunner) and runner.gemma is not None
     assert runner.gemma.window == 512 and sum(runner.gemma.sliding) == 15  # 5 sliding layers to 1 full, 18 layers
     tok = gemma_service.tokenizer
-    long = tok("Once upon a time, in a land far away, there lived a curious fox. " * 40)["input_ids"][:530]
+    long = tok("Once upon a time, in a land far away, there lived a curious fox. " * 60)["input_ids"][:800]
     short = tok("The capital of France is")["input_ids"]
     close = torch.testing.assert_close
     with torch.inference_mode():
@@ -52,6 +53,9 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
         got_b = [out[0]]
         out = runner.forward([Segment(ca, long[300:])])
         got_a = [out[0]]
+        # The sliding layers hold the window's pages only (and one kept for the prefix cache), the full ones all 50.
+        assert runner.window is not None and len(ca.pages) == 50 and ca.window[0] == 0
+        assert runner.window.held(ca) <= 512 // PAGE + 2
         steps_a, steps_b = [], []
         for _ in range(3):  # ragged greedy decode: 530+ and 6+ tokens in one step
             steps_a.append(int(got_a[-1].argmax()))
@@ -108,11 +112,14 @@ def test_the_model_picker_lists_the_270m_by_its_name(settings: Any, gemma_servic
     gemma = found[GEMMA]
     assert gemma.architecture == "gemma3_text" and gemma.source == GEMMA
     assert 260e6 < (gemma.parameters or 0) < 280e6 and gemma.context_length == 32768
+    # 15 sliding layers of 18 hold a 512-token window each: the estimate counts them for the engine's sequences.
+    assert gemma.window == 512 and 6 * gemma.window_bytes_per_token == 5 * gemma.kv_bytes_per_token
+    assert gemma.memory_bytes(2, 65536, seqs=4) < gemma.memory_bytes(2, 65536) - 10 * 15 * 2 * 256 * 2 * 4096
 
 
 def test_a_repeated_prompt_reuses_its_cached_pages_with_the_same_reply(gemma_live: Any) -> None:
-    """Pages hold every layer's KV for every position (sliding layers only read less of them), so the prefix
-    cache serves Gemma as it does Llama: the second request loads cached pages and answers the same."""
+    """A prompt within the window: its blocks carry every layer's pages, and the second request loads them and
+    answers the same."""
     import httpx
 
     text = "Ravens, crows and jays are corvids. " * 12  # ~100 tokens: several whole pages
@@ -121,3 +128,25 @@ def test_a_repeated_prompt_reuses_its_cached_pages_with_the_same_reply(gemma_liv
         first, second = (http.post("/v1/chat/completions", json=body).json() for _ in range(2))
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64
     assert second["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+
+
+def test_a_conversation_past_the_window_goes_on_from_its_cached_pages(gemma_live: Any, reference: Any) -> None:
+    """A first turn longer than the 512 window, then the next turn (that prompt, the reply, a new message): the
+    second prompt loads more than a window of cached blocks, the last ones with their sliding layers' pages (the
+    earlier ones were dropped), and its greedy reply is HF's on the whole prompt."""
+    import httpx
+
+    text = "Ravens, crows and jays are corvids; they are clever birds. " * 55  # ~700 tokens
+    first = [{"role": "user", "content": text}]
+    body = {"model": GEMMA, "max_tokens": 4, "temperature": 0}
+    with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
+        reply = http.post("/v1/chat/completions", json=body | {"messages": first}).json()
+        said = reply["choices"][0]["message"]["content"]
+        second = [*first, {"role": "assistant", "content": said}, {"role": "user", "content": "Magpies too?"}]
+        out = http.post("/v1/chat/completions", json=body | {"messages": second}).json()
+    prompt = gemma_live.service.tokenizer(f"{text}\n\n{said}\n\nMagpies too?")["input_ids"]
+    assert reply["usage"]["prompt_tokens"] > 600 and out["usage"]["prompt_tokens"] == len(prompt)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] >= 576
+    with torch.inference_mode():
+        ids = reference.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
+    assert out["choices"][0]["message"]["content"] == gemma_live.service.tokenizer.decode(ids, skip_special_tokens=True)

@@ -13,8 +13,8 @@ differences, each as HF's modeling_gemma3.py computes it:
 - two RoPEs (rope_theta for full-attention layers, the local base for sliding layers, per `layer_types`);
 - sliding layers attend to the last `sliding_window` positions only: their decode rows read only the pages that
   window spans (page tables cut at the window's first page, and a start inside it), prompt chunks read only the
-  pages from the first window a chunk's queries need. Every layer's KV is still stored for every position (one
-  pool for all layers): pages older than the window are read by no sliding layer but not freed;
+  pages from the first window a chunk's queries need. Their keys and values live in a pool of their own, in which a
+  sequence holds only the pages of its window (window_kv.py); the full-attention layers keep every position;
 - tied embeddings (the runner's lm_head is the embedding) and the final logit softcapping when configured.
 """
 
@@ -102,13 +102,15 @@ class GemmaLayers:
         for i in single:
             a, b, start = bounds[i]
             first = max(0, start - w + 1) // PAGE  # the first page the chunk's first query still sees
-            chunks[i] = (runner.pool.index(segments[i].cache.pages[first : -(-(start + b - a) // PAGE)]), first * PAGE)
+            pages = segments[i].cache.window[first : -(-(start + b - a) // PAGE)]
+            chunks[i] = (runner.pages_index(pages, window=True), first * PAGE)
         decode = [i for i in range(len(segments)) if i not in set(single)]
         return Window(runner._decode_rows(segments, bounds, decode, w) if decode else None, chunks)
 
     def layers(self, r: DecoderRunner, h: torch.Tensor, position_ids: torch.Tensor, slot: torch.Tensor,
-               bounds: list[tuple[int, int, int]], single: list[int], chunk_pages: dict, rows: DecodeRows | None,
-               last: list[int], segments: list[Segment], lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
+               window_slot: torch.Tensor | None, bounds: list[tuple[int, int, int]], single: list[int],
+               chunk_pages: dict, rows: DecodeRows | None, last: list[int], segments: list[Segment],
+               lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
         """DecoderRunner._layers for Gemma 3: the final norm's output at the rows in `last`."""
         ops, eps = r.ops, self.eps
         adapters, step = (r.lora, lora) if lora is not None else (None, None)
@@ -120,7 +122,7 @@ class GemmaLayers:
         for kind in self.layer_types:
             cos, sin = self.rotary(h, position_ids=position_ids, layer_type=kind)
             rope[kind == SLIDING] = (cos[0].contiguous(), sin[0].contiguous())
-        win = self.window_view(r, segments, bounds, single) if any(self.sliding) else None
+        win = self.window_view(r, segments, bounds, single) if r.window is not None else None
         h = h.contiguous()
         n_tok = h.shape[0]
         normed = ops.add_rmsnorm(h, None, self.norms[0][0], eps)
@@ -128,16 +130,19 @@ class GemmaLayers:
             _, w_post_attn, w_pre_ff, w_post_ff = self.norms[li]
             sliding = self.sliding[li]
             cos, sin = rope[sliding]
-            flat_k = r.k[li].view(-1, r.n_kv, r.head_dim)
-            flat_v = r.v[li].view(-1, r.n_kv, r.head_dim)
+            pool_k, pool_v = r.layer_kv[li]  # in the window pool for a sliding layer (r.sliding)
+            flat_k = pool_k.view(-1, r.n_kv, r.head_dim)
+            flat_v = pool_v.view(-1, r.n_kv, r.head_dim)
             qkv = delta(li, 0, normed, p_qkv(normed))
-            q = ops.rope_store(qkv, cos, sin, slot, flat_k, flat_v, r.n_heads, self.qk_norm[li])  # [N, H, hd]
+            windowed = win is not None and r.sliding[li]
+            at = window_slot if windowed and window_slot is not None else slot
+            q = ops.rope_store(qkv, cos, sin, at, flat_k, flat_v, r.n_heads, self.qk_norm[li])  # [N, H, hd]
             if self.q_scale is not None:
                 q = q * self.q_scale
-            if sliding and win is not None:
-                out = self._sliding_attention(r, li, q, bounds, single, win)
+            if windowed and win is not None:
+                out = self._sliding_attention(r, pool_k, pool_v, q, bounds, single, win)
             else:
-                out = r._attention(li, q, bounds, single, chunk_pages, rows)
+                out = r._attention(pool_k, pool_v, q, bounds, single, chunk_pages, rows)
             out = out.reshape(n_tok, -1)
             attn = ops.add_rmsnorm(delta(li, 1, out, p_o(out)), None, w_post_attn, eps)
             normed = ops.add_rmsnorm(h, attn, w_pre_ff, eps)
@@ -147,10 +152,9 @@ class GemmaLayers:
             normed = ops.add_rmsnorm(h, mlp, nxt, eps)
         return normed[last]
 
-    def _sliding_attention(self, r: DecoderRunner, li: int, q: torch.Tensor, bounds: list[tuple[int, int, int]],
-                           single: list[int], win: Window) -> torch.Tensor:  # fmt: skip
+    def _sliding_attention(self, r: DecoderRunner, pool_k: torch.Tensor, pool_v: torch.Tensor, q: torch.Tensor,
+                           bounds: list[tuple[int, int, int]], single: list[int], win: Window) -> torch.Tensor:  # fmt: skip
         """A sliding layer's attention: DecoderRunner._attention over the window's pages only."""
-        pool_k, pool_v = r.k[li], r.v[li]
         wr = win.rows
         if wr is not None and not single:
             return r.ops.decode_attention(q, pool_k, pool_v, wr.table, wr.lens, wr.starts)

@@ -34,6 +34,11 @@ class KVCache:
 
     pages: list[int] = field(default_factory=list)
     length: int = 0  # tokens whose KV is stored
+    # DecoderRunner with sliding-window layers (window_kv.py): their pool's page for each logical page, 0 where the
+    # sequence holds none (dropped, being out of every later query's window, or not written yet); and the first
+    # logical page not dropped yet.
+    window: list[int] = field(default_factory=list)
+    window_from: int = 0
     hf: Any = None  # DynamicCache, for HFRunner
     # HFRunner, M-RoPE models (Qwen2-VL): rope position minus cache position after the prompt's media. Kept per
     # sequence because the model's own `rope_deltas` attribute is shared by every interleaved request.
@@ -45,11 +50,14 @@ class KVCache:
 
 
 class PageStore(Protocol):
-    """What the prefix cache needs of a runner's pages: copy one page of a sequence's cache out, or in."""
+    """What the prefix cache needs of a runner's pages: copy one page of a sequence's cache out, or in (a tuple of
+    tensors the cache keeps as it is) or a chain of them in, and how much of a matched chain can load."""
 
-    def read_page(self, cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def read_page(self, cache: Any, i: int) -> tuple[Any, ...]: ...
 
-    def write_page(self, cache: Any, i: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
+    def write_pages(self, cache: Any, pages: list[tuple[Any, ...]]) -> None: ...
+
+    def usable(self, blocks: list[tuple[Any, ...]]) -> int: ...
 
 
 class PagePool:
@@ -72,21 +80,27 @@ class PagePool:
     def free_pages(self) -> int:
         return len(self._free)
 
-    def reserve(self, cache: KVCache, tokens: int) -> None:
-        """Make room for `tokens` tokens in total."""
-        need = pages_for(tokens) - len(cache.pages)
-        if need <= 0:
-            return
-        if need > len(self._free):
+    def take(self, n: int) -> list[int]:
+        """n free pages, zeroed."""
+        if n <= 0:
+            return []
+        if n > len(self._free):
             raise RuntimeError("KV cache pool exhausted")
-        new = [self._free.pop() for _ in range(need)]
+        new = [self._free.pop() for _ in range(n)]
         idx = torch.tensor(new, device=self.device)
         self.k[:, idx] = 0  # fresh pages may hold anything: a NaN in a masked slot would still poison attention
         self.v[:, idx] = 0
-        cache.pages.extend(new)
+        return new
+
+    def give(self, pages: list[int]) -> None:
+        self._free.extend(reversed(pages))
+
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        """Make room for `tokens` tokens in total."""
+        cache.pages.extend(self.take(pages_for(tokens) - len(cache.pages)))
 
     def release(self, cache: KVCache) -> None:
-        self._free.extend(reversed(cache.pages))
+        self.give(cache.pages)
         cache.pages, cache.length = [], 0
 
     def fork(self, cache: KVCache) -> KVCache:
@@ -105,15 +119,19 @@ class PagePool:
             return slice(pages[0], pages[-1] + 1)
         return torch.tensor(pages, device=self.device)
 
-    def read_page(self, cache: KVCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_page(self, cache: KVCache, i: int) -> tuple[Any, ...]:
         """A copy of the i-th page's keys and values, [layers, PAGE, kv_heads, head_dim] each."""
         page = cache.pages[i]
         return self.k[:, page].clone(), self.v[:, page].clone()
 
-    def write_page(self, cache: KVCache, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        page = cache.pages[i]
-        self.k[:, page] = k
-        self.v[:, page] = v
+    def write_pages(self, cache: KVCache, pages: list[tuple[Any, ...]]) -> None:
+        """Pages as read_page gave them into the first pages of `cache`."""
+        for i, (k, v, *_) in enumerate(pages):
+            self.k[:, cache.pages[i]] = k
+            self.v[:, cache.pages[i]] = v
+
+    def usable(self, blocks: list[tuple[Any, ...]]) -> int:
+        return len(blocks)  # every page of every layer is kept
 
 
 class KVBudget:
@@ -165,4 +183,4 @@ class KVBudget:
         pages = self._pages(req)
         if pages is None or self.prefix_cache is None:
             return None
-        return self.prefix_cache.load(self.prefix_cache.match(tokens, req.cache_salt), cache, pages)
+        return self.prefix_cache.load(self.prefix_cache.match(tokens, req.cache_salt, pages), cache, pages)

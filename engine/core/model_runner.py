@@ -29,6 +29,7 @@ from engine.core.lora import LoraAdapter, LoraSet, LoraStep
 from engine.core.projection import Projection, calibrate_bf16
 from engine.core.runner import Segment
 from engine.core.weights import bf16_exact, fuse_layer, widen_vectors
+from engine.core.window_kv import SplitPages, WindowPages, pool_tokens
 
 __all__ = ["DecoderRunner", "HFRunner", "KVCache", "Segment", "make_runner"]  # what callers import from here
 
@@ -49,7 +50,12 @@ class DecodeRows:
     starts: torch.Tensor | None = None
 
 
-def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunner | HFRunner:
+def make_runner(
+    model: Any, device: str, kv_tokens: int = 65536, seqs: int = 0, step_tokens: int = 0
+) -> DecoderRunner | HFRunner:
+    """The runner for `model`, with KV room for `kv_tokens` tokens; `seqs` (live sequences at most) and
+    `step_tokens` (tokens one step writes at most) size a sliding-window pool (window_kv.py) to what the engine can
+    hold at once, 0 to as many tokens as the main pool."""
     cfg = model.config
     if (
         cfg.model_type in LEAN_MODEL_TYPES
@@ -60,19 +66,21 @@ def make_runner(model: Any, device: str, kv_tokens: int = 65536) -> DecoderRunne
     ):
         return DecoderRunner(model, device, kv_tokens)
     if gemma.supported(cfg):
-        return DecoderRunner(model, device, kv_tokens)
+        return DecoderRunner(model, device, kv_tokens, seqs=seqs, step_tokens=step_tokens)
     return HFRunner(model, device)
 
 
 class DecoderRunner:
-    """Keys and values live in one page pool per runner (kv.PagePool), and a sequence owns a list of pages. A step
-    writes every new token's KV in the rotary op, and a decode batch attends over its sequences' pages in one call
-    per layer, whatever the batch size: per-sequence Python work per layer is what dominated a batched step
-    before. The layer's elementwise and attention steps are the device's ops (engine/core/ops.py)."""
+    """Keys and values live in one page pool per runner (kv.PagePool), and a sequence owns a list of pages; the
+    sliding-window layers of a Gemma 3 have a pool of their own, of which a sequence holds only the pages its
+    window still spans (window_kv.py). A step writes every new token's KV in the rotary op, and a decode batch
+    attends over its sequences' pages in one call per layer, whatever the batch size: per-sequence Python work per
+    layer is what dominated a batched step before. The layer's elementwise and attention steps are the device's ops (engine/core/ops.py)."""
 
     all_logits = True  # honours Segment.all_logits, so the engine may run speculative drafts through it
 
-    def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True) -> None:
+    def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True, *, seqs: int = 0,
+                 step_tokens: int = 0) -> None:  # fmt: skip
         self.model = model
         self.device = device
         self.inner = model.model
@@ -132,6 +140,10 @@ class DecoderRunner:
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
         self.gemma = gemma.GemmaLayers(model, model_dtype, self.dtype) if gemma.supported(cfg) else None
+        self.sliding = (
+            self.gemma.sliding if self.gemma is not None and self.gemma.window else [False] * len(self.layers)
+        )
+        self.window_room = (seqs, step_tokens)  # what sizes the sliding layers' pool (make_runner)
         self._own_pool(kv_tokens)
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
@@ -140,9 +152,24 @@ class DecoderRunner:
         return self.lora
 
     def _own_pool(self, kv_tokens: int) -> None:
-        self.pool = PagePool(len(self.layers), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device)
-        self.pages = self.pool  # what the prefix cache copies pages out of and into
+        """The main pool, for every layer that attends to the whole context, and with sliding-window layers their
+        own pool; `layer_kv[li]` is layer li's keys and values [pages, PAGE, kv_heads, head_dim] in its pool."""
+        full = [li for li, s in enumerate(self.sliding) if not s]
+        sliding = [li for li, s in enumerate(self.sliding) if s]
+        self.pool = PagePool(len(full), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device)
+        self.pages: PagePool | SplitPages = self.pool  # what the prefix cache copies pages out of and into
         self.k, self.v = self.pool.k, self.pool.v
+        where = {li: (self.pool.k[j], self.pool.v[j]) for j, li in enumerate(full)}
+        self.window: WindowPages | None = None
+        if sliding:
+            assert self.gemma is not None
+            w = self.gemma.window
+            tokens = pool_tokens(w, kv_tokens, *self.window_room)
+            pool = PagePool(len(sliding), tokens, self.n_kv, self.head_dim, self.dtype, self.device)
+            self.window = WindowPages(pool, w)
+            self.pages = SplitPages(self.pool, self.window)
+            where |= {li: (pool.k[j], pool.v[j]) for j, li in enumerate(sliding)}
+        self.layer_kv = [where[li] for li in range(len(self.layers))]
 
     def sibling(self, kv_tokens: int) -> DecoderRunner:
         """A runner on the same (read-only) weights with a KV pool of its own, for a second engine in the
@@ -156,13 +183,18 @@ class DecoderRunner:
         return self.pool.free_pages
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
-        self.pool.reserve(cache, tokens)
+        self.pool.reserve(cache, tokens)  # window pages are taken as a step writes them (WindowPages.write)
 
     def release(self, cache: KVCache) -> None:
         self.pool.release(cache)
+        if self.window is not None:
+            self.window.release(cache)
 
     def fork(self, cache: KVCache) -> KVCache:
-        return self.pool.fork(cache)
+        new = self.pool.fork(cache)
+        if self.window is not None:
+            self.window.fork(cache, new)
+        return new
 
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them (at every token of an all_logits
@@ -171,18 +203,24 @@ class DecoderRunner:
         pos: list[int] = []
         bounds: list[tuple[int, int, int]] = []  # per segment: its rows [a, b) and its first position
         slots: list[int] = []
+        window_slots: list[int] = []  # the same positions in the sliding layers' pool
         for seg in segments:
-            start = seg.cache.length
-            self.pool.reserve(seg.cache, start + len(seg.token_ids))
+            start, end = seg.cache.length, seg.cache.length + len(seg.token_ids)
+            self.pool.reserve(seg.cache, end)
             bounds.append((len(ids), len(ids) + len(seg.token_ids), start))
             ids.extend(seg.token_ids)
-            pos.extend(range(start, start + len(seg.token_ids)))
+            pos.extend(range(start, end))
             pages = seg.cache.pages
-            slots.extend(pages[p // PAGE] * PAGE + p % PAGE for p in range(start, start + len(seg.token_ids)))
+            slots.extend(pages[p // PAGE] * PAGE + p % PAGE for p in range(start, end))
+            if self.window is not None:
+                self.window.drop(seg.cache, start)  # what none of this step's queries sees any more
+                self.window.write(seg.cache, start, end)
+                window_slots.extend(seg.cache.window[p // PAGE] * PAGE + p % PAGE for p in range(start, end))
         dev = self.device
         input_ids = torch.tensor(ids, device=dev)
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
+        window_slot = torch.tensor(window_slots, device=dev) if self.window is not None else None
         embed = self.inner.embed_tokens
         # [N, D]: every token of every segment on one axis
         h = embed(input_ids).to(self.dtype) if self.gemma is None else self.gemma.embed(embed, input_ids, self.dtype)
@@ -203,10 +241,12 @@ class DecoderRunner:
             hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages,
                                   rows, last, lora)  # fmt: skip
         else:
-            hidden = self.gemma.layers(self, h, position_ids, slot, bounds, single, chunk_pages, rows, last, segments,
-                                       lora)  # fmt: skip
+            hidden = self.gemma.layers(self, h, position_ids, slot, window_slot, bounds, single, chunk_pages, rows,
+                                       last, segments, lora)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
+            if self.window is not None:  # a drafted step may be rolled back to one past its first row
+                self.window.drop(seg.cache, start + 1 if seg.all_logits else seg.cache.length)
         if not last:
             return torch.empty(0)
         logits = self.lm_head(hidden).float()
@@ -228,17 +268,23 @@ class DecoderRunner:
         n_tok = h.shape[0]
         normed = ops.add_rmsnorm(h, None, self.norm_w[0], eps)
         for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(self.proj):
-            flat_k = self.k[li].view(-1, self.n_kv, self.head_dim)
-            flat_v = self.v[li].view(-1, self.n_kv, self.head_dim)
+            pool_k, pool_v = self.layer_kv[li]
+            flat_k = pool_k.view(-1, self.n_kv, self.head_dim)
+            flat_v = pool_v.view(-1, self.n_kv, self.head_dim)
             qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
             qkv = delta(li, 0, normed, p_qkv(normed))
             q = ops.rope_store(qkv, cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
-            out = self._attention(li, q, bounds, single, chunk_pages, rows).reshape(n_tok, -1)
+            out = self._attention(pool_k, pool_v, q, bounds, single, chunk_pages, rows).reshape(n_tok, -1)
             normed = ops.add_rmsnorm(h, delta(li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
             gated = ops.silu_mul(delta(li, 2, normed, p_gate_up(normed)))
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
             normed = ops.add_rmsnorm(h, delta(li, 3, gated, p_down(gated)), nxt, eps)
         return normed[last]
+
+    def pages_index(self, pages: list[int], window: bool = False) -> slice | torch.Tensor:
+        """Index of a sequence's pages in the main pool, or in the sliding layers' with `window`."""
+        pool = self.window.pool if window and self.window is not None else self.pool
+        return pool.index(pages)
 
     def _decode_rows(
         self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int], window: int = 0
@@ -247,12 +293,13 @@ class DecoderRunner:
         attends to the first start + j + 1 positions of its sequence's pages, which rope_store has written before
         attention runs, so its k + 1 rows are causal attention within the one decode call. With a `window` (Gemma 3's
         sliding layers), a row attends to its last `window` positions only: its table begins at the page holding
-        the first of them."""
+        the first of them, in the sliding layers' own pages (`KVCache.window`)."""
         cols = [r for i in decode for r in range(bounds[i][0], bounds[i][1])]
         ends = [start + 1 + r - a for i in decode for a, b, start in (bounds[i],) for r in range(a, b)]
         owner = [i for i in decode for _ in range(bounds[i][1] - bounds[i][0])]
         first = [max(0, e - window) // PAGE if window else 0 for e in ends]  # each table's first page
-        tables = [segments[i].cache.pages[f : -(-e // PAGE)] for i, e, f in zip(owner, ends, first)]
+        tables = [(segments[i].cache.window if window else segments[i].cache.pages)[f : -(-e // PAGE)]
+                  for i, e, f in zip(owner, ends, first)]  # fmt: skip
         width = max(len(t) for t in tables)
         as_int = {"device": self.device, "dtype": torch.int32}
         table = torch.tensor([t + [0] * (width - len(t)) for t in tables], **as_int)  # type: ignore[arg-type]
@@ -263,11 +310,11 @@ class DecoderRunner:
         return DecodeRows(torch.tensor(cols, device=self.device), table, lens, starts)
 
     def _attention(
-        self, li: int, q: torch.Tensor, bounds, single, chunk_pages, rows: DecodeRows | None
-    ) -> torch.Tensor:
-        """Layer li's attention for q [N, H, hd] (its keys and values already in the pool) -> [N, H, hd]: prompt
-        chunks one by one, decode rows in one call."""
-        pool_k, pool_v = self.k[li], self.v[li]  # [pages, PAGE, kv, hd]
+        self, pool_k: torch.Tensor, pool_v: torch.Tensor, q: torch.Tensor, bounds, single, chunk_pages,
+        rows: DecodeRows | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """A layer's attention for q [N, H, hd] over its keys and values [pages, PAGE, kv, hd] in the pool (this
+        step's already written) -> [N, H, hd]: prompt chunks one by one, decode rows in one call."""
         if rows is not None and not single:  # every row decodes: no row selection either way
             return self.ops.decode_attention(q, pool_k, pool_v, rows.table, rows.lens)
         out = torch.empty_like(q)

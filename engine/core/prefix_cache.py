@@ -14,8 +14,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from engine.core.kv import PAGE, PageStore
 
 BLOCK = PAGE  # a block is one KV page
@@ -23,8 +21,7 @@ BLOCK = PAGE  # a block is one KV page
 
 @dataclass
 class _Block:
-    k: torch.Tensor  # one KV page: [layers, BLOCK, kv_heads, head_dim]
-    v: torch.Tensor
+    page: tuple[Any, ...]  # one KV page as the runner's PageStore reads it: keys, values [layers, BLOCK, kv, hd], ...
 
 
 def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:
@@ -59,8 +56,9 @@ class PrefixCache:
     def capacity_tokens(self) -> int:
         return self.capacity_blocks * BLOCK
 
-    def match(self, tokens: list[int], salt: bytes = b"") -> list[_Block]:
-        """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits)."""
+    def match(self, tokens: list[int], salt: bytes = b"", pages: PageStore | None = None) -> list[_Block]:
+        """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits), and
+        as much of it as `pages` can load (a sliding window's pages may be missing from early blocks)."""
         if not self.capacity_blocks:
             return []
         self.lookups += 1
@@ -72,6 +70,9 @@ class PrefixCache:
                 break
             chain.append(block)
             keys.append(key)
+        if pages is not None:
+            del chain[pages.usable([b.page for b in chain]) :]
+            del keys[len(chain) :]
         self._touch(keys)
         self.hit_lookups += bool(chain)
         return chain
@@ -82,8 +83,7 @@ class PrefixCache:
 
     def load(self, chain: list[_Block], cache: Any, pages: PageStore) -> int:
         """Copy a matched chain into the first pages of a sequence's cache; returns the tokens loaded."""
-        for i, block in enumerate(chain):
-            pages.write_page(cache, i, block.k, block.v)
+        pages.write_pages(cache, [block.page for block in chain])
         self.hits += len(chain) * BLOCK
         return len(chain) * BLOCK
 
@@ -94,7 +94,7 @@ class PrefixCache:
         keys = _digests(tokens, salt, min(len(tokens) // BLOCK, self.capacity_blocks))
         for i, key in enumerate(keys):
             if key not in self._blocks:
-                self._blocks[key] = _Block(*pages.read_page(cache, i))
+                self._blocks[key] = _Block(pages.read_page(cache, i))
         self._touch(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)

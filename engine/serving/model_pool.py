@@ -71,13 +71,14 @@ def available_memory() -> int:
 
 class ModelPool:
     def __init__(self, candidates: list[Candidate], loader: Loader, *, bytes_per_param: int = 2,
-                 kv_tokens: int = 65536, budget_mb: int = 0,
+                 kv_tokens: int = 65536, seqs: int = 0, budget_mb: int = 0,
                  free_memory: Callable[[], int] = available_memory,
                  admin: Callable[[str | None], bool] = lambda key: True) -> None:  # fmt: skip
         self.candidates = {c.id: c for c in candidates}
         self._loader = loader
         self._bytes_per_param = bytes_per_param
         self._kv_tokens = kv_tokens
+        self._seqs = seqs  # live sequences an engine runs at most: sizes a sliding-window KV pool
         self._budget_mb = budget_mb
         self._free_memory = free_memory
         self.admin = admin  # whether a key (None: none) may load models: an admin key once credentials are set
@@ -132,7 +133,7 @@ class ModelPool:
             return self._loading.get(model_id)
 
     def memory_bytes(self, model_id: str) -> int:
-        return self.candidates[model_id].memory_bytes(self._bytes_per_param, self._kv_tokens)
+        return self.candidates[model_id].memory_bytes(self._bytes_per_param, self._kv_tokens, self._seqs)
 
     def budget_bytes(self) -> int:
         """What the loaded models may take together: the configured budget, else free memory plus what they hold."""
