@@ -66,6 +66,7 @@ STRIP_PCT = ("% of limit", "极限占比")
 # Row labels of the view: (English, Chinese).
 ROWS = {
     "kv_pages": ("KV pages in use", "已用 KV 页"),
+    "window_pages": ("Sliding-window KV pages in use", "已用滑动窗口 KV 页"),
     "kv_tokens": ("KV tokens reserved", "已预留 KV token"),
     "prefix_blocks": ("Prefix-cache blocks", "前缀缓存块"),
     "hit_rate": ("Prefix-cache hit rate", "前缀缓存命中率"),
@@ -220,6 +221,9 @@ def render(state: dict[str, Any] | None, lang: str, remote: bool = False) -> str
     if kv["pages_total"] is not None:
         rows.append(_row("kv_pages", f"{kv['pages_used']} / {kv['pages_total']}", lang,
                          _bar(kv["pages_used"], kv["pages_total"])))  # fmt: skip
+    if "window_pages_total" in kv:
+        rows.append(_row("window_pages", f"{kv['window_pages_used']} / {kv['window_pages_total']}", lang,
+                         _bar(kv["window_pages_used"], kv["window_pages_total"])))  # fmt: skip
     rows.append(_row("kv_tokens", f"{kv['tokens_used']} / {kv['tokens_capacity']}", lang,
                      _bar(kv["tokens_used"], kv["tokens_capacity"])))  # fmt: skip
     if pc.get("enabled"):

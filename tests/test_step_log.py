@@ -63,6 +63,9 @@ def test_a_reply_sees_its_peers_without_itself_and_the_wire_sees_short_ids() -> 
 
 def test_the_floor_is_the_bytes_over_the_bandwidth() -> None:
     roof = Roofline(bandwidth=10e9, weight_bytes=270_000_000, kv_bytes_per_token=46_080)
-    assert roof.floor_ms(0) == pytest.approx(27.0)
-    assert roof.floor_ms(1000) == pytest.approx((270e6 + 46.08e6) / 10e9 * 1000)
+    assert roof.floor_ms([]) == pytest.approx(27.0)
+    assert roof.floor_ms([600, 400]) == pytest.approx((270e6 + 46.08e6) / 10e9 * 1000)
     assert roof.as_json() == {"bandwidth_gbs": 10.0, "weight_bytes": 270_000_000, "kv_bytes_per_token": 46_080}
+    # Sliding-window layers (5 of 6 bytes here) read only their window's 512 positions of a 1000-token context.
+    windowed = Roofline(bandwidth=10e9, weight_bytes=0, kv_bytes_per_token=6, window=512, window_bytes_per_token=5)
+    assert windowed.kv_bytes([1000, 100]) == 1000 * 1 + 512 * 5 + 100 * 6

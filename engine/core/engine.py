@@ -43,6 +43,7 @@ from engine.core.types import (
     RequestStats,
     Sink,
 )
+from engine.core.window_kv import WindowPages
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,10 @@ class Engine:
         )
         kv = {"pages_used": used, "pages_total": total, "page_tokens": PAGE, "tokens_used": load["kv_tokens_used"],
               "tokens_capacity": self.limits.kv_cache_tokens}  # fmt: skip
+        window = getattr(self.runner, "window", None)  # sliding-window layers' own pool (core/window_kv.py)
+        if isinstance(window, WindowPages):
+            kv |= {"window": window.window, "window_pages_used": window.pool.total_pages - window.pool.free_pages,
+                   "window_pages_total": window.pool.total_pages}  # fmt: skip
         cache = self.prefix_cache
         prefix: dict[str, Any] = {"enabled": cache is not None and cache.capacity_blocks > 0}
         if cache is not None:
@@ -278,7 +283,7 @@ class Engine:
         roof = self.roofline
         if roof is None or self.step_log is None:  # an engine stepped without its thread (tests)
             return None
-        kv = sum(seg.cache.length for seg in batch.segments) * roof.kv_bytes_per_token
+        kv = roof.kv_bytes([seg.cache.length for seg in batch.segments])
         ms = (t1 - t0) * 1000
         floor = (roof.weight_bytes + kv) / roof.bandwidth * 1000
         record = StepRecord(self.steps, t0, ms, len(batch.segments), batch.decodes, batch.prompt_tokens,

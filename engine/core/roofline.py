@@ -36,10 +36,17 @@ class Roofline:
     bandwidth: float  # bytes per second, measured
     weight_bytes: int  # what one step reads of the weights
     kv_bytes_per_token: int  # keys and values of one token over every layer
+    window: int = 0  # sliding-window layers (Gemma 3) read only the last `window` positions of a context
+    window_bytes_per_token: int = 0  # their share of kv_bytes_per_token
 
-    def floor_ms(self, kv_tokens: int) -> float:
-        """The least time a step can take that reads every weight and the KV of `kv_tokens` context tokens."""
-        return (self.weight_bytes + kv_tokens * self.kv_bytes_per_token) / self.bandwidth * 1000
+    def kv_bytes(self, lengths: list[int]) -> int:
+        """The keys and values a step's rows read over contexts of these lengths."""
+        full = self.kv_bytes_per_token - self.window_bytes_per_token
+        return sum(n * full + min(n, self.window or n) * self.window_bytes_per_token for n in lengths)
+
+    def floor_ms(self, lengths: list[int]) -> float:
+        """The least time a step can take that reads every weight and the KV of contexts of these lengths."""
+        return (self.weight_bytes + self.kv_bytes(lengths)) / self.bandwidth * 1000
 
     def as_json(self) -> dict[str, Any]:
         return {"bandwidth_gbs": round(self.bandwidth / 1e9, 2), "weight_bytes": self.weight_bytes,
@@ -90,6 +97,15 @@ def weight_bytes(runner: Any) -> int:
     return sum(seen.values())
 
 
+def window_bytes_per_token(runner: Any) -> tuple[int, int]:
+    """A DecoderRunner's sliding window and its sliding layers' share of one token's keys and values."""
+    window = getattr(runner, "window", None)
+    if window is None or not hasattr(runner, "n_kv"):
+        return 0, 0
+    size = torch.empty((), dtype=runner.dtype).element_size()
+    return window.window, sum(runner.sliding) * 2 * runner.n_kv * runner.head_dim * size
+
+
 def kv_bytes_per_token(runner: Any) -> int:
     """Keys and values of one token over every layer: layers x 2 x kv_heads x head_dim x the cache's dtype size."""
     if hasattr(runner, "n_kv") and hasattr(runner, "layers"):  # DecoderRunner: its own page pool's layout
@@ -109,4 +125,6 @@ def kv_bytes_per_token(runner: Any) -> int:
 
 def measure(runner: Any, device: str) -> Roofline:
     """The engine's roofline: the device's bandwidth and what the runner's model reads per step and per token."""
-    return Roofline(measure_bandwidth(device), weight_bytes(runner), kv_bytes_per_token(runner))
+    return Roofline(
+        measure_bandwidth(device), weight_bytes(runner), kv_bytes_per_token(runner), *window_bytes_per_token(runner)
+    )

@@ -101,6 +101,13 @@ class _EngineCollector:
             yield GaugeMetricFamily("playground_kv_cache_total_pages",
                                     f"KV pages in the pool ({kv['page_tokens']} tokens each).",
                                     value=kv["pages_total"])  # fmt: skip
+        if "window_pages_total" in kv:  # sliding-window layers (Gemma 3): their own pool, a window per sequence
+            yield GaugeMetricFamily("playground_kv_cache_window_used_pages",
+                                    "Sliding-window layers' KV pages held by running sequences.",
+                                    value=kv["window_pages_used"])  # fmt: skip
+            yield GaugeMetricFamily("playground_kv_cache_window_total_pages",
+                                    "Sliding-window layers' KV pages in their pool.",
+                                    value=kv["window_pages_total"])  # fmt: skip
         if state["threads"]:
             yield GaugeMetricFamily("playground_engine_threads",
                                     "Threads the engine's steps run on now (fewer while other processes keep cores "
