@@ -7,6 +7,7 @@ float32 HF copy for the reference, one 530-token prompt through both; the API te
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -150,3 +151,29 @@ def test_a_conversation_past_the_window_goes_on_from_its_cached_pages(gemma_live
     with torch.inference_mode():
         ids = reference.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
     assert out["choices"][0]["message"]["content"] == gemma_live.service.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_the_server_state_shows_the_window_pool_while_a_long_prompt_decodes(gemma_live: Any) -> None:
+    """/server/state and /metrics: while a ~900-token request decodes, the full layers' pool holds all its pages and
+    the sliding layers' pool only its window's (34 pages of 16 at most); both are empty again once it ends."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = "Owls hunt at night and sleep by day in hollow trees. " * 75
+    body = {"model": GEMMA, "messages": [{"role": "user", "content": text}], "max_tokens": 24, "temperature": 0,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # the first chunk: the prompt is in
+            busy = http.get("/server/state").json()["kv_cache"]
+            for _ in lines:
+                pass
+        time.sleep(0.5)
+        done = http.get("/server/state").json()["kv_cache"]
+        metrics = {s.name: s.value for f in text_string_to_metric_families(http.get("/metrics").text)
+                   for s in f.samples}  # fmt: skip
+    assert busy["window"] == 512 and busy["pages_used"] >= 56 and 0 < busy["window_pages_used"] <= 512 // PAGE + 2
+    assert done["pages_used"] == 0 and done["window_pages_used"] == 0
+    assert metrics["playground_kv_cache_window_total_pages"] == done["window_pages_total"] > 0
+    assert metrics["playground_kv_cache_window_used_pages"] == 0
