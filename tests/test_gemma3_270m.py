@@ -177,3 +177,19 @@ def test_the_server_state_shows_the_window_pool_while_a_long_prompt_decodes(gemm
     assert done["pages_used"] == 0 and done["window_pages_used"] == 0
     assert metrics["playground_kv_cache_window_total_pages"] == done["window_pages_total"] > 0
     assert metrics["playground_kv_cache_window_used_pages"] == 0
+
+
+def test_the_server_tab_has_a_row_for_the_window_pool(gemma_service: Any, service: Any) -> None:
+    """The Server tab's view of a Gemma engine's snapshot: the sliding layers' pages beside the main pool's, in
+    English and Chinese; SmolLM2's (no window) has no such row."""
+    from playground import server_panel
+
+    state = gemma_service.engine.snapshot()
+    state["requests"] |= {"in_flight": 0}
+    total = state["kv_cache"]["window_pages_total"]
+    english, chinese = (server_panel.render(state, lang) for lang in ("en", "zh"))
+    assert f'data-srv="window_pages">0 / {total}<' in english and "Sliding-window KV pages in use" in english
+    assert "已用滑动窗口 KV 页" in chinese
+    plain = service.engine.snapshot()
+    plain["requests"] |= {"in_flight": 0}
+    assert "window_pages" not in plain["kv_cache"] and 'data-srv="window_pages"' not in server_panel.render(plain, "en")
