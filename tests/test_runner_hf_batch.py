@@ -221,3 +221,64 @@ def test_engine_on_the_batched_runner_gives_the_one_by_one_tokens(phi3_parts) ->
     tight, preemptions = run_engine(HFRunner(model, "cpu"), tok, small, kv_tokens=budget)
     assert preemptions > 0
     assert all(tight[rid][0] == ref[rid][0] for rid, _, _ in small)
+
+
+def test_the_cohort_counts_its_padding() -> None:
+    """Rows of 41 and 6 tokens in one cohort hold 35 slots of padding; a 10-token sequence joining would add 31,
+    a 50-token one 9 to each live row; a released row's padding goes with it."""
+    runner = HFRunner(tiny_model("llama"), "cpu")
+    a, b = KVCache(), KVCache()
+    with torch.inference_mode():
+        runner.forward([Segment(a, list(range(1, 41))), Segment(b, [1, 2, 3, 4, 5])])
+        assert runner.padding == 0 and runner.join_padding(10) == 0  # no cohort before a decode step
+        runner.forward([Segment(a, [7]), Segment(b, [8])])
+    assert runner.padding == 35 and runner.join_padding(10) == 31 and runner.join_padding(50) == 2 * 9
+    runner.release(b)
+    assert runner.padding == 0
+    runner.release(a)
+    assert HFRunner(tiny_model("llama"), "cpu", batched=False).join_padding(10) == 0
+
+
+@pytest.mark.parametrize("room", [False, True], ids=["budget-short-of-the-padding", "room-for-the-padding"])
+def test_a_short_request_waits_while_its_padded_row_would_overrun_the_budget(phi3_parts, room: bool) -> None:
+    """A short request arriving while a long one decodes would pad its cohort row to the long one's width. With a
+    budget that holds both requests' own tokens but not that padding it waits, and never shares a step with the
+    long one; with room for the padding too, it joins the long one's steps."""
+    import threading
+
+    from engine.core.engine import Engine, EngineLimits
+    from engine.core.types import EngineRequest, SamplingParams
+
+    model, tok = phi3_parts
+
+    def prompt(text: str) -> list[int]:
+        return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)["input_ids"]
+
+    long, short = prompt("Tell me about cats, dogs, birds and fish, one sentence each. " * 6), prompt("Hi.")
+    runner = HFRunner(model, "cpu")
+    pad = len(long) - len(short)
+    budget = len(long) + 120 + len(short) + 5 + (pad + 40 if room else pad // 2)  # each holds its final size
+    e = Engine(runner, tok, {tok.eos_token_id}, EngineLimits(kv_cache_tokens=budget, step_log=0))
+    sizes: dict[str, list[int]] = {"long": [], "short": []}
+    done = {rid: threading.Event() for rid in sizes}
+
+    def sink(rid: str, item) -> None:
+        if item is None:
+            done[rid].set()
+        elif isinstance(item, list):
+            sizes[rid].extend(b for d in item for b in d.batch_sizes)
+
+    e.start()
+    try:
+        e.submit(EngineRequest("long", long, SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)),
+                 lambda x: sink("long", x))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while len(sizes["long"]) < 2 and time.monotonic() < deadline:  # decoding: its row is the cohort
+            time.sleep(0.001)
+        e.submit(EngineRequest("short", short, SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)),
+                 lambda x: sink("short", x))  # fmt: skip
+        assert all(d.wait(120) for d in done.values())
+    finally:
+        e.shutdown()
+    assert len(sizes["short"]) == 5 and len(sizes["long"]) == 120
+    assert max(sizes["short"]) == (2 if room else 1)

@@ -107,6 +107,22 @@ class HFRunner:
         self.batched = batched and batchable(model)
         self.cohort: Cohort | None = None
 
+    @property
+    def padding(self) -> int:
+        """KV slots the cohort holds beyond its live rows' own tokens (each right-aligned to the widest); released
+        rows go at its next step. The scheduler counts them against the KV budget (kv.KVBudget)."""
+        cohort = self.cohort
+        return sum(cohort.width - m.length for m in cohort.members if m is not None) if cohort is not None else 0
+
+    def join_padding(self, tokens: int) -> int:
+        """The padding a sequence of `tokens` tokens adds when it joins the cohort: its own row up to the cohort's
+        width, or every live row up to its length when it is the longest."""
+        cohort = self.cohort
+        if cohort is None or not self.batched:
+            return 0
+        rows = sum(m is not None for m in cohort.members)
+        return max(0, cohort.width - tokens) + rows * max(0, tokens - cohort.width)
+
     def sibling(self, kv_tokens: int) -> HFRunner:
         """A runner for a second engine on the same model: the same weights, a cohort of its own."""
         other = copy.copy(self)

@@ -137,7 +137,8 @@ class PagePool:
 class KVBudget:
     """The engine's KV budget in tokens, over the runner's caches, with the prefix cache beside it.
 
-    `used` counts what the running requests hold (the scheduler grants and refunds it); caches are made room in,
+    `used` counts what the running requests hold (the scheduler grants and refunds it), and the runner's padding
+    (HFRunner's cohort rows right-aligned to the widest) counts beside it; caches are made room in,
     forked and freed through the runner; whole prompts and replies are offered to the prefix cache, and a new
     sequence starts from the longest cached prefix of its context."""
 
@@ -148,7 +149,7 @@ class KVBudget:
         self.used = 0
 
     def fits(self, tokens: int) -> bool:
-        return self.used + tokens <= self.capacity
+        return self.used + self.runner.padding + tokens <= self.capacity
 
     def grant(self, tokens: int) -> None:
         self.used += tokens

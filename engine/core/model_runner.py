@@ -178,6 +178,11 @@ class DecoderRunner:
         other._own_pool(kv_tokens)
         return other
 
+    padding = 0  # KV the runner holds beyond the sequences' own tokens (HFRunner's cohort rows): none, pages
+
+    def join_padding(self, tokens: int) -> int:
+        return 0
+
     @property
     def free_pages(self) -> int:
         return self.pool.free_pages

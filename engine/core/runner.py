@@ -35,6 +35,15 @@ class Runner(Protocol):
     vocab_size: int  # width of the logits
     pages: PageStore | None  # the KV pages the prefix cache copies out and in; None: no pages (no prefix cache)
 
+    @property
+    def padding(self) -> int:
+        """KV tokens held beyond the sequences' own (a padded batch's rows), counted against the budget."""
+        ...
+
+    def join_padding(self, tokens: int) -> int:
+        """The padding a sequence of `tokens` tokens would add when it starts decoding beside the others."""
+        ...
+
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them, in segment order; every segment's
         cache grows by its tokens."""

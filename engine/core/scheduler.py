@@ -5,7 +5,8 @@ and leave it the step they finish. Each step every running request with its prom
 live sequence, and requests still prefilling share a per-step token budget, so long prompts go in chunks and
 streams already running keep getting tokens.
 
-KV memory is a token budget (kv.KVBudget). A single-sequence request holds only what it has used plus a growth
+KV memory is a token budget (kv.KVBudget), which a padded batch's padding counts against too (HFRunner's cohort:
+a request is admitted with the padding its row would add). A single-sequence request holds only what it has used plus a growth
 margin; when a growing sequence finds the budget spent, the newest running requests are preempted (recompute):
 their KV is offered to the prefix cache and freed, and they go back to the head of the queue keeping their tokens,
 seed generator and detokeniser, so when readmitted they prefill prompt + output and continue exactly where they
@@ -211,7 +212,8 @@ class Scheduler:
         while self.waiting:
             r = self.waiting[0]
             cands, want = r.req.params.num_candidates, r.admission_tokens()
-            if self.running and (live + cands > self.limits.max_num_seqs or not self.kv.fits(want)):
+            padded = want + cands * self.kv.runner.join_padding(len(r.context))  # a padded batch's rows (HFRunner)
+            if self.running and (live + cands > self.limits.max_num_seqs or not self.kv.fits(padded)):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
             self.kv.grant(want)
