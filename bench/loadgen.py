@@ -1,21 +1,28 @@
 """Streaming load generator for any OpenAI-compatible /v1/chat/completions server.
 
     .venv/bin/python bench/loadgen.py --url http://127.0.0.1:7860 --model SmolLM2-135M-Instruct \
-        --concurrency 1,4,8,16,32 --max-tokens 128 [--server-pid PID] [--json out.json]
+        --concurrency 1,4,8,16,32 --max-tokens 128 [--prompt-tokens N] [--server-pid PID] [--json out.json]
 
 At each concurrency level C it keeps C requests in flight (each client sends its next request as soon as the
 previous one ends) until --requests-per-level requests have finished, then reports TTFT p50/p90, inter-token
 latency p50/p99 (from the arrival times of streamed chunks, per token), aggregate output tokens/s over the
-level's wall time, and the server's RSS (when --server-pid is given, or found by the port). It also measures
-this machine's memory bandwidth (a large numpy copy) so decode speed can be read against the bandwidth limit.
+level's wall time, and the server's RSS (when --server-pid is given, or found by the port; its children counted
+too) at the level's start, its peak during the level (sampled every 0.2 s) and at its end. With --prompt-tokens N
+each request's message is a distinct text of about N tokens instead of a short question, different from its first
+words on so no prefix cache can share it: long-context load. It also measures this machine's memory bandwidth (a
+large numpy copy) so decode speed can be read against the bandwidth limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
+import random
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +38,20 @@ PROMPTS = [
     "Why is the sky blue? Explain for a child.",
     "Summarise the plot of a heist movie you invent.",
 ]
+
+WORDS = ("river stone market garden window paper silver winter orange mountain letter engine yellow forest "
+         "doctor island bridge candle music teacher summer basket pencil cloud village rabbit kitchen harbor "
+         "little quiet green bright heavy early simple broken gentle sudden walks brings finds keeps opens "
+         "carries watches builds remembers follows under above behind between before after")  # fmt: skip
+_request_ids = itertools.count()
+
+
+def long_prompt(tokens: int) -> str:
+    """A text of about `tokens` tokens (the common words above are one token each in SmolLM2's and Gemma's
+    vocabularies), distinct per call from the first word on: a request number, then words from its own seed."""
+    k = next(_request_ids)
+    words = random.Random(k).choices(WORDS.split(), k=max(1, tokens - 8))
+    return f"Request {k}: " + " ".join(words)
 
 
 @dataclass
@@ -92,7 +113,8 @@ async def level(args: argparse.Namespace, concurrency: int) -> dict:
             nonlocal issued
             while issued < todo:
                 issued += 1
-                results.append(await one(client, args, PROMPTS[issued % len(PROMPTS)]))
+                prompt = long_prompt(args.prompt_tokens) if args.prompt_tokens else PROMPTS[issued % len(PROMPTS)]
+                results.append(await one(client, args, prompt))
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -120,6 +142,7 @@ def run_level(args: argparse.Namespace, concurrency: int) -> dict:
 
 
 def server_rss_mib(pid: int | None, port: int) -> float | None:
+    """The server's RSS with its children's, MiB (the process is --server-pid or the one listening on the port)."""
     try:
         import psutil
     except ImportError:
@@ -132,7 +155,34 @@ def server_rss_mib(pid: int | None, port: int) -> float | None:
     if pid is None:
         return None
     proc = psutil.Process(pid)
-    return round(sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20)
+    rss = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):  # a child that ended between the listing and the reading
+            rss += p.memory_info().rss
+    return round(rss / 2**20)
+
+
+class PeakRss(threading.Thread):
+    """Samples the server's RSS every `every` seconds until stopped; `peak` is the largest seen (MiB)."""
+
+    def __init__(self, pid: int | None, port: int, every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.port, self.every = pid, port, every
+        self.peak: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            rss = server_rss_mib(self.pid, self.port)
+            if rss is not None:
+                self.peak = max(self.peak or 0, rss)
+            if self.done.wait(self.every):
+                return
+
+    def stop(self) -> float | None:
+        self.done.set()
+        self.join()
+        return self.peak
 
 
 def memory_bandwidth_gbs() -> float:
@@ -155,6 +205,8 @@ def add_load_args(ap: argparse.ArgumentParser, concurrency: str, max_tokens: int
     ap.add_argument("--concurrency", default=concurrency)
     ap.add_argument("--max-tokens", type=int, default=max_tokens)
     ap.add_argument("--requests-per-level", type=int, default=0, help="default: 2x the concurrency, at least 4")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="each request a distinct text of about N tokens (default: short questions)")  # fmt: skip
     ap.add_argument("--api-key")
 
 
@@ -172,7 +224,11 @@ def main() -> None:
     port = httpx.URL(args.url).port or 80
     report = {"label": args.label, "url": args.url, "memory_bandwidth_gbs": memory_bandwidth_gbs(), "levels": []}
     for c in [int(x) for x in args.concurrency.split(",")]:
+        start_rss = server_rss_mib(args.server_pid, port)
+        sampler = PeakRss(args.server_pid, port)
+        sampler.start()
         row = run_level(args, c)
+        row["server_rss_start_mib"], row["server_rss_peak_mib"] = start_rss, sampler.stop()
         row["server_rss_mib"] = server_rss_mib(args.server_pid, port)
         report["levels"].append(row)
         print(json.dumps(row), flush=True)
