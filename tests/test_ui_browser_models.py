@@ -81,6 +81,10 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     sync_api.expect(page.locator("#pg-chat")).to_contain_text(GEMMA.answer)
     sync_api.expect(page.locator("#pg-context")).to_contain_text(GEMMA.context)  # the second model's window
     shot(page, "models-3-second-answers", full_page=False)
+    open_tab(page, "Server")  # Gemma's engine: its sliding layers' pool beside the main one
+    window_row = page.locator("#pg-server td[data-srv='window_pages']")
+    window_row.wait_for(timeout=60_000)
+    shot(page, "models-3b-server-window-pool", full_page=False)
 
     page.evaluate("() => { window.pgProgress.length = 0; }")
     pick(page, MODEL)
@@ -92,6 +96,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     assert statuses(tight) == {MODEL: "loaded", GEMMA.id: "loadable"}
     assert MODEL in page.locator("#pg-model input").input_value()
     sync_api.expect(page.locator("#pg-context")).to_contain_text("8,192")  # the meter follows the switch
+    window_row.wait_for(state="detached", timeout=60_000)  # and the Server tab: SmolLM2 has no window pool
     shot(page, "models-5-back-to-first", full_page=False)
     page.close()
 
