@@ -140,11 +140,12 @@ def test_gemma3_without_softcap_and_with_the_default_scale() -> None:
 
 
 def test_sliding_layers_hold_and_read_only_the_pages_of_their_window() -> None:
-    """After an 80-token prompt with a 21-token window, the next query (position 80) sees 60..80 and one at 64
-    (a cached chain's, WindowPages.drop) 44..64: the sliding layers' pool holds pages 2..4 of the sequence, pages
-    0 and 1 went back to it, while the full layers keep all five. The decode row's table is the window's three pages from position 48 (the third taken for position 80
-    as the step writes it), the window starting 12 positions into the first; a prompt chunk's table starts at the
-    page of its first query's window."""
+    """An 80-token prompt keeps its five window pages until its next step (the prefix cache copies them first).
+    Its first decode step, at position 80 with a 21-token window, sees 60..80, and the query at 64 a cached chain
+    would give (WindowPages.drop) 44..64: the sliding layers' pool holds pages 2..5 of the sequence after it, pages
+    0 and 1 went back, while the full layers keep all six. The next decode row (position 81) reads the window's
+    three pages from position 48, its window starting 13 positions into the first; a prompt chunk's table starts at
+    the page of its first query's window."""
     model = tiny_gemma()
     runner = make_runner(model, "cpu")
     assert isinstance(runner, DecoderRunner) and runner.gemma is not None and runner.window is not None
@@ -152,16 +153,16 @@ def test_sliding_layers_hold_and_read_only_the_pages_of_their_window() -> None:
     cache = KVCache()
     with torch.inference_mode():
         runner.forward([Segment(cache, ids(80, 4))])
-    assert len(cache.pages) == 5 and cache.window[:2] == [0, 0] and all(cache.window[2:5])
-    assert runner.window.held(cache) == 3 and runner.window.pool.free_pages == free - 3
-    runner.reserve(cache, 81)
-    runner.window.write(cache, 80, 81)  # what forward does before its layers run
-    segs = [Segment(cache, [9])]
-    win = runner.gemma.window_view(runner, segs, [(0, 1, 80)], []).rows
+        assert runner.window.held(cache) == 5 and runner.window.pool.free_pages == free - 5
+        runner.forward([Segment(cache, [9])])
+    assert len(cache.pages) == 6 and cache.window[:2] == [0, 0] and all(cache.window[2:6])
+    assert runner.window.held(cache) == 4 and runner.window.pool.free_pages == free - 4
+    segs = [Segment(cache, [10])]
+    win = runner.gemma.window_view(runner, segs, [(0, 1, 81)], []).rows
     assert win is not None and win.starts is not None
-    assert win.table.tolist() == [cache.window[3:6]] and win.lens.tolist() == [81 - 48]
-    assert win.starts.tolist() == [60 - 48]
-    chunk = runner.gemma.window_view(runner, [Segment(cache, [9, 10])], [(0, 2, 79)], [0])
+    assert win.table.tolist() == [cache.window[3:6]] and win.lens.tolist() == [82 - 48]
+    assert win.starts.tolist() == [61 - 48]
+    chunk = runner.gemma.window_view(runner, [Segment(cache, [9, 10])], [(0, 2, 80)], [0])
     index, first = chunk.chunks[0]
     assert first == 48 and torch.equal(torch.arange(64)[index], torch.tensor(cache.window[3:6]))
     runner.release(cache)
@@ -222,9 +223,10 @@ def test_the_window_pool_is_sized_to_what_the_engine_holds_at_once() -> None:
 
 
 def test_the_prefix_cache_loads_a_gemma_chain_only_with_its_window() -> None:
-    """Blocks stored after the window moved on keep their full layers' pages only. A conversation that goes on
-    (the same prompt and more) loads the whole chain, its last blocks carrying the window; a prompt that shares
-    only an early part, whose window pages were gone when stored, loads nothing; both answer as HF."""
+    """Blocks stored after the window moved on (a reply decoded past it) keep their full layers' pages only. A
+    conversation that goes on (the same tokens and more) loads the whole chain, its last blocks carrying the
+    window; a prompt that shares only an early part, whose window pages were gone when stored, loads nothing; both
+    answer as HF."""
     from engine.core.prefix_cache import PrefixCache
 
     model = tiny_gemma()
@@ -233,7 +235,9 @@ def test_the_prefix_cache_loads_a_gemma_chain_only_with_its_window() -> None:
     first = ids(70, 11)  # 4 whole blocks; the window of position 70 starts in block 3
     with torch.inference_mode():
         c = KVCache()
-        runner.forward([Segment(c, first)])
+        runner.forward([Segment(c, first[:40])])
+        for t in first[40:]:  # decoded one by one, as a reply is
+            runner.forward([Segment(c, [t])])
         cache_store.store(first, c, runner.pages)
         runner.release(c)
         go_on = [*first, 5, 6, 7]

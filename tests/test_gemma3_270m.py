@@ -54,9 +54,7 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
         got_b = [out[0]]
         out = runner.forward([Segment(ca, long[300:])])
         got_a = [out[0]]
-        # The sliding layers hold the window's pages only (and one kept for the prefix cache), the full ones all 50.
-        assert runner.window is not None and len(ca.pages) == 50 and ca.window[0] == 0
-        assert runner.window.held(ca) <= 512 // PAGE + 2
+        assert runner.window is not None and runner.window.held(ca) == 50  # a prompt's, until its next step
         steps_a, steps_b = [], []
         for _ in range(3):  # ragged greedy decode: 530+ and 6+ tokens in one step
             steps_a.append(int(got_a[-1].argmax()))
@@ -64,6 +62,9 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
             out = runner.forward([Segment(ca, [steps_a[-1]]), Segment(cb, [steps_b[-1]])])
             got_a.append(out[0])
             got_b.append(out[1])
+        # Decoding, the sliding layers hold the window's pages only (and one kept for the prefix cache), the full
+        # ones all 51.
+        assert len(ca.pages) == 51 and ca.window[0] == 0 and runner.window.held(ca) <= 512 // PAGE + 2
         twin = runner.fork(cb)  # a fork continues on its own
         out = runner.forward([Segment(twin, [108]), Segment(cb, [236761])])
         for cache in (ca, cb, twin):
@@ -193,3 +194,21 @@ def test_the_server_tab_has_a_row_for_the_window_pool(gemma_service: Any, servic
     plain = service.engine.snapshot()
     plain["requests"] |= {"in_flight": 0}
     assert "window_pages" not in plain["kv_cache"] and 'data-srv="window_pages"' not in server_panel.render(plain, "en")
+
+
+def test_a_shared_system_prompt_is_reused_after_a_conversation_past_the_window(gemma_live: Any) -> None:
+    """A ~300-token system prompt and a ~600-token question, prefilled in chunks past the 512 window; then the same
+    system prompt with another question: its blocks were offered to the prefix cache chunk by chunk, with their
+    window pages, so the second prompt loads them (before, a prefix that fell out of the window when stored could
+    not load)."""
+    import httpx
+
+    system = "You answer questions about birds in plain words, briefly and kindly. " * 24  # ~300 tokens
+    body = {"model": GEMMA, "max_tokens": 2, "temperature": 0}
+    first = [{"role": "system", "content": system}, {"role": "user", "content": "Tell me about owls. " * 120}]
+    second = [{"role": "system", "content": system}, {"role": "user", "content": "And herons?"}]
+    with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
+        a = http.post("/v1/chat/completions", json=body | {"messages": first}).json()
+        b = http.post("/v1/chat/completions", json=body | {"messages": second}).json()
+    assert a["usage"]["prompt_tokens"] > 800
+    assert b["usage"]["prompt_tokens_details"]["cached_tokens"] >= 256

@@ -59,6 +59,12 @@ class PageStore(Protocol):
 
     def usable(self, blocks: list[tuple[Any, ...]]) -> int: ...
 
+    @property
+    def drops(self) -> bool:
+        """Whether a sequence gives pages back while its prompt prefills (a sliding window): each prompt chunk
+        is then offered to the prefix cache, before the next step drops what it no longer sees."""
+        ...
+
 
 class PagePool:
     """Keys and values of every sequence of a runner, [layers, pages, PAGE, kv_heads, head_dim] each, and a
@@ -133,6 +139,8 @@ class PagePool:
     def usable(self, blocks: list[tuple[Any, ...]]) -> int:
         return len(blocks)  # every page of every layer is kept
 
+    drops = False
+
 
 class KVBudget:
     """The engine's KV budget in tokens, over the runner's caches, with the prefix cache beside it.
@@ -171,6 +179,12 @@ class KVBudget:
         runner without pages, or a media prompt (pages hold no media digest beyond the salt and no M-RoPE delta,
         and prefill of a media prompt is never split anyway)."""
         return self.runner.pages if self.prefix_cache is not None and req.mm is None else None
+
+    @property
+    def drops(self) -> bool:
+        """The runner's pages go back while a prompt prefills (PageStore.drops)."""
+        pages = self.runner.pages
+        return pages is not None and pages.drops
 
     def remember(self, req: EngineRequest, tokens: list[int], cache: KVCache) -> None:
         """Offer the whole pages of `tokens`, whose KV fills the first pages of `cache`, to the prefix cache."""

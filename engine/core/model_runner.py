@@ -250,7 +250,9 @@ class DecoderRunner:
                                        last, segments, lora)  # fmt: skip
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
-            if self.window is not None:  # a drafted step may be rolled back to one past its first row
+            # Decode rows give back what their next step cannot see (a drafted step may be rolled back to one past
+            # its first row); a prompt keeps its pages until its next step, the prefix cache copying them first.
+            if self.window is not None and (seg.all_logits or b - a == 1):
                 self.window.drop(seg.cache, start + 1 if seg.all_logits else seg.cache.length)
         if not last:
             return torch.empty(0)

@@ -83,6 +83,7 @@ class Batch:
     prefilled: list[RequestState] = field(default_factory=list)  # requests whose prompt completes in this step
     in_step: list[RequestState] = field(default_factory=list)  # requests whose caches this step writes
     chunked: list[RequestState] = field(default_factory=list)  # requests that ran a chunk of their own prompt
+    prompted: list[RequestState] = field(default_factory=list)  # requests that ran a prompt chunk, resumed ones too
     prompting: bool = False  # whether any prompt tokens run in this step
     # For the step's record (engine/core/step_log.py): decode rows, prompt tokens and chunks beside them, and what
     # scheduling it did: requests preempted, prefix-cache tokens loaded for the requests it admitted.
@@ -153,6 +154,7 @@ class Scheduler:
                 batch.prompt_tokens += len(chunk)
                 batch.prompt_chunks += 1
                 batch.prompting = True
+                batch.prompted.append(r)
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
                 batch.segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
                                               mm=r.req.mm, adapter=r.req.adapter))  # fmt: skip
@@ -180,7 +182,13 @@ class Scheduler:
         return made
 
     def prompts_done(self, batch: Batch) -> None:
-        """After the forward: prompts completed in it go to the prefix cache, a recomputed one is whole again."""
+        """After the forward: prompts completed in it go to the prefix cache, a recomputed one is whole again.
+        Where the runner gives pages back while a prompt prefills (a sliding window), so does every chunk's prompt
+        so far, while its pages are all there."""
+        if self.kv.drops:
+            for r in batch.prompted:
+                if r not in batch.prefilled:
+                    self.kv.remember(r.req, r.context, r.seqs[0].cache)
         for r in batch.prefilled:
             self.kv.remember(r.req, r.context, r.seqs[0].cache)
             r.recompute = None

@@ -4,9 +4,11 @@ A sliding layer attends to the last `window` positions, so once a page's positio
 sequence's next query, no later step reads it and it goes back to the pool. The full-attention layers keep every
 page in the runner's main pool (`KVCache.pages`); `KVCache.window` maps a sequence's logical pages to this pool's
 pages, 0 for one it does not hold (dropped, or not written yet). A step takes a page when it writes into it and
-drops, before it runs, what its queries no longer see, and after it, what the sequence's next step can no longer
-see: a drafted step (speculative decoding) may be rolled back to one past its first row, so that is where the
-next step starts at the earliest.
+drops, before it runs, what its queries no longer see, keeping one page more for the prefix cache
+(WindowPages.drop). A decode step also drops after it what the sequence's next step can no longer see (a drafted
+step, speculative decoding, may be rolled back to one past its first row: the next step starts there at the
+earliest). A prompt chunk keeps its pages until the next step: the scheduler first offers the prompt so far to the
+prefix cache, so a later prompt sharing any prefix of it (a system prompt) finds that prefix's window pages.
 
 At a long context this is most of a Gemma 3's KV: five of its six layers are sliding ones, each holding a window
 of 512 (270M) to 1024 positions whatever the context. `SplitPages` is what the prefix cache copies through: a
@@ -95,6 +97,8 @@ class WindowPages:
 class SplitPages:
     """The prefix cache's view of a runner with a window pool (kv.PageStore): a block of a sequence is its main
     page and, while the sequence still holds it, its window page (else None)."""
+
+    drops = True  # the scheduler offers each prompt chunk to the prefix cache (kv.PageStore.drops)
 
     def __init__(self, main: PagePool, window: WindowPages) -> None:
         self.main = main
