@@ -189,6 +189,14 @@ def build_pool(settings: cfg.Settings, service: Any = None) -> Any:
     return pool
 
 
+def load_first(settings: cfg.Settings, pool: Any) -> Any:
+    """Start loading the model the server was started for, through the pool: a request for it meanwhile waits on
+    this load (503, "is loading") instead of starting a second one. No memory check: it is the server's model.
+    Returns the load's Progress."""
+    pool.set_candidates(model_candidates(settings))
+    return pool.load(next(iter(pool.candidates)), make_current=True, check_memory=False)
+
+
 def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
     """`--lora-adapters` read, checked against the base model and stacked into the runner: {id: adapter index}.
     A LoraError (engine/core/lora.py) names the file and the reason."""
@@ -349,18 +357,20 @@ def main(argv: list[str] | None = None) -> None:
     state = AppState(new_pool(settings))
 
     def load() -> None:
-        try:
-            state.pool.set_candidates(model_candidates(settings))
-            # Held by the pool alone: once it unloads this model, nothing keeps its weights alive.
-            state.pool.add(next(iter(state.pool.candidates)), build_service(settings))
-            log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
-        except Exception as exc:  # keep serving /health (503) with the reason in the log
-            if isinstance(exc, LoraError):  # an adapter that does not fit the base model: fail the start
-                log.error("app.py: error: %s", exc)
-                os._exit(2)
+        try:  # held by the pool alone: once it unloads this model, nothing keeps its weights alive
+            progress = load_first(settings, state.pool)
+        except Exception as exc:  # the registry could not be read: keep serving /health (503), the reason logged
             state.error = f"{type(exc).__name__}: {exc}"
             log.exception("model failed to load")
             return
+        progress.done.wait()
+        if isinstance(progress.exception, LoraError):  # an adapter that does not fit the base model: fail the start
+            log.error("app.py: error: %s", progress.exception)
+            os._exit(2)
+        if progress.error is not None:  # the pool logged why; /health stays 503
+            state.error = progress.error
+            return
+        log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
         # Whisper loads on the first audio request (a few seconds, once): preloading it would cost every text-only
         # deployment about 150 MB of resident memory.
 

@@ -269,7 +269,8 @@ def unused_port() -> int:
 
 
 def test_sigterm_drains_then_exits(settings: Any, tmp_path: Path) -> None:
-    """The real entry point: SIGTERM -> /health 503 while a stream finishes -> the process exits."""
+    """The real entry point: requests while the model loads get 503 and wait on that one load (no second copy
+    of the model); then SIGTERM -> /health 503 while a stream finishes -> the process exits."""
     port = unused_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "app.py", "--port", str(port), "--no-ui", "--shutdown-timeout-s", "2"]
@@ -285,7 +286,20 @@ def test_sigterm_drains_then_exits(settings: Any, tmp_path: Path) -> None:
             except httpx.TransportError:
                 return False
 
-        wait_for(healthy, 180, "the server to load")
+        loading = 0  # chat requests answered "is loading" while the model loaded
+        deadline = time.monotonic() + 180
+        while not healthy() and time.monotonic() < deadline:
+            try:
+                r = httpx.post(base + "/v1/chat/completions", json={"model": MODEL, "messages": HI}, timeout=5)
+                loading += r.status_code == 503 and "is loading" in r.text
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        assert healthy() and loading > 0
+        builds = [
+            line for line in log_path.read_text().splitlines() if "playground: model " in line and "loaded in" in line
+        ]
+        assert len(builds) == 1, builds
         stream = LongStream(base, max_tokens=2000).start()
         stream.wait_started()
         proc.send_signal(signal.SIGTERM)

@@ -49,6 +49,7 @@ class Progress:
     stage: str = "waiting"
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
+    exception: BaseException | None = None  # what failed it, for the caller that started it (app.py's first load)
 
     def as_json(self) -> dict[str, Any]:
         return {"fraction": round(self.fraction, 3), "stage": self.stage,
@@ -172,9 +173,10 @@ class ModelPool:
 
     # ---- loading and unloading ----
 
-    def load(self, model_id: str, make_current: bool = False) -> Progress:
+    def load(self, model_id: str, make_current: bool = False, check_memory: bool = True) -> Progress:
         """Start loading `model_id` in the background (or join the load under way); its Progress says when it is
-        done. Loading a loaded model only makes it current (`make_current`)."""
+        done. Loading a loaded model only makes it current (`make_current`). Without `check_memory`, nothing is
+        unloaded and no budget refuses it (the model the server was started for)."""
         if model_id not in self.candidates:
             raise NotFoundError(f"Model not found: {model_id[:64]!r}.")
         with self._lock:
@@ -187,18 +189,18 @@ class ModelPool:
                 return self._loading[model_id]
             progress = self._loading[model_id] = Progress(model_id)
             self._failed.pop(model_id, None)
-        threading.Thread(target=self._load, args=(progress, make_current), name=f"load {model_id}",
+        threading.Thread(target=self._load, args=(progress, make_current, check_memory), name=f"load {model_id}",
                          daemon=True).start()  # fmt: skip
         return progress
 
-    def _load(self, progress: Progress, make_current: bool) -> None:
+    def _load(self, progress: Progress, make_current: bool, check_memory: bool = True) -> None:
         model_id = progress.model
         try:
             with self._load_lock:
                 need, budget = self.memory_bytes(model_id), self.budget_bytes()
-                if need > budget:
+                if check_memory and need > budget:
                     raise MemoryError(f"needs about {need // MIB} MiB, the budget is {budget // MIB} MiB")
-                for old in self._to_unload(need, budget):
+                for old in self._to_unload(need, budget) if check_memory else []:
                     progress.stage = f"unloading {old}"
                     self.unload(old)
 
@@ -216,6 +218,7 @@ class ModelPool:
         except Exception as exc:  # the reason goes to the log; the API says only that it failed
             log.exception("model %s failed to load", model_id)
             progress.error = f"{type(exc).__name__}: {exc}"
+            progress.exception = exc
             progress.stage = "failed"
             with self._lock:
                 self._failed[model_id] = progress.error
