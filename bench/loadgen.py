@@ -130,7 +130,7 @@ async def level(args: argparse.Namespace, concurrency: int) -> dict:
         "itl_p50_ms": round(pct(itl, 50) * 1000, 1),
         "itl_p99_ms": round(pct(itl, 99) * 1000, 1),
         "output_tok_s": round(sum(r.tokens for r in good) / wall, 1),
-        "single_stream_tok_s": round(statistics.median([len(r.itl) / sum(r.itl) for r in good if r.itl]), 1),
+        "single_stream_tok_s": round(statistics.median([len(r.itl) / sum(r.itl) for r in good if r.itl] or [0.0]), 1),
     }
 
 
