@@ -253,6 +253,11 @@ def test_the_prefix_cache_loads_a_gemma_chain_only_with_its_window() -> None:
         early = [*first[:40], 9, 9, 9]  # blocks 0 and 1 match, but their window pages were dropped
         assert cache_store.match(early, pages=runner.pages) == []
         assert len(cache_store.match(early)) == 2  # without the runner's pages: what the keys alone match
+        e = KVCache()
+        runner.forward([Segment(e, first[:40])])  # that prefix again, its window pages all held
+        cache_store.store(first[:40], e, runner.pages)
+        runner.release(e)
+        assert len(cache_store.match(early, pages=runner.pages)) == 2  # the fuller blocks replaced the partial ones
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])

@@ -24,6 +24,11 @@ class _Block:
     page: tuple[Any, ...]  # one KV page as the runner's PageStore reads it: keys, values [layers, BLOCK, kv, hd], ...
 
 
+def _partial(page: tuple[Any, ...]) -> bool:
+    """Whether a block lacks part of its page (PageStore.read_page gives None for a window page already dropped)."""
+    return any(part is None for part in page)
+
+
 def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:
     out, prev = [], salt
     for i in range(blocks):
@@ -93,8 +98,11 @@ class PrefixCache:
             return
         keys = _digests(tokens, salt, min(len(tokens) // BLOCK, self.capacity_blocks))
         for i, key in enumerate(keys):
-            if key not in self._blocks:
-                self._blocks[key] = _Block(pages.read_page(cache, i))
+            block = self._blocks.get(key)
+            if block is None or _partial(block.page):  # a block stored without a sliding window's page: a fuller
+                page = pages.read_page(cache, i)  # read replaces it
+                if block is None or not _partial(page):
+                    self._blocks[key] = _Block(page)
         self._touch(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)

@@ -5,12 +5,12 @@ and leave it the step they finish. Each step every running request with its prom
 live sequence, and requests still prefilling share a per-step token budget, so long prompts go in chunks and
 streams already running keep getting tokens.
 
-KV memory is a token budget (kv.KVBudget), which a padded batch's padding counts against too (HFRunner's cohort:
-a request is admitted with the padding its row would add). A single-sequence request holds only what it has used plus a growth
-margin; when a growing sequence finds the budget spent, the newest running requests are preempted (recompute):
-their KV is offered to the prefix cache and freed, and they go back to the head of the queue keeping their tokens,
-seed generator and detokeniser, so when readmitted they prefill prompt + output and continue exactly where they
-stopped. Requests with several candidates (n, best_of, beam search) reserve their whole KV at admission.
+KV memory is a token budget (kv.KVBudget), which a padded batch's padding counts against too (HFRunner's cohort: a
+request is admitted with the padding its row would add). A single-sequence request holds only what it has used plus
+a growth margin; when a growing sequence finds the budget spent, the newest running requests are preempted
+(recompute): their KV is offered to the prefix cache and freed, and they go back to the head of the queue keeping
+their tokens, seed generator and detokeniser, so when readmitted they prefill prompt + output and continue exactly
+where they stopped. Requests with several candidates (n, best_of, beam search) reserve their whole KV at admission.
 """
 
 from __future__ import annotations
