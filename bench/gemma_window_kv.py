@@ -43,11 +43,10 @@ def main() -> None:
     model = load("gemma-3-270m", cache_root(), "cpu", dtype).model
     runner = make_runner(model, "cpu", max(contexts) + 2 * PAGE * (args.steps + 2), seqs=1, step_tokens=512)
     assert isinstance(runner, DecoderRunner) and runner.window is not None
-    size = torch.empty((), dtype=runner.dtype).element_size()
-    per_layer = 2 * runner.n_kv * runner.head_dim * size  # one position's keys and values in one layer
-    n_sliding, n_layers = sum(runner.sliding), len(runner.layers)
-    print(f"threads {torch.get_num_threads()}, ops {runner.ops.name}, {n_sliding} sliding layers of {n_layers}, "
-          f"window {runner.window.window}, KV {per_layer} bytes a position a layer ({runner.dtype})")  # fmt: skip
+    full, sliding = runner.pool.bytes_per_token, runner.window.pool.bytes_per_token  # one position's KV in each pool
+    print(f"threads {torch.get_num_threads()}, ops {runner.ops.name}, {sum(runner.sliding)} sliding layers of "
+          f"{len(runner.layers)}, window {runner.window.window}, KV bytes a position: {full} full layers, {sliding} "
+          f"sliding ({runner.dtype})")  # fmt: skip
     print("| context | main pages | window pages | KV held | one pool of every layer | held | sequences per GiB: "
           "now / before | decode ms/step |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -63,8 +62,8 @@ def main() -> None:
                 runner.forward([Segment(cache, [100 + step])])
                 times.append((time.perf_counter() - t0) * 1000)
         main, window = len(cache.pages), runner.window.held(cache)
-        held = (main * (n_layers - n_sliding) + window * n_sliding) * PAGE * per_layer
-        before = main * n_layers * PAGE * per_layer
+        held = (main * full + window * sliding) * PAGE
+        before = main * (full + sliding) * PAGE
         print(f"| {n} | {main} | {window} | {held / 2**20:.1f} MiB | {before / 2**20:.1f} MiB | "
               f"{100 * held / before:.0f}% | {GIB // held} / {GIB // before} | "
               f"{statistics.median(times):.0f} |")  # fmt: skip

@@ -283,3 +283,16 @@ def test_gemma3_drafted_rows_across_the_window_equal_one_by_one(kernels: bool) -
         torch.testing.assert_close(got[:1], hf_logits(model, [*other, 7])[None], atol=ATOL, rtol=0)
         for c in (a, b):
             runner.release(c)
+
+
+def test_the_roofline_counts_the_sliding_layers_up_to_their_window() -> None:
+    """Keys and values of a position: 4 layers x 2 x 2 kv heads x 16 x 4 bytes, 3 layers of them sliding; a step
+    over a 100-token context reads the sliding layers' 21-token window only."""
+    from engine.core import roofline
+
+    runner = make_runner(tiny_gemma(), "cpu")
+    per_layer = 2 * 2 * 16 * 4
+    assert roofline.kv_bytes_per_token(runner) == 4 * per_layer
+    assert roofline.window_bytes_per_token(runner) == (WINDOW, 3 * per_layer)
+    roof = roofline.Roofline(1e9, 0, 4 * per_layer, WINDOW, 3 * per_layer)
+    assert roof.kv_bytes([100]) == 100 * per_layer + WINDOW * 3 * per_layer

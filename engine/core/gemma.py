@@ -97,13 +97,14 @@ class GemmaLayers:
                     single: list[int]) -> Window:  # fmt: skip
         """The sliding layers' pages: the decode rows (single tokens and drafted segments' tokens, as the full
         layers' rows) through the runner's own _decode_rows with the window, the prompt chunks here."""
+        assert runner.window is not None  # the runner's sliding layers have their own pool
         w = self.window
         chunks = {}
         for i in single:
             a, b, start = bounds[i]
             first = max(0, start - w + 1) // PAGE  # the first page the chunk's first query still sees
             pages = segments[i].cache.window[first : -(-(start + b - a) // PAGE)]
-            chunks[i] = (runner.pages_index(pages, window=True), first * PAGE)
+            chunks[i] = (runner.window.pool.index(pages), first * PAGE)
         decode = [i for i in range(len(segments)) if i not in set(single)]
         return Window(runner._decode_rows(segments, bounds, decode, w) if decode else None, chunks)
 

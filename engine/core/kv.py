@@ -86,6 +86,11 @@ class PagePool:
     def free_pages(self) -> int:
         return len(self._free)
 
+    @property
+    def bytes_per_token(self) -> int:
+        """One position's keys and values over this pool's layers."""
+        return 2 * self.k[:, 0, 0].numel() * self.k.element_size()
+
     def take(self, n: int) -> list[int]:
         """n free pages, zeroed."""
         if n <= 0:

@@ -75,7 +75,8 @@ class DecoderRunner:
     sliding-window layers of a Gemma 3 have a pool of their own, of which a sequence holds only the pages its
     window still spans (window_kv.py). A step writes every new token's KV in the rotary op, and a decode batch
     attends over its sequences' pages in one call per layer, whatever the batch size: per-sequence Python work per
-    layer is what dominated a batched step before. The layer's elementwise and attention steps are the device's ops (engine/core/ops.py)."""
+    layer is what dominated a batched step before. The layer's elementwise and attention steps are the device's
+    ops (engine/core/ops.py)."""
 
     all_logits = True  # honours Segment.all_logits, so the engine may run speculative drafts through it
 
@@ -287,11 +288,6 @@ class DecoderRunner:
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
             normed = ops.add_rmsnorm(h, delta(li, 3, gated, p_down(gated)), nxt, eps)
         return normed[last]
-
-    def pages_index(self, pages: list[int], window: bool = False) -> slice | torch.Tensor:
-        """Index of a sequence's pages in the main pool, or in the sliding layers' with `window`."""
-        pool = self.window.pool if window and self.window is not None else self.pool
-        return pool.index(pages)
 
     def _decode_rows(
         self, segments: list[Segment], bounds: list[tuple[int, int, int]], decode: list[int], window: int = 0

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from engine import device as devices
+from engine.core.kv import PagePool
+from engine.core.window_kv import WindowPages
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +102,14 @@ def weight_bytes(runner: Any) -> int:
 def window_bytes_per_token(runner: Any) -> tuple[int, int]:
     """A DecoderRunner's sliding window and its sliding layers' share of one token's keys and values."""
     window = getattr(runner, "window", None)
-    if window is None or not hasattr(runner, "n_kv"):
-        return 0, 0
-    size = torch.empty((), dtype=runner.dtype).element_size()
-    return window.window, sum(runner.sliding) * 2 * runner.n_kv * runner.head_dim * size
+    return (window.window, window.pool.bytes_per_token) if isinstance(window, WindowPages) else (0, 0)
 
 
 def kv_bytes_per_token(runner: Any) -> int:
     """Keys and values of one token over every layer: layers x 2 x kv_heads x head_dim x the cache's dtype size."""
-    if hasattr(runner, "n_kv") and hasattr(runner, "layers"):  # DecoderRunner: its own page pool's layout
-        size = torch.empty((), dtype=runner.dtype).element_size()
-        return len(runner.layers) * 2 * runner.n_kv * runner.head_dim * size
+    pool = getattr(runner, "pool", None)
+    if isinstance(pool, PagePool):  # DecoderRunner: its own page pools' layout
+        return pool.bytes_per_token + window_bytes_per_token(runner)[1]
     model = getattr(runner, "model", None)
     if model is None:
         return 0

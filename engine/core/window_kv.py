@@ -124,6 +124,7 @@ class SplitPages:
         the last few, which must all have been held when the blocks were stored."""
         n = len(blocks)
         while n:
+            # A block is (keys, values, window keys, window values): None where the window page was dropped.
             lacking = [p for p in range(self.window.first_page(n * PAGE), n) if blocks[p][2] is None]
             if not lacking:
                 return n
