@@ -28,6 +28,7 @@ MODEL = "SmolLM2-135M-Instruct"
 #   api        a live server (the real app on a port, driven by HTTP / gradio_client)
 #   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
 #   unit       none of that: seconds for the whole set (`pytest -m unit`)
+#   security   also on every test under tests/security/ (the hostile suite: `pytest -m security`)
 SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live", "gemma_live"}
 MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs", "gemma_service"}
 BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and every test_ui_browser_* module
@@ -52,6 +53,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             mark = "unit"
         item.add_marker(mark)
+        if "security" in item.path.parts:  # tests/security/: the hostile suite, also by its layer's mark
+            item.add_marker("security")
 
 
 @dataclass
