@@ -100,7 +100,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     report(0.05, "reading the weights")
     started = time.perf_counter()
     loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
-    log.info("model %s loaded in %.1f s", loaded.name, time.perf_counter() - started)
+    log.debug("weights of %s read in %.1f s", loaded.name, time.perf_counter() - started)  # the pool logs the load
     context = min(settings.max_model_len or loaded.context_length, loaded.context_length)
     eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
     gen_eos = loaded.generation_config.get("eos_token_id")
@@ -136,6 +136,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         loaded.model.get_output_embeddings().weight.shape[0],
         loaded.modalities,
         loaded.plain_template,
+        sum(p.numel() for p in loaded.model.parameters()),
     )
     return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
 
@@ -323,7 +324,9 @@ def serve(app: Any, settings: cfg.Settings) -> None:
 
             threading.Thread(target=drain_then_exit, name="drain", daemon=True).start()
 
-    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info",
+    # access_log=False: engine/http/middleware.py writes one access line per request (none per health poll at INFO);
+    # uvicorn's own would double every line.
+    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info", access_log=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
     DrainingServer(config).run()
 

@@ -49,12 +49,14 @@ def media_modes(service: Any) -> dict[str, str]:
     return {k: TAKES if k in takes else TRANSCRIBES if k == "audio" and transcribe else REFUSES for k in KINDS}
 
 
-def _badge(text: str, on: bool = True, why: str = "") -> str:
+def _badge(text: str, why: str = "") -> str:
     title = f' title="{html.escape(why)}"' if why else ""
-    return f'<span class="pg-badge{"" if on else " off"}"{title}>{html.escape(text)}</span>'
+    return f'<span class="pg-badge"{title}>{html.escape(text)}</span>'
 
 
 def media_badges(service: Any, lang: str = "en") -> str:
+    """The header's chips for the media the model takes (or the server transcribes for it); what it cannot take is
+    said in the attach panel, not struck through in the header."""
     name = service.served_name
     out = ""
     for kind, mode in media_modes(service).items():
@@ -68,10 +70,6 @@ def media_badges(service: Any, lang: str = "en") -> str:
                                    "model reads the text",
                                    "{name} 没有音频输入：服务器用 Whisper 把音频转写成文本，模型读取文本"), lang,
                                   name=name))  # fmt: skip
-        else:
-            out += _badge(shown, on=False, why=say(("{name} has no {kind} input: the API refuses {kind} parts",
-                                                    "{name} 没有{kind}输入：API 会拒绝{kind}部分"), lang,
-                                                   name=name, kind=shown))  # fmt: skip
     return out
 
 
@@ -102,8 +100,9 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
             "The checkpoint has no chat template: the messages' text is joined and the model continues it",
             "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写"), lang)))  # fmt: skip
     out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
-    for cap, on in capabilities(service).items():
-        out += _badge(say(CAPS[cap], lang), on, "" if on else say(("this model cannot", "此模型不支持"), lang))
+    for cap, on in capabilities(service).items():  # what the model can do; the rest is said where it is asked for
+        if on:
+            out += _badge(say(CAPS[cap], lang))
     return f'<div class="pg-header">{h1}{out}{media_badges(service, lang)}</div>'
 
 

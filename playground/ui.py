@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, grid_panel, layout, persist, prompt_view, server_panel, xray
+from playground import backend_panel, controls, grid_panel, layout, persist, prompt_view, server_panel, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -106,7 +106,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([chat.box.input], h.preview_request, [chat.box, *common],
               [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
-        wire_load(demo, h, header, chat, tools, sampling, session)
+        wire_load(demo, h, header, chat, tools, sampling, session, saved_state)
     return demo
 
 
@@ -152,18 +152,28 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
 
 
 def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn, tools: ToolsTab,
-              sampling: SamplingTab, session: gr.State) -> None:  # fmt: skip
-    """What the page shows of the model once it is loaded, and what it does with media on the chosen backend."""
+              sampling: SamplingTab, session: gr.State, saved_state: gr.BrowserState) -> None:  # fmt: skip
+    """What the page shows of the model once it is loaded, and what it does with media on the chosen backend. A page
+    with no saved conversation starts on the model's own defaults (`controls.model_defaults`); a saved one brings
+    its own settings back (persist.py)."""
+    starting = ["max_tokens", *controls.PRESET_FIELDS]
+    outputs = [header.html, tools.note, sampling.thinking_note, sampling.preset, *(sampling.knobs[k] for k in starting)]
 
-    def on_load(session: Session, request: gr.Request) -> tuple:
+    def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
         service = h.get_service()
         tools_text, thinking_text = model_notes(service, session.lang)
-        cap = service.settings.max_new_tokens if service is not None else gr.skip()
-        return header_html(service, lang=session.lang), tools_text, thinking_text, gr.update(maximum=cap)
+        shown = (header_html(service, lang=session.lang), tools_text, thinking_text)
+        if service is None:
+            return (*shown, gr.skip(), *(gr.skip() for _ in starting))
+        cap = service.settings.max_new_tokens
+        if saved:
+            return (*shown, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS))
+        preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
+        budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
+        return (*shown, preset, budget, *(values[k] for k in controls.PRESET_FIELDS))
 
-    demo.load(on_load, session, [header.html, tools.note, sampling.thinking_note, sampling.knobs["max_tokens"]],
-              api_name=False)  # fmt: skip
+    demo.load(on_load, [session, saved_state], outputs, api_name=False)
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
         return attach_note(h.get_service(), session.remote, session.lang)

@@ -45,6 +45,7 @@ class ModelInfo:
     vocab_size: int = 0  # width of the model's logits
     modalities: frozenset[str] = frozenset()  # media the model takes itself ("image", "video", "audio")
     plain_template: bool = False  # a base model served with engine/serving/plain_template.jinja (the page says so)
+    parameters: int = 0  # the model's parameter count (the page's default preset is chosen by size)
 
 
 @dataclass
