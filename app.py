@@ -378,7 +378,10 @@ def main(argv: list[str] | None = None) -> None:
         # deployment about 150 MB of resident memory.
 
     threading.Thread(target=load, name="loader", daemon=True).start()
-    serve(create_application(settings, state), settings)
+    try:
+        serve(create_application(settings, state), settings)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it drained for: the server has stopped cleanly
+        log.info("stopped")
 
 
 if __name__ == "__main__":

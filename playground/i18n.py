@@ -95,12 +95,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "raw": ("streamed chunks (raw)", "流式数据块（原始）"),
     # the chat column
     "message": ("Message", "消息"),
-    "service_help": (
-        "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
-        "Click any reply to see its statistics, timeline, tokens and exact request in the side panel.",
-        "由内置引擎运行；同一个引擎也在本端口响应 `POST /v1/chat/completions`。"
-        "点击任意一条回复，即可在侧栏查看它的统计、时间线、token 和完整请求。",
-    ),
+    "service_help": ("The model is loading…", "模型加载中…"),  # until the page knows the model (examples.py)
     "tool_called": (
         "🛠 **The model called a tool.** Type (or pick) its result to continue.",
         "🛠 **模型调用了工具。** 输入（或选择）调用结果以继续。",

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, controls, grid_panel, layout, persist, prompt_view, server_panel, xray
+from playground import backend_panel, controls, examples, grid_panel, layout, persist, prompt_view, server_panel, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -146,9 +146,31 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
         bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),
         gr.on([chat.clear.click, bot.clear], h.clear, None, outputs, api_name="clear"),
     ]
+    # An example prompt in the empty chat is sent as if typed (playground/examples.py chooses them per model).
+    example = bot.example_select(example_text, None, sent, api_name=False, queue=False)
+    changes.append(example.then(h.send, [sent, chat.pending, *common], api_name=False, **run))
+    # Stop shows only while a reply runs: each reply's trigger counts one up in the browser, its end one down
+    # (layout.css hides #pg-stop while the body has no `pg-busy`). Browser-only steps: no server round trip.
+    streams = [chat.box.submit, chat.send.click, action.change, chat.regen.click, bot.retry, bot.edit,
+               tools.send.click, bot.example_select]  # fmt: skip
+    gr.on(streams, None, None, None, js=BUSY_JS, api_name=False, queue=False, trigger_mode="multiple")
+    for event in (*changes[:5], changes[-1]):
+        event.then(None, None, None, js=IDLE_JS, api_name=False, queue=False)
     chat.stop.click(h.stop, session, None, api_name="stop", queue=False)
     bot.select(h.select, [common[0], session], outputs, api_name=False)
     return changes
+
+
+BUSY_JS = "() => { window.pgBusy = (window.pgBusy || 0) + 1; document.body.classList.add('pg-busy'); }"
+IDLE_JS = (
+    "() => { window.pgBusy = Math.max(0, (window.pgBusy || 1) - 1);"
+    " if (!window.pgBusy) document.body.classList.remove('pg-busy'); }"
+)
+
+
+def example_text(evt: gr.SelectData) -> str:
+    """The text of the example prompt clicked in the empty chat."""
+    return str((evt.value or {}).get("text", "")) if isinstance(evt.value, dict) else str(evt.value or "")
 
 
 def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn, tools: ToolsTab,
@@ -157,13 +179,22 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
     with no saved conversation starts on the model's own defaults (`controls.model_defaults`); a saved one brings
     its own settings back (persist.py)."""
     starting = ["max_tokens", *controls.PRESET_FIELDS]
-    outputs = [header.html, tools.note, sampling.thinking_note, sampling.preset, *(sampling.knobs[k] for k in starting)]
+    outputs = [header.html, tools.note, sampling.thinking_note, chat.chatbot, sampling.preset,
+               *(sampling.knobs[k] for k in starting)]  # fmt: skip
 
     def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
         service = h.get_service()
         tools_text, thinking_text = model_notes(service, session.lang)
-        shown = (header_html(service, lang=session.lang), tools_text, thinking_text)
+        empty_chat = (
+            gr.skip()
+            if service is None
+            else gr.update(
+                placeholder=examples.placeholder(service, session.lang),
+                examples=examples.examples(service, session.lang),
+            )
+        )
+        shown = (header_html(service, lang=session.lang), tools_text, thinking_text, empty_chat)
         if service is None:
             return (*shown, gr.skip(), *(gr.skip() for _ in starting))
         cap = service.settings.max_new_tokens
