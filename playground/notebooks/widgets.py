@@ -209,8 +209,8 @@ class ParameterExplorer:
             try:
                 return await run
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if run is self._run_task or (current is not None and current.cancelling()):
+                cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+                if run is self._run_task or (cancelling is not None and cancelling()):
                     raise  # cancelled itself (a Stop, a kernel interrupt), not superseded by a newer run
             # superseded: follow the newer run
 
