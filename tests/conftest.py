@@ -35,6 +35,7 @@ MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs", "gemma_service"}
 BY_MODULE = {
     "test_ui_browser": "browser",
     "test_notebooks": "notebooks",
+    "test_notebooks_lab": "browser",
     "test_fresh_install": "fresh",
 }  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
