@@ -18,7 +18,7 @@ from playground.i18n import TEXTS, say
 
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"
-ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
+ICON = {"image": "▣", "video": "▶", "audio": "♪"}
 KIND_ZH = {"image": "图像", "video": "视频", "audio": "音频"}
 CAPS = {"reasoning": ("reasoning", "推理"), "tools": ("tools", "工具调用")}
 TITLE = "LLM Playground"  # the product's name, in both languages

@@ -205,7 +205,7 @@ class ChatHandlers:
             return
         old = conv.turns[turn_at]
         value = strip_marks(str(data.value))
-        if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
+        if value.startswith("⊕ "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
         edited = Turn("user", value, parts=old.parts, attachments=old.attachments, previews=old.previews)
         async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit",

@@ -31,9 +31,7 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
     c = view.first
     text = c.content or ("…" if not view.done else say(("*(empty)*", "*（空）*"), lang))
     if c.reasoning:
-        text = (
-            say(("> 💭 *{n} reasoning tokens*", "> 💭 *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
-        )
+        text = say(("> ∴ *{n} reasoning tokens*", "> ∴ *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
     return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c, lang=lang)

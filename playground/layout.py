@@ -32,7 +32,7 @@ def header_row() -> Header:
         model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=400, elem_id="pg-model")
         with gr.Column(scale=0, min_width=160, visible=False) as box:
             key = gr.Textbox(label=t("switch_key"), type="password", elem_id="pg-model-key")
-        dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
+        dark = gr.Button("◐", size="sm", scale=0, min_width=44, elem_id="pg-dark")
     return Header(html, dark, model, key, box)
 
 

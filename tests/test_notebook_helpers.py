@@ -386,7 +386,7 @@ def test_the_tool_loop_by_hand(qwen: LocalBackend) -> None:
     reference = complete(qwen.service, WEATHER_ANSWER.request(max_tokens=60)).choices[0].message.content
     assert final.reply == reference and final.reply.strip() == "It is sunny and 22 °C in Paris."
     assert final.finish_reason == "stop" and final.tool_calls == []
-    assert "get_weather" in repr(asked) and "🔧" in asked._repr_html_() and call.id in asked._repr_html_()
+    assert "get_weather" in repr(asked) and "⚒" in asked._repr_html_() and call.id in asked._repr_html_()
 
 
 def test_remote_tool_calls_fold_from_the_sse_deltas(qwen_live: Any, qwen: LocalBackend) -> None:
@@ -439,7 +439,7 @@ def test_audio_is_transcribed_and_the_transcription_comes_back(local: LocalBacke
     here = local.chat([message], temperature=0, max_tokens=6)
     (t,) = here.transcription
     assert (t["message"], t["part"]) == (0, 0) and "milk" in t["text"].lower()
-    assert "🎤" in here._repr_html_() and "milk" in here._repr_html_()
+    assert "♪" in here._repr_html_() and "milk" in here._repr_html_()
     there = connect(live.url).chat([message], temperature=0, max_tokens=6)  # the first SSE chunk carries it
     assert there.transcription == here.transcription and there.reply == here.reply
 

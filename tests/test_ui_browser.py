@@ -180,7 +180,7 @@ def test_the_page_speaks_chinese_to_a_chinese_browser(browser: Any, live: Any) -
     page = context.new_page()
     page.goto(live.url + "/")
     page.wait_for_selector("#pg-input textarea")
-    sync_api.expect(page.get_by_role("tab", name="📊 统计")).to_be_visible()
+    sync_api.expect(page.get_by_role("tab", name="▥ 统计")).to_be_visible()
     sync_api.expect(page.locator("#pg-send")).to_have_text("发送")
     context.close()
 
@@ -290,7 +290,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     chat_box = page.locator("#pg-chat")
     sync_api.expect(chat_box).to_contain_text("Taken by the model")
     sync_api.expect(chat_box).to_contain_text("red.png · image/png")
-    report = chat_box.get_by_text("🖼 image · ").last.inner_text()
+    report = chat_box.get_by_text("▣ image · ").last.inner_text()
     tokens = int(report.split("·")[1].split()[0])
     assert tokens > 1 and int(stat(page, "prompt tokens")) > tokens  # the image's tokens are in the prompt
     assert stat(page, "media tokens") == str(tokens)
@@ -299,7 +299,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     shot(page, "13-vl-image-taken")
     page.reload()  # the report comes back from the browser's storage
     page.wait_for_selector("#pg-input textarea")
-    sync_api.expect(chat_box).to_contain_text(f"🖼 image · {tokens} tokens")
+    sync_api.expect(chat_box).to_contain_text(f"▣ image · {tokens} tokens")
     page.close()
 
 
