@@ -23,7 +23,7 @@ from playground.compare import CompareHandlers
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
 from playground.header_models import wire_model_picker
-from playground.i18n import I18N, lang_of, t
+from playground.i18n import I18N, lang_of, say, t
 from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.sampling_panel import SamplingTab, sampling_tab
 from playground.session import Session
@@ -161,6 +161,7 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     return changes
 
 
+TEMPLATE_SYSTEM = ("(none: the template writes “{prompt}”)", "（无：模板会写入“{prompt}”）")
 BUSY_JS = "() => { window.pgBusy = (window.pgBusy || 0) + 1; document.body.classList.add('pg-busy'); }"
 IDLE_JS = (
     "() => { window.pgBusy = Math.max(0, (window.pgBusy || 1) - 1);"
@@ -179,7 +180,7 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
     with no saved conversation starts on the model's own defaults (`controls.model_defaults`); a saved one brings
     its own settings back (persist.py)."""
     starting = ["max_tokens", *controls.PRESET_FIELDS]
-    outputs = [header.html, tools.note, sampling.thinking_note, chat.chatbot, sampling.preset,
+    outputs = [header.html, tools.note, sampling.thinking_note, chat.chatbot, chat.system, sampling.preset,
                *(sampling.knobs[k] for k in starting)]  # fmt: skip
 
     def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
@@ -194,7 +195,10 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
                 examples=examples.examples(service, session.lang),
             )
         )
-        shown = (header_html(service, lang=session.lang), tools_text, thinking_text, empty_chat)
+        # The template's own system prompt, where it writes one for a request without (SmolLM2's does): not "(none)".
+        own = service.default_system_prompt() if service is not None and not session.remote else ""
+        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, session.lang, prompt=own)) if own else gr.skip()
+        shown = (header_html(service, lang=session.lang), tools_text, thinking_text, empty_chat, system)
         if service is None:
             return (*shown, gr.skip(), *(gr.skip() for _ in starting))
         cap = service.settings.max_new_tokens

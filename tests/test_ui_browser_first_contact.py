@@ -3,6 +3,7 @@ offers example prompts it answers well, names what the model can do, and shows S
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, shot, sync_api
@@ -17,6 +18,8 @@ def test_an_example_prompt_gets_a_right_answer_at_the_page_defaults(browser: Any
     sync_api.expect(chat).to_contain_text("--model")  # how to bring a bigger model
     sync_api.expect(page.locator("button#pg-stop")).to_be_hidden()
     sync_api.expect(page.locator(".pg-header .pg-badge", has_text="reasoning")).to_have_count(0)  # not struck out
+    system = page.get_by_label("System prompt")  # the template's own default, not "(none)"
+    sync_api.expect(system).to_have_attribute("placeholder", re.compile("You are a helpful AI assistant named SmolLM"))
     shot(page, "first-contact-1-empty", full_page=False)
     open_tab(page, "Sampling")
     sync_api.expect(page.locator("#pg-preset input[value='Precise (greedy)']")).to_be_checked()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from engine.config import Settings
@@ -89,3 +90,30 @@ def check_length(tokens: int, settings: Settings, context_length: int) -> None:
     limit = prompt_limit(settings, context_length)
     if not 0 < tokens <= limit:
         raise RequestValidationError(f"Messages token length must be in (0, {limit}], got {tokens}.")
+
+
+SYSTEM_MARK = "\u2063system\u2063"  # text no template writes by itself: where a request's system prompt lands
+
+
+def default_system_prompt(render: Callable[[ChatCompletionRequest], str]) -> str:
+    """What a chat template writes in place of a system prompt when a request has none, found by rendering one user
+    message with and without a marked system message: the same text around the marker, and something else where
+    it was, is the template's own system prompt. "" when the template writes none (or renders differently)."""
+    from engine.protocol.request import parse_chat_request
+
+    user = {"role": "user", "content": "hi"}
+    try:
+        bare = render(parse_chat_request({"model": "m", "messages": [user]}))
+        marked = render(
+            parse_chat_request({"model": "m", "messages": [{"role": "system", "content": SYSTEM_MARK}, user]})
+        )
+    except Exception:  # a template that needs more than this (a model of its own kind): nothing to show
+        return ""
+    if marked.count(SYSTEM_MARK) != 1:
+        return ""
+    before, after = marked.split(SYSTEM_MARK)
+    if not bare.startswith(before) or not after:
+        return ""
+    rest = bare[len(before) :]
+    end = rest.find(after)
+    return rest[:end].strip() if end > 0 else ""

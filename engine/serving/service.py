@@ -82,6 +82,8 @@ class ChatService:
         self.served_name = settings.served_model_name or model.name
         self.adapters: dict[str, int] = dict(adapters or {})  # LoRA id -> the engine's adapter index (1..n)
 
+    _default_system: str | None = None
+
     def input_modalities(self) -> list[str]:
         """What a request's content may carry for this model: text, the media the model takes itself, and audio
         when it is transcribed into text (`audio_transcription`, §2.4.1). Reported by /v1/models."""
@@ -186,6 +188,13 @@ class ChatService:
         """What this server makes of one media part before it is sent: {kind, mime, bytes, frames, duration_s,
         width, height, error}, from the same checks and decode a request gets (engine/serving/media_preview.py)."""
         return (await preview_media(part, self.settings)).as_json()
+
+    def default_system_prompt(self) -> str:
+        """The system prompt the chat template writes when a request has none ("" when it writes none): SmolLM2's
+        template adds its own, which the page shows in its System prompt box instead of "(none)"."""
+        if self._default_system is None:
+            self._default_system = prompts.default_system_prompt(self.render_for_debug)
+        return self._default_system
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:
         """The exact prompt text a request renders to (the UI's 'show prompt')."""
