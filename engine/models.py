@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -168,10 +169,16 @@ def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to a bf16 safetensors cache (once; about 30 s on 2 cores)", gguf.name)
+    started = time.perf_counter()
+
+    def stage(what: str) -> None:  # each step of the one-time conversion, with the time so far: never a silent minute
+        log.info("converting %s once (%.0f s so far): %s", gguf.name, time.perf_counter() - started, what)
+
+    stage("reading its tokenizer (20-60 s on 2 cores, the longest step)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     if plain and not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
+    stage("dequantizing its weights to bf16")
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
     )
@@ -179,7 +186,9 @@ def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as a module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    stage("writing the cache")
     save_atomically(out_dir, model, tokenizer)
+    log.info("converted %s in %.0f s: later starts read %s", gguf.name, time.perf_counter() - started, out_dir)
     return out_dir
 
 
