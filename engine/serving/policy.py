@@ -99,7 +99,10 @@ class RequestPolicy:
             chunks, gen = await self._start(self.service_for(req, ctx), req, ctx, access)
         except BaseException as exc:
             flight.close()
-            self._finish(ctx, access, exc.status if isinstance(exc, ApiError) else 500, own_line)
+            status = (
+                exc.status if isinstance(exc, ApiError) else 499 if isinstance(exc, asyncio.CancelledError) else 500
+            )
+            self._finish(ctx, access, status, own_line)
             raise
         if gen is not None:
             flight.attach(gen)

@@ -156,7 +156,7 @@ class ChatService:
         plan = self.reasoning.plan(req)
         if req.continue_final_message:  # the reply goes on with the final message's text: an answer, not reasoning
             plan = dataclasses.replace(plan, split=False)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking,
+        text = await prompts.render_prompt_async(req, self.tokenizer, self.settings, plan.thinking,
                                        self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
