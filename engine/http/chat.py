@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.config import Settings
-from engine.http.auth import client_key, is_admin
+from engine.http.auth import cache_scope, client_key, is_admin
 from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.http.sse import EventWriter, V1Events
 from engine.http.wire import V1StreamWriter, response_json
@@ -80,7 +80,8 @@ class ChatRoutes:
     async def handle(self, request: Request, route: Route, credential: str | None) -> Response:
         host = request.client.host if request.client else None
         ctx = CallContext(client_key(credential, host), CHAT_PATHS[route], route, "api",
-                          may_load=is_admin(credential, self.settings))  # fmt: skip
+                          may_load=is_admin(credential, self.settings),
+                          cache_scope=cache_scope(credential, self.settings))  # fmt: skip
         raw = decode_json(await read_body(request, self.body_limit))
         req = parse_chat_request(raw, route)
         if route != "v1":
