@@ -12,7 +12,7 @@ This file runs as the worker itself (`python -I template_sandbox.py`): it import
 Jinja, never the engine, torch or the server, so a worker starts in about a tenth of a second and holds a few tens
 of MiB. A worker compiles each template source once (LRU cache), so a model's own template costs its compile only
 on a worker's first request; a render of a small chat costs about a millisecond of pipe round trip
-(bench/README.md, "Template sandbox").
+(bench/README.md, "Disconnect storm and template sandbox").
 
 Protocol on the worker's stdin/stdout: 4-byte big-endian length, then the payload. Requests are pickles written by
 the server (trusted direction); replies are JSON (`{"ok": text}` or `{"error": message}`), never unpickled, so a
