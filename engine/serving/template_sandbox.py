@@ -143,14 +143,25 @@ def _read(stream: Any, size: int) -> bytes:
     return data
 
 
+def _limit_memory() -> None:
+    """Cap this process's address space at what it holds now (Jinja loaded) plus MEMORY_MB. Where the platform
+    has no RLIMIT_AS or /proc (macOS, Windows), only the time budget and the kill bound a render."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:  # pages of address space held now
+            held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (held + (MEMORY_MB << 20), held + (MEMORY_MB << 20)))
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+
+
 def _worker_main() -> None:
     """Serve renders on stdin/stdout until stdin closes (the server left)."""
-    import resource
+    import signal
 
-    with open("/proc/self/statm") as f:  # pages of address space held now, Jinja loaded
-        held = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = held + (MEMORY_MB << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the server's terminal is the server's to handle
+    _limit_memory()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
@@ -253,10 +264,10 @@ class SandboxPool:
                 self._drop(worker)
                 worker = None
                 raise TemplateFailure("chat template rendering exceeded its time budget") from None
-            except (ConnectionError, BrokenPipeError, OSError):
+            except OSError:  # the worker died under the render (BrokenPipeError, ConnectionError are OSErrors)
                 self._drop(worker)
                 worker = None
-                raise TemplateFailure("chat template rendering exceeded its memory budget") from None
+                raise TemplateFailure("chat template rendering stopped: its sandbox ran out of memory") from None
             if "error" in reply:
                 if "memory" in str(reply["error"]):  # a worker that ran out of memory starts afresh
                     self._drop(worker)

@@ -46,13 +46,12 @@ def _raw_request(url: str, body: dict[str, Any]) -> bytes:
     return head + payload
 
 
-def _leave_after(url: str, body: dict[str, Any], hold_s: float, sent: threading.Barrier) -> None:
-    """Send the request on a socket of its own, wait, and close the socket without reading a byte."""
+def _leave_when(url: str, body: dict[str, Any], leave: threading.Event) -> None:
+    """Send the request on a socket of its own, wait for the signal, and close the socket without reading a byte."""
     u = httpx.URL(url)
     with socket.create_connection((u.host, u.port), timeout=30) as sock:
         sock.sendall(_raw_request(url, body))
-        sent.wait()
-        time.sleep(hold_s)
+        leave.wait(60)
 
 
 def _load(client: httpx.Client) -> tuple[int, int]:
@@ -71,21 +70,24 @@ def _idle_within(client: httpx.Client, seconds: float) -> float | None:
 
 def test_clients_that_leave_while_queued_or_prefilling_are_aborted(settings: Any, service: Any) -> None:
     """Twelve clients send long prompts (about 1,500 tokens each, distinct) to a server that runs one request at a
-    time, half of them streaming, and leave after a second. The engine must be idle within 10 s of the last one
-    leaving (ad58bb7: each queued request still prefilled in turn, far longer)."""
-    with serving(settings.replace(max_num_seqs=1), service) as server, server.client() as client:
-        sent = threading.Barrier(CLIENTS)
+    time, half of them streaming, and leave once the engine holds them (one running, the others queued). The engine
+    must be idle within 10 s of the last one leaving (ad58bb7: each queued request still prefilled in turn)."""
+    with serving(settings.replace(max_num_seqs=1, ui=False), service) as server, server.client() as client:
+        leave = threading.Event()
         threads = []
         for i in range(CLIENTS):
             words = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(1500))
             body = {"model": MODEL, "messages": [{"role": "user", "content": f"{i}: {words}"}], "max_tokens": 300,
                     "ignore_eos": True, "stream": i % 2 == 1}  # fmt: skip
-            threads.append(threading.Thread(target=_leave_after, args=(server.url, body, 1.0, sent)))
+            threads.append(threading.Thread(target=_leave_when, args=(server.url, body, leave)))
         for t in threads:
             t.start()
-        time.sleep(0.5)
-        running, waiting = _load(client)
-        assert running + waiting > 1, (running, waiting)  # the storm is queued behind the one running
+        deadline = time.monotonic() + 60
+        while sum(_load(client)) < CLIENTS // 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the requests are prepared (templated, tokenized) and reach the engine
+        held = _load(client)
+        leave.set()
+        assert sum(held) >= CLIENTS // 2, held  # the storm is queued behind the one running
         for t in threads:
             t.join()
         took = _idle_within(client, 10.0)
