@@ -76,6 +76,12 @@ class Settings:
     max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
     kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
     prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
+    prefix_cache_scope: str = _knob(
+        "credential",
+        "Who shares cached prompt prefixes: 'credential' (only requests with the same credential; with no credentials "
+        "configured, everyone) or 'shared' (everyone: cached_tokens then tells one client of another's prompts).",
+        choices=("credential", "shared"),
+    )
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     step_log: int = _knob(4096, "Engine step records kept for the scheduler x-ray and /server/steps (0 = off).")
     speculative_ngram: int = _knob(

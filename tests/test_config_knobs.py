@@ -21,12 +21,13 @@ INTS = {"port", "threads", "max_num_seqs", "max_model_len", "kv_cache_tokens", "
 LISTS = {"models", "remote_backend_urls", "lora_adapters", "api_keys", "admin_keys", "pangu_auth_tokens", "pangu_app_codes",
          "pangu_aksk", "media_remote_allowed_domains"}  # fmt: skip
 CHOICES = {"device": ("auto", "npu", "cuda", "mps", "cpu"), "dtype": ("auto", "bf16", "fp16", "fp32"),
-           "enable_reasoning": ("auto", "true", "false"), "tool_call_parser": ("auto", "hermes", "chatglm3", "none")}  # fmt: skip
+           "enable_reasoning": ("auto", "true", "false"), "tool_call_parser": ("auto", "hermes", "chatglm3", "none"),
+           "prefix_cache_scope": ("credential", "shared")}  # fmt: skip
 DEFAULTS = {
     "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
-    "speculative_ngram": 4,
+    "speculative_ngram": 4, "prefix_cache_scope": "credential",
     "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30,
     "log_message_content": False, "served_model_name": "", "lora_adapters": [], "api_keys": [], "admin_keys": [],
     "pangu_auth_tokens": [], "pangu_app_codes": [], "pangu_aksk": [], "pangu_project_id": "",

@@ -136,6 +136,15 @@ def client_key(credential: str | None, host: str | None) -> str:
     return "ip:" + (host or "unknown")
 
 
+def cache_scope(credential: str | None, settings: Settings) -> str:
+    """The prefix-cache scope of a caller with this (already checked) credential: the credential's own (hashed, as
+    its per-client key) under `--prefix-cache-scope credential`, the shared one ("") under `shared` or when no
+    credential was needed (no credentials configured: one scope for everyone)."""
+    if settings.prefix_cache_scope == "shared" or not credential:
+        return ""
+    return client_key(credential, None)
+
+
 def bearer_client(headers: Mapping[str, str], host: str | None) -> str:
     """The per-client key of a request that authenticates (or not) with `Authorization: Bearer <credential>`."""
     scheme, _, token = (headers.get("authorization") or "").partition(" ")

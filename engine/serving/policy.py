@@ -45,6 +45,7 @@ class CallContext:
     entry: Entry = "api"
     started: float = field(default_factory=time.monotonic)  # acceptance: the request timeout counts from here
     may_load: bool = True  # whether a request for a model not loaded may load it (an admin, or no credentials set)
+    cache_scope: str = ""  # whose cached prompt prefixes it may reuse ("" = the shared scope); from the credential
 
 
 def client_of(user: str | None, address: str | None) -> str:
@@ -99,7 +100,10 @@ class RequestPolicy:
             chunks, gen = await self._start(self.service_for(req, ctx), req, ctx, access)
         except BaseException as exc:
             flight.close()
-            self._finish(ctx, access, exc.status if isinstance(exc, ApiError) else 500, own_line)
+            status = (
+                exc.status if isinstance(exc, ApiError) else 499 if isinstance(exc, asyncio.CancelledError) else 500
+            )
+            self._finish(ctx, access, status, own_line)
             raise
         if gen is not None:
             flight.attach(gen)
@@ -120,7 +124,7 @@ class RequestPolicy:
         timeout = self.settings.request_timeout_s or None
         try:
             screen = moderator.screen if moderator else None
-            gen = await asyncio.wait_for(svc.start(req, ctx.route, screen), timeout)
+            gen = await asyncio.wait_for(svc.start(req, ctx.route, screen, ctx.cache_scope), timeout)
         except asyncio.TimeoutError:
             raise ServiceUnavailableError(f"The request timed out after {timeout} s waiting for the engine.") from None
         except QuestionBlocked as blocked:  # its transcripts were (§2.4.1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +62,8 @@ def render_prompt(
         variables["tools"] = [
             t.model_dump(exclude_none=True) for t in req.tools or [] if named is None or t.function.name == named
         ]
-    text = templates.render(template_source(req, tokenizer, settings), variables, limit)
+    kind: templates.Kind = "model" if req.chat_template is None else "request"
+    text = templates.render(template_source(req, tokenizer, settings), variables, limit, kind)
     if continue_final:
         final = str(req.messages[-1].content)
         at = text.rfind(final)
@@ -69,6 +72,13 @@ def render_prompt(
                                          "it cannot be continued (continue_final_message).")  # fmt: skip
         text = text[: at + len(final)]
     return text
+
+
+async def render_prompt_async(req: ChatCompletionRequest, *args: Any) -> str:
+    """`render_prompt` on the template threads of its kind (templates.executor), not the default executor."""
+    kind: templates.Kind = "model" if req.chat_template is None else "request"
+    call = functools.partial(render_prompt, req, *args)
+    return await asyncio.get_running_loop().run_in_executor(templates.executor(kind), call)
 
 
 def prompt_limit(settings: Settings, context_length: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,13 @@ class _Prepared:
     media_report: list[dict[str, Any]] | None = None  # per kept media part: type, tokens, frames sampled
 
 
+def scope_salt(scope: str) -> bytes:
+    """The prefix-cache salt of a cache scope (vLLM's cache_salt): it keys the first block, and through the chain of
+    block digests every later one, so two scopes never share a cached prefix and `cached_tokens` cannot tell one
+    client what another sent (issue 31). Fixed length, so it never runs into the media salt after it."""
+    return b"scope:" + hashlib.sha256(scope.encode("utf-8", "surrogateescape")).digest() if scope else b""
+
+
 class ChatService:
     def __init__(
         self,
@@ -97,9 +105,11 @@ class ChatService:
             raise RequestValidationError(f"Model not found: {str(req.model)[:64]!r}.")
         return req.model
 
-    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None) -> Generation:
+    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None,
+                    cache_scope: str = "") -> Generation:  # fmt: skip
         """Validate against the model and server, submit to the engine, and wait for its first answer. `screen`
-        sees a request whose media became text (transcripts) before the engine does, and may raise to stop it."""
+        sees a request whose media became text (transcripts) before the engine does, and may raise to stop it.
+        `cache_scope`: whose cached prompt prefixes this request may reuse and add to (CallContext.cache_scope)."""
         accepted = time.perf_counter()
         model, prepared = await self._prepare(req, route)
         if screen is not None and prepared.media.transcripts:
@@ -122,7 +132,7 @@ class ChatService:
         submitted = time.perf_counter()
         try:
             adapter = self.adapters.get(model, 0)  # a LoRA id: its rows run with it, its prefixes cached apart
-            salt = media.salt + (b"lora:" + model.encode() if adapter else b"")
+            salt = scope_salt(cache_scope) + media.salt + (b"lora:" + model.encode() if adapter else b"")
             stats = self.engine.submit(
                 EngineRequest(request_id, ids, params, salt, constraint, prepared.mm, adapter=adapter), sink
             )
@@ -159,7 +169,7 @@ class ChatService:
         plan = self.reasoning.plan(req)
         if req.continue_final_message:  # the reply goes on with the final message's text: an answer, not reasoning
             plan = dataclasses.replace(plan, split=False)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking,
+        text = await prompts.render_prompt_async(req, self.tokenizer, self.settings, plan.thinking,
                                        self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
