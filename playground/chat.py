@@ -32,6 +32,10 @@ from playground.tools_panel import choice_value, parse_tools
 
 UPDATE_EVERY_S = 0.1
 LOADING = ("The model is still loading; try again in a moment.", "模型仍在加载，请稍后再试。")
+LOADING_WHISPER = (
+    "Loading Whisper to transcribe the audio: the first audio message takes a few seconds more, once.",
+    "正在加载 Whisper 以转写音频：第一条音频消息会多等几秒，仅此一次。",
+)
 NO_CALL_WAITING = ("There is no tool call waiting for a result.", "没有等待结果的工具调用。")
 REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：** {error}")
 
@@ -94,6 +98,16 @@ class ChatHandlers:
             return unchanged
         return self.out.request_views(body, self.backend(session).url or base_url_of(request))
 
+    def loads_whisper(self, body: dict[str, Any], session: Session) -> bool:
+        """Whether this request's audio makes the embedded server load Whisper first (its first audio message)."""
+        service = self.get_service()
+        if session.remote or service is None or not getattr(service.settings, "audio_transcription", False):
+            return False
+        if "audio" in service.model.modalities or service.media.transcriber_loaded:
+            return False
+        parts = [p for m in body.get("messages", []) if isinstance(m.get("content"), list) for p in m["content"]]
+        return any(isinstance(p, dict) and attachments.kind_of_part(p) == "audio" for p in parts)
+
     # ---- streaming one reply ------------------------------------------------------------------------------
     async def stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None = None,
@@ -121,7 +135,8 @@ class ChatHandlers:
         conv.adopt(turn)
         conv.selected = len(conv.turns) - 1
         shown = lambda: display(conv)[0]  # noqa: E731
-        yield {o.chatbot: shown(), o.conv: conv, o.check: "", o.tool_row: gr.update(visible=False),
+        notice = say(LOADING_WHISPER, lang) if self.loads_whisper(body, session) else ""
+        yield {o.chatbot: shown(), o.conv: conv, o.check: notice, o.tool_row: gr.update(visible=False),
                o.pending: [], o.pending_view: "", **o.panels(turn, base_url, lang=lang)}  # fmt: skip
         started = False
         with session.running() as run:
@@ -135,7 +150,9 @@ class ChatHandlers:
                 async for _ in throttled(gen, reply.add, UPDATE_EVERY_S):
                     if not reported and (reply.media or reply.transcription):  # the first chunk: under the turn now
                         reported = self.report_media(conv, body, reply)
-                    yield {o.chatbot: shown(), **o.panels(turn, base_url, final=False, lang=lang)}
+                    cleared = {o.check: ""} if notice else {}  # Whisper has loaded: the first chunk came
+                    notice = ""
+                    yield {o.chatbot: shown(), **cleared, **o.panels(turn, base_url, final=False, lang=lang)}
             except ApiError as exc:
                 reply.error = exc.message
             finally:

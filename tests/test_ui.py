@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -260,3 +261,24 @@ def test_a_pasted_url_goes_as_a_url_and_the_preview_gives_the_servers_refusal(ui
     summary, _ = ui.predict(url="https://example.com/cat.gif", api_name="/attach_url")
     assert "The URL must end in one of" in summary
     assert ui.predict(api_name="/attach_clear") == ""
+
+
+def test_the_first_audio_message_says_that_whisper_loads(service: Any) -> None:
+    """Issue 30: the first audio message waited 24.7 s on Whisper with nothing said; the page says it now, and only
+    while Whisper is not yet in memory, only for audio, only on the embedded engine that transcribes."""
+    from engine.serving.media_parts import MediaPreparer
+    from engine.serving.policy import RequestPolicy
+    from playground.chat import ChatHandlers
+    from playground.session import Session
+
+    settings = service.settings.replace(audio_transcription=True)
+    media = MediaPreparer(settings, "cpu")  # its own Whisper, not yet loaded
+    transcribing = SimpleNamespace(settings=settings, model=service.model, media=media)
+    h = ChatHandlers(RequestPolicy(settings, lambda: transcribing), None)  # type: ignore[arg-type]
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    spoken = {"messages": [{"role": "user", "content": [audio]}]}
+    typed = {"messages": [{"role": "user", "content": "hi"}]}
+    assert h.loads_whisper(spoken, Session())
+    assert not h.loads_whisper(typed, Session())
+    media.transcriber()  # loaded: the next audio message waits for nothing more
+    assert not h.loads_whisper(spoken, Session())
