@@ -63,7 +63,7 @@ class Session:
             self.run.stop()
 
 
-def caller(request: gr.Request | None, endpoint: str, policy: RequestPolicy | None) -> CallContext:
+def caller(request: gr.Request | None, endpoint: str, policy: RequestPolicy | None = None) -> CallContext:
     """The request context of a page event: who asks, which Gradio endpoint (the metrics' route label and the
     access line) and what they may do.
 
