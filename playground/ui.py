@@ -180,6 +180,10 @@ def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
     demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
     app = gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    # Gradio checks that an event's file inputs are its own uploads (and its outputs in allowed places) only for a
+    # Blocks it believes launched; mounted, it would copy any path a client names into its cache and serve it
+    # (issue 31 item 10). This page is launched, by this server.
+    demo.has_launched = True
     tokens = getattr(auth, "tokens", None)
     if tokens is not None:
         page_app(app).tokens = tokens

@@ -60,3 +60,31 @@ def test_no_import_handler_reads_a_path_the_client_names(served: LiveServer, san
                     data[0] = str(path)
                 done = join(http, index, data, f"attacker-{index}")
                 assert SECRET not in json.dumps(done), f"{name} read {path}"
+
+
+def test_an_attachment_is_read_only_from_gradios_uploads(live: LiveServer, tmp_path: Path) -> None:
+    """The same hole in the attachment row: a file input's path, named by the client, was read and sent back to
+    the page as a data URL (and on to the model)."""
+    import base64
+    import uuid
+
+    from gradio.utils import get_upload_folder
+
+    mine = f"{SECRET} {uuid.uuid4().hex}"  # this run's own: a copy found in Gradio's cache is this run's
+    secret = tmp_path / f"secret-{uuid.uuid4().hex[:8]}.mp4"  # not an upload: a file of this machine
+    secret.write_bytes(mine.encode() * 8)
+    encoded = base64.b64encode(secret.read_bytes()).decode()[:40]
+    with live.client() as http:
+        cfg = config(http)
+        for kind in ("video", "audio"):
+            index = next(
+                d.get("id", i) for i, d in enumerate(cfg["dependencies"]) if d.get("api_name") == f"attach_{kind}"
+            )
+            data = defaults(cfg, index)
+            data[0] = {"path": str(secret), "orig_name": secret.name, "meta": {"_type": "gradio.FileData"}}
+            data[1] = "base64"
+            done = join(http, index, data, f"attacker-attach-{kind}")
+            said = json.dumps(done)
+            assert encoded not in said and mine not in said and "gradio_api/file=" not in said, said[:600]
+            for copy in Path(get_upload_folder()).rglob(secret.name):
+                assert mine.encode() not in copy.read_bytes(), f"Gradio copied the file to {copy}, served there"
