@@ -238,12 +238,15 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
     policy = policy or RequestPolicy(settings, state.get, models=state.pool)
     app = create_app(settings, policy)
     if settings.mcp:
-        from engine.http.auth import PrefixGuard, bearer_client, server_secrets
+        from engine.http.auth import PrefixGuard, bearer_client, bearer_token, is_admin, server_secrets
         from playground import mcp_tool
+
+        def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
+            return bearer_client(headers, host), is_admin(bearer_token(headers), settings)
 
         # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
         # whenever the server has credentials (Gradio's login form is for browsers).
-        app = mcp_tool.mount(app, policy, bearer_client)
+        app = mcp_tool.mount(app, policy, identify)
         app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
     if settings.ui:
         from playground.ui import mount

@@ -45,6 +45,8 @@ class AttachHandlers:
                        remote: bool = False, lang: str = "en") -> tuple:  # fmt: skip
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
+        if not attachments.uploaded(Path(path)):  # a path the client named: Gradio checks none on a mounted app
+            return gr.skip(), gr.skip(), None
         part = attachments.file_part(path, kind, send_as)
         item = {**await self.attachment(part, Path(path).name, remote, lang), "path": path}
         items = [*(pending or []), item]

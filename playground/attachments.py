@@ -129,7 +129,7 @@ def preview_src(item: dict[str, Any]) -> str | None:
     else the inline payload itself when it is small. None: nothing the browser can load (a file:// URL, a large
     payload whose file is gone)."""
     path = item.get("path")
-    if path and _served(Path(path)):
+    if path and uploaded(Path(path)):
         return "gradio_api/file=" + quote(str(path), safe="/")  # relative: the page's own root, however mounted
     part = item.get("part") or {}
     source = source_of(part)
@@ -143,8 +143,10 @@ def preview_src(item: dict[str, Any]) -> str | None:
     return source if source.startswith("data:") else None
 
 
-def _served(path: Path) -> bool:
-    """Whether Gradio's file route serves this file: one of its uploads (recordings and snapshots are too)."""
+def uploaded(path: Path) -> bool:
+    """Whether this file is one Gradio received (an upload, a recording, a snapshot: all in its upload folder).
+    Gradio checks that of an event's file inputs only when it launched the app itself, not for a page mounted on
+    FastAPI, so the page checks it before reading one (issue 31 item 10)."""
     from gradio.utils import get_upload_folder
 
     try:

@@ -147,7 +147,8 @@ class LocalBackend(ChatBackend):
         return service.served_name if service is not None else ""
 
     async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> Running:
-        return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook"))
+        # A notebook holds the engine in its own process: its operator may load the models its pool offers.
+        return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True))
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The same code POST /tokenize runs (engine/serving/tokenize.py), on the loaded service."""

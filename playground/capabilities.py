@@ -86,20 +86,21 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
     if service is None and backend.startswith("backend: embedded"):
         return say(TEXTS["header_loading"], lang)
     h1 = f"<h1>{TITLE}</h1>"
-    shown = backend_label(backend, lang)
+    # The label names a remote server's URL and the model id it answered: text, never markup (issue 31 item 12).
+    shown = html.escape(backend_label(backend, lang))
     if not backend.startswith("backend: embedded"):  # a remote server: name it, claim nothing about its engine
         return f'<div class="pg-header">{h1}<span class="pg-badge remote">{shown}</span></div>'
     engine = getattr(service, "engine", None)
-    device = str(getattr(engine, "device", "?"))
-    dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
+    device = html.escape(str(getattr(engine, "device", "?")))
+    dtype = html.escape(str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", ""))
     context = say(("context {n:,}", "上下文 {n:,}"), lang, n=getattr(service.model, "context_length", "?"))
-    badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", say(("device · dtype", "设备 · 数据类型"),
-              lang)), (shown, ""), (context, "")]  # fmt: skip
+    badges = [(f"<b>{html.escape(service.served_name)}</b>", ""), (f"{device} · {dtype}", say(("device · dtype",
+              "设备 · 数据类型"), lang)), (shown, ""), (context, "")]  # fmt: skip
     if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
         badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
             "The checkpoint has no chat template: the messages' text is joined and the model continues it",
             "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写"), lang)))  # fmt: skip
-    out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
+    out = "".join(f'<span class="pg-badge" title="{html.escape(why)}">{b}</span>' for b, why in badges)
     for cap, on in capabilities(service).items():  # what the model can do; the rest is said where it is asked for
         if on:
             out += _badge(say(CAPS[cap], lang))

@@ -197,7 +197,7 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
             return
         conv.adopt(user)
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat"),
+        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
                                      restore=(message or "", pending)):  # fmt: skip
             yield out
 
@@ -260,7 +260,7 @@ class ChatHandlers:
             conv.branch(at, "edit" if new is not None else "regenerate")
             if new is not None:
                 conv.adopt(new)
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, endpoint)):
+        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, endpoint, self.policy)):
             yield out
 
     # ---- the quick ones -----------------------------------------------------------------------------------
@@ -324,7 +324,7 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=lang)}
             return
         conv.branch(at, "branch")
-        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch"),
+        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch", self.policy),
                                      seed=made.reply):  # fmt: skip
             yield out
 

@@ -94,7 +94,7 @@ class CompareHandlers:
             bodies[1]["model"] = model_b
         labels = (say(("A · current settings", "A · 当前设置"), lang),
                   f"B · {preset_name(preset_b, lang)}" + (f" · {model_b}" if model_b and model_b != SAME else ""))  # fmt: skip
-        chosen, who = self.chat.backend(session), caller(request, "ab")
+        chosen, who = self.chat.backend(session), caller(request, "ab", self.chat.policy)
         with session.running() as run:
             async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):
                 a, b = (side(v, label, lang) for v, label in zip(views, labels))
@@ -115,7 +115,7 @@ class CompareHandlers:
             yield check_text(problem, lang=lang)
             return
         original = conv.selected_reply()
-        who = caller(request, "replay")
+        who = caller(request, "replay", self.chat.policy)
         with session.running() as run:
             async for (view,) in run_together(lambda req: chosen.start(req, who), [body], run, chosen.kind):
                 yield replay_report(view, body, original, lang)

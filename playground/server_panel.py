@@ -124,6 +124,8 @@ async def remote_steps(backend: Any, seconds: float = STEPS_WINDOW_S) -> dict[st
     url, headers = getattr(backend, "url", None), getattr(backend, "headers", None) or {}
     if not url:
         return "no URL"
+    if not getattr(backend, "allows", lambda u: True)(f"{url}/server/steps"):
+        return "outside the allowed base URL"
     try:
         async with httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S, headers=headers) as client:
             r = await client.get(f"{url}/server/steps", params={"seconds": seconds})

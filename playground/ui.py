@@ -220,7 +220,26 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
 
 def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
     """Serve the page at / on the API's app (one process, one port, one request policy); `auth` as Gradio takes
-    it (None = open)."""
+    it (None = open). An `auth` with a `tokens` table (engine/http/auth.py `PageLogins`) becomes Gradio's table
+    of logins, so each session is known by the credential it proved rather than by the name it typed."""
     demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    return gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    app = gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    # Gradio checks that an event's file inputs are its own uploads (and its outputs in allowed places) only for a
+    # Blocks it believes launched; mounted, it would copy any path a client names into its cache and serve it
+    # (issue 31 item 10). This page is launched, by this server.
+    demo.has_launched = True
+    tokens = getattr(auth, "tokens", None)
+    if tokens is not None:
+        page_app(app).tokens = tokens
+    return app
+
+
+def page_app(app: Any) -> Any:
+    """The Gradio app mounted at / on `app` (the last mount: the MCP tool's comes first)."""
+    from gradio.routes import App
+
+    mounted = [r.app for r in app.routes if isinstance(getattr(r, "app", None), App)]
+    if not mounted:
+        raise RuntimeError("the page's Gradio app is not mounted")
+    return mounted[-1]

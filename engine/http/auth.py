@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -117,16 +117,47 @@ def is_admin(credential: str | None, settings: Settings) -> bool:
     return credential is not None and matches(credential, settings.admin_keys)
 
 
-def ui_auth(settings: Settings) -> Callable[[str, str], bool] | None:
-    """Gradio `auth` callable: any user name, and one of the server's secrets as the password (None = open)."""
+def ui_auth(settings: Settings) -> PageLogins | None:
+    """Gradio `auth` for the page: any user name, and one of the server's secrets as the password (None = open)."""
     if not any_credentials(settings):
         return None
-    secrets = server_secrets(settings)
+    return PageLogins(server_secrets(settings))
 
-    def check(username: str, password: str) -> bool:
-        return matches(password or "", secrets)
 
-    return check
+class PageLogins:
+    """The page's login (Gradio's `auth` callable): any user name, one of `secrets` as the password. A session is
+    then known by the credential it proved, never by the name typed: Gradio keeps each login's name in its token
+    table (`App.tokens`, which `gr.Request.username` reads), and `tokens` is that table for this login, storing the
+    credential's client key (`client_key`, as the API counts a key) in place of the typed name. So ten names typed
+    with one key are one client of `--max-concurrent-per-client`, as ten API requests with that key are.
+
+    Gradio calls the check and stores the token with no await between them (one event loop), so the credential
+    the check proved is the one the next stored token gets."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = secrets
+        self._proved: str | None = None
+        self.tokens: dict[str, str] = _ProvedTokens(self)
+
+    def __call__(self, username: str, password: str) -> bool:
+        ok = matches(password or "", self.secrets)
+        self._proved = client_key(password, None) if ok else None
+        return ok
+
+    def take(self) -> str:
+        proved, self._proved = self._proved, None
+        if proved is None:
+            raise RuntimeError("a page login token without a checked credential")
+        return proved
+
+
+class _ProvedTokens(dict[str, str]):
+    def __init__(self, logins: PageLogins) -> None:
+        super().__init__()
+        self.logins = logins
+
+    def __setitem__(self, token: str, typed_name: str) -> None:
+        super().__setitem__(token, self.logins.take())
 
 
 def client_key(credential: str | None, host: str | None) -> str:
@@ -145,10 +176,15 @@ def cache_scope(credential: str | None, settings: Settings) -> str:
     return client_key(credential, None)
 
 
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The credential of `Authorization: Bearer <credential>`, if sent (checked or not: the caller knows)."""
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 def bearer_client(headers: Mapping[str, str], host: str | None) -> str:
     """The per-client key of a request that authenticates (or not) with `Authorization: Bearer <credential>`."""
-    scheme, _, token = (headers.get("authorization") or "").partition(" ")
-    return client_key(token.strip() if scheme.lower() == "bearer" and token.strip() else None, host)
+    return client_key(bearer_token(headers), host)
 
 
 class PrefixGuard:

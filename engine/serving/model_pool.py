@@ -74,7 +74,7 @@ class ModelPool:
     def __init__(self, candidates: list[Candidate], loader: Loader, *, bytes_per_param: int = 2,
                  kv_tokens: int = 65536, seqs: int = 0, budget_mb: int = 0,
                  free_memory: Callable[[], int] = available_memory,
-                 admin: Callable[[str | None], bool] = lambda key: True) -> None:  # fmt: skip
+                 admin: Callable[[str | None], bool] = lambda key: False) -> None:  # fmt: skip
         self.candidates = {c.id: c for c in candidates}
         self._loader = loader
         self._bytes_per_param = bytes_per_param
@@ -82,7 +82,7 @@ class ModelPool:
         self._seqs = seqs  # live sequences an engine runs at most: sizes a sliding-window KV pool
         self._budget_mb = budget_mb
         self._free_memory = free_memory
-        self.admin = admin  # whether a key (None: none) may load models: an admin key once credentials are set
+        self.admin = admin  # whether a key (None: none) may load models (the server says: app.py; else no one)
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()  # one load at a time: two would share the same cores and memory
         self._services: OrderedDict[str, ChatService] = OrderedDict()  # least recently used first
