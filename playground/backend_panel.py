@@ -78,7 +78,7 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
         own error message is quoted as it came."""
         lang = session.lang
         try:
-            service = h.get_service()
+            service = h.service(session)
             session.backend = await chosen_backend(kind, url, api_key, model, getattr(service, "settings", None),
                                                    lang)  # fmt: skip
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
@@ -88,7 +88,7 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
         label = h.backend(session).label()
         note = (say(("✓ Embedded engine.", "✓ 内置引擎。"), lang) if not session.remote else
                 say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=backend_label(label, lang)))  # fmt: skip
-        return header(h.get_service(), label, lang), note
+        return header(h.service(session), label, lang), note
 
     return use
 

@@ -40,6 +40,9 @@ class Run:
 @dataclass
 class Session:
     backend: ChatBackend | None = None  # chosen on the Backend tab; None: the embedded engine
+    # The embedded model this session talks to, picked in the header (a model of the pool, or a LoRA adapter);
+    # None: the server's current model. Each browser session has its own: a pick changes no other page.
+    model: str | None = None
     run: Run | None = None
     streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
     lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
@@ -69,7 +72,9 @@ def caller(request: gr.Request | None, endpoint: str) -> CallContext:
     anonymous client) and which Gradio endpoint, for the metrics' route label and the access line."""
     user = getattr(request, "username", None) if request is not None else None
     client = getattr(request, "client", None) if request is not None else None
-    return CallContext(client_of(user, getattr(client, "host", None)), f"page:/{endpoint}", "v1", "page")
+    # A page request never loads a model: the picker loads one, once it has checked the admin key as the API would.
+    return CallContext(client_of(user, getattr(client, "host", None)), f"page:/{endpoint}", "v1", "page",
+                       may_load=False)  # fmt: skip
 
 
 def base_url_of(request: gr.Request | None) -> str:

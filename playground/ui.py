@@ -45,7 +45,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=360, elem_id="pg-main"):
-                chat = layout.chat_column(AttachHandlers(policy.get_service), session)
+                # Each session's panels describe the model it talks to (its pick in the header): `h.service`.
+                chat = layout.chat_column(AttachHandlers(policy.get_service, lambda s: h.service(s)), session)
             with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
                     stats = layout.stats_tab()
@@ -54,7 +55,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools = layout.tools_tab(session, policy.get_service)
+                    tools = layout.tools_tab(session, lambda s: h.service(s))
                 with gr.Tab(t("tab_ab"), id="ab"):
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
@@ -79,7 +80,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
-        server.wire(policy, session)
+        server.wire(policy, session, h.service)
         grid_view.wire(h, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
@@ -157,7 +158,7 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
 
     def on_load(session: Session, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
-        service = h.get_service()
+        service = h.service(session)
         tools_text, thinking_text = model_notes(service, session.lang)
         cap = service.settings.max_new_tokens if service is not None else gr.skip()
         return header_html(service, lang=session.lang), tools_text, thinking_text, gr.update(maximum=cap)
@@ -166,10 +167,10 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
               api_name=False)  # fmt: skip
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
-        return attach_note(h.get_service(), session.remote, session.lang)
+        return attach_note(h.service(session), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
-    header.html.change(lambda session: model_notes(h.get_service(), session.lang), session,
+    header.html.change(lambda session: model_notes(h.service(session), session.lang), session,
                        [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # fmt: skip
 
 

@@ -81,3 +81,50 @@ def wait_loaded(client: httpx.Client, model_id: str, timeout: float = 300, **kw:
         if card["status"] != "loading" or time.monotonic() > deadline:
             return card
         time.sleep(0.2)
+
+
+# ---- a server as `python app.py` starts it, with only the default model on disk (issue 30, item 5) -----------------
+
+GEMMA_ID, QWEN = "gemma-3-270m", "tiny-qwen3"  # the bundled models app.model_candidates always offers
+
+
+@contextlib.contextmanager
+def default_only_server(settings: Any, qwen_dir: Path, cache: Path) -> Iterator[tuple[LiveServer, Path, float]]:
+    """(the server, its cache directory, seconds from the start to /health 200): the app as app.main builds it
+    (`new_pool`, `load_first`, the first model loading in the background) on a cache directory holding only the
+    converted SmolLM2 and the built demo models (links to the session's), so a Gemma download would show there."""
+    import time
+
+    from app import load_first, new_pool, serve_in_thread
+    from engine.models import cache_root, resolve_model_dir
+
+    smol = resolve_model_dir("", cache_root(settings.cache_dir))[0]
+    (cache / "models").mkdir()
+    (cache / "models" / smol.name).symlink_to(smol, target_is_directory=True)
+    (cache / "demo-models").symlink_to(qwen_dir.parent, target_is_directory=True)
+    cfg = settings.replace(cache_dir=str(cache))
+    started = time.monotonic()
+    pool = new_pool(cfg)
+    load_first(cfg, pool)
+    background = serve_in_thread(cfg, None, pool=pool)
+    try:
+        with httpx.Client(base_url=background.url, timeout=30) as c:
+            while c.get("/health").status_code != 200:
+                assert time.monotonic() - started < 300, "the default model did not load"
+                time.sleep(0.2)
+        ready = time.monotonic() - started
+        url = httpx.URL(background.url)
+        yield (
+            LiveServer(background.url, None, cfg.replace(host=url.host, port=url.port), background.server),
+            cache,
+            ready,
+        )
+    finally:
+        background.stop()
+        pool.shutdown()
+
+
+def gemma_on_disk(cache: Path) -> list[str]:
+    """What of Gemma 3 270M a cache directory holds: its converted model, its GGUF (both absent until it is picked)."""
+    found = [p.name for p in (cache / "models").iterdir() if "gemma" in p.name]
+    return found + ([p.name for p in (cache / "gguf").glob("gemma*")] if (cache / "gguf").is_dir() else [])

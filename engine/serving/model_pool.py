@@ -98,6 +98,12 @@ class ModelPool:
             self.candidates = {c.id: c for c in candidates}
             self.current = self.current or (candidates[0].id if candidates else None)
 
+    def describe(self, candidate: Candidate) -> None:
+        """A candidate's description read again (a bundled model, once fetched: from its files), in its place."""
+        with self._lock:
+            if candidate.id in self.candidates:
+                self.candidates[candidate.id] = candidate
+
     def add(self, model_id: str, service: ChatService) -> None:
         """A model already loaded (the first, built at start)."""
         if service.served_name != model_id:  # requests name the id: a service under another name would refuse them
