@@ -32,33 +32,38 @@ class Second:
     caps: tuple[str, ...]  # what the picker's line says it can do beyond text
     question: str  # a prompt it answers with `answer` in the reply under greedy decoding
     answer: str
+    bundled: bool = False  # offered by the server itself (app.model_candidates): no link in --models-dir
 
 
 def gemma_270m() -> Path:
+    import os
+
     from engine.models import cache_root, resolve_model_dir
 
-    return resolve_model_dir("gemma-3-270m", cache_root())[0]  # fetched and converted once (tests/conftest.py)
+    # fetched and converted once into the session's cache (tests/conftest.py `gemma_service` does the same)
+    return resolve_model_dir("gemma-3-270m", cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")))[0]
 
 
 SECOND = Second("tiny-qwen3", tiny_qwen, "qwen3", "4,096", ("reasoning", "tools"), "What is 2+2?", "4")
 SECOND_ID = SECOND.id
 # The real second model: Gemma 3 270M, a base model on the plain template (engine/serving/plain_template.jinja).
-# The browser's switch test uses it; the API tests keep the tiny Qwen3, which loads in a second.
+# The browser's switch test uses it, as the server offers it (bundled: loaded on demand from the session's cache,
+# where `gemma_270m` made sure it is); the API tests keep the tiny Qwen3, which loads in a second.
 GEMMA = Second("gemma-3-270m", gemma_270m, "gemma3_text", "32,768", (),
-               "Question: What is the capital of France?\nAnswer:", "Paris")  # fmt: skip
+               "Question: What is the capital of France?\nAnswer:", "Paris", bundled=True)  # fmt: skip
 
 
 @contextlib.contextmanager
 def models_server(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Iterator[LiveServer]:
     """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
-    cached directory), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
+    cached directory; none for a model the server offers itself, `Second.bundled`), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
     from app import build_pool, build_service, serve_in_thread
 
     models_dir = root / "models"
     models_dir.mkdir(exist_ok=True)
     target = second.path()
     link = models_dir / (second.id + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
-    if not link.exists():
+    if not link.exists() and not second.bundled:
         link.symlink_to(target, target_is_directory=target.is_dir())
     cfg = settings.replace(models_dir=str(models_dir), **changes)
     pool = build_pool(cfg, build_service(cfg))
