@@ -74,3 +74,21 @@ def test_an_unknown_model_is_refused_with_a_clear_message(fresh: Any) -> None:
     assert picker["value"] == MODEL  # the pick stays as it was
     ask = {"message": "Hi", "system": "", "temperature": 0.0, "max_tokens": 4, "api_name": "/chat"}
     assert first_chunk(session.predict(**ask))["model"] == MODEL
+
+
+FACTS = ("parameters", "architecture", "context_length", "reasoning", "tools", "kv_bytes_per_token", "window",
+         "window_bytes_per_token")  # fmt: skip
+
+
+def test_the_facts_offered_before_a_fetch_are_what_the_files_say(settings: Any, tiny_qwen_dir: Path) -> None:
+    """The tiny Qwen3 and SmolLM2 as the picker lists them before they are on disk, and as their files say once
+    they are (Gemma 3 270M: tests/test_gemma3_270m.py)."""
+    from app import demo_qwen_candidate
+    from engine import model_registry, models
+
+    qwen = demo_qwen_candidate()
+    smol = model_registry.describe_static("", MODEL, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS, 1)
+    smol_dir = models.resolve_model_dir("", models.cache_root(settings.cache_dir))[0]
+    for static, path in ((qwen, tiny_qwen_dir), (smol, smol_dir)):
+        real = model_registry.describe(static.source, static.id, path)
+        assert {f: getattr(static, f) for f in FACTS} == {f: getattr(real, f) for f in FACTS}
