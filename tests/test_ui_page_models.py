@@ -92,3 +92,24 @@ def test_the_facts_offered_before_a_fetch_are_what_the_files_say(settings: Any, 
     for static, path in ((qwen, tiny_qwen_dir), (smol, smol_dir)):
         real = model_registry.describe(static.source, static.id, path)
         assert {f: getattr(static, f) for f in FACTS} == {f: getattr(real, f) for f in FACTS}
+
+
+def test_loading_from_the_page_takes_an_admin_key_as_on_the_api(settings: Any, tmp_path: Path) -> None:
+    """Once credentials are set, the page's `/model` loads a model for an admin key only (typed beside the picker),
+    as a chat request on the API does; a user's key leaves it unloaded and the session on its model."""
+    from gradio_client import Client
+
+    from tests.models_fixture import models_server
+
+    with models_server(settings, tmp_path, api_keys=["user"], admin_keys=["root"]) as server:
+        ui = Client(server.url + "/", auth=("me", "user"), verbose=False, download_files=False)
+        for key in ("", "user"):
+            picker, _, _ = ui.predict(name=QWEN, admin_key=key, api_name="/model")
+            assert picker["value"] != QWEN
+        with server.client(headers={"Authorization": "Bearer user"}) as c:
+            assert c.get(f"/v1/models/{QWEN}").json()["status"] == "loadable"
+        ask = {"message": "What is 2+2?", "system": "", "temperature": 0.0, "max_tokens": 8, "api_name": "/chat"}
+        assert first_chunk(ui.predict(**ask))["model"] == MODEL
+        _, _, header = ui.predict(name=QWEN, admin_key="root", api_name="/model")
+        assert f"<b>{QWEN}</b>" in header
+        assert first_chunk(ui.predict(**ask))["model"] == QWEN
