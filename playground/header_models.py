@@ -18,6 +18,7 @@ header's model: both are sent together, each to its model's engine.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gradio as gr
@@ -31,7 +32,7 @@ NEEDS_KEY = ("Loading a model needs an admin key (--admin-keys): type it beside 
              "加载模型需要管理员密钥（--admin-keys）：请在选择框旁输入。")  # fmt: skip
 UNKNOWN = ("There is no model {name!r} on this server.", "此服务器上没有模型 {name!r}。")
 FAILED = ("{name} failed to load; see the server log.", "{name} 加载失败；请查看服务器日志。")
-LOADING = ("Loading {name}: {stage}", "正在加载 {name}：{stage}")
+LOADING = ("Loading {name}: {stage} · {s} s", "正在加载 {name}：{stage} · {s} 秒")
 
 
 def human(n: int | None) -> str:
@@ -128,7 +129,8 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
                 return (*menus(sess), gr.skip())
             loading = pool.load(name)  # not made the server's current model: other pages keep theirs
             while True:  # the bar over the header follows the load's stages (download, conversion) until done
-                progress(loading.fraction, desc=say(LOADING, sess.lang, name=name, stage=loading.stage))
+                waited = int(time.monotonic() - loading.started)  # a conversion reports no steps of its own
+                progress(loading.fraction, desc=say(LOADING, sess.lang, name=name, stage=loading.stage, s=waited))
                 if loading.done.wait(0.1):
                     break
             if loading.error is not None:
