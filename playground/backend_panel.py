@@ -115,7 +115,7 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
         label = h.backend(session).label()
         note = (say(("✓ Embedded engine.", "✓ 内置引擎。"), lang) if not session.remote else
                 say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=as_text(backend_label(label, lang))))  # fmt: skip
-        return header(h.get_service(), label, lang), note
+        return header(h.service(session), label, lang), note
 
     return use
 

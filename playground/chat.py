@@ -20,7 +20,7 @@ from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
 from playground import attachments, controls
 from playground import branch as branches
-from playground.backend import ChatBackend, LocalBackend
+from playground.backend import ChatBackend, LocalBackend, ModelBackend
 from playground.chat_outputs import ChatOutputs, Update
 from playground.controls import BY_NAME
 from playground.conversation import Conversation, Turn, display, strip_marks
@@ -36,6 +36,8 @@ LOADING_WHISPER = (
     "Loading Whisper to transcribe the audio: the first audio message takes a few seconds more, once.",
     "正在加载 Whisper 以转写音频：第一条音频消息会多等几秒，仅此一次。",
 )
+UNLOADED = ("{name} is no longer loaded (the server made room for another model): pick it again in the model list.",
+            "{name} 已不在内存中（服务器为其他模型腾出了空间）：请在模型列表中重新选择它。")  # fmt: skip
 NO_CALL_WAITING = ("There is no tool call waiting for a result.", "没有等待结果的工具调用。")
 REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：** {error}")
 
@@ -48,16 +50,28 @@ class ChatHandlers:
         self.embedded = LocalBackend(policy=policy)  # a session's backend until its Backend tab picks another
 
     def backend(self, session: Session | None) -> ChatBackend:
-        return session.backend if session is not None and session.backend is not None else self.embedded
+        return session.backend if session is not None and session.backend is not None else self.local(session)
+
+    def local(self, session: Session | None) -> LocalBackend:
+        """The embedded engine as this session uses it: for the model it picked, else the server's current one."""
+        if session is not None and session.model:
+            return ModelBackend(self.policy, session.model)
+        return self.embedded
+
+    def service(self, session: Session | None) -> Any:
+        """The ChatService this session's embedded requests reach (None while it is not loaded); on a remote
+        backend, the server's current one (what the header describes beside the remote's name)."""
+        chosen = self.backend(session)
+        return chosen.service if isinstance(chosen, LocalBackend) else self.get_service()
 
     # ---- building and checking the request ----------------------------------------------------------------
     def build(self, messages: list[dict[str, Any]], system: str, tools_text: str, tool_choice: str | None,
               knobs: dict[str, Any], session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
         """(the exact body, None) or (None, why it would be rejected) — nothing is sent either way."""
-        service, chosen = self.get_service(), self.backend(session)
+        service, chosen = self.service(session), self.backend(session)
         lang = session.lang if session is not None else "en"
         if service is None and chosen.kind == "embedded":
-            return None, say(LOADING, lang)
+            return None, say(LOADING, lang) if not isinstance(chosen, ModelBackend) else self.not_loaded(chosen, lang)
         tools, problem = parse_tools(tools_text or "", lang)
         if problem:
             return None, problem
@@ -76,6 +90,13 @@ class ChatHandlers:
             except RequestValidationError as exc:
                 problem = exc.message
         return (None, problem) if problem else (body, None)
+
+    def not_loaded(self, chosen: ModelBackend, lang: str) -> str:
+        """Why a session's picked model cannot answer now: it loads, or the server unloaded it for another."""
+        pool = self.policy.models
+        if pool is not None and pool.status(chosen.name) == "loadable":
+            return say(UNLOADED, lang, name=chosen.name)
+        return say(LOADING, lang)
 
     def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session,
                 **knobs: Any) -> str:  # fmt: skip
@@ -100,7 +121,7 @@ class ChatHandlers:
 
     def loads_whisper(self, body: dict[str, Any], session: Session) -> bool:
         """Whether this request's audio makes the embedded server load Whisper first (its first audio message)."""
-        service = self.get_service()
+        service = self.service(session)
         if session.remote or service is None or not getattr(service.settings, "audio_transcription", False):
             return False
         if "audio" in service.model.modalities or service.media.transcriber_loaded:

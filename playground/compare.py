@@ -103,7 +103,7 @@ class CompareHandlers:
     async def replay(self, body_text: str, conv: Conversation, session: Session,
                      request: gr.Request) -> AsyncIterator[str]:  # fmt: skip
         """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
-        chosen, service, lang = self.chat.backend(session), self.chat.get_service(), session.lang
+        chosen, service, lang = self.chat.backend(session), self.chat.service(session), session.lang
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:

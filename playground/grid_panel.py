@@ -165,7 +165,7 @@ class GridHandlers:
                 backend = await chosen_backend(REMOTE, str(url), str(key or ""), str(model or ""),
                                                self.h.policy.settings, session.lang)  # fmt: skip
             else:
-                backend = self.h.embedded
+                backend = self.h.local(session)
                 if model:
                     params["model"] = model
             out.append(grid.Column(name, backend, params))  # type: ignore[arg-type]

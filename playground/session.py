@@ -39,6 +39,9 @@ class Run:
 @dataclass
 class Session:
     backend: ChatBackend | None = None  # chosen on the Backend tab; None: the embedded engine
+    # The embedded model this session talks to, picked in the header (a model of the pool, or a LoRA adapter);
+    # None: the server's current model. Each browser session has its own: a pick changes no other page.
+    model: str | None = None
     run: Run | None = None
     streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
     lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
@@ -75,12 +78,11 @@ def caller(request: gr.Request | None, endpoint: str, policy: RequestPolicy | No
     user = getattr(request, "username", None) if request is not None else None
     host = getattr(getattr(request, "client", None), "host", None) if request is not None else None
     client = user if isinstance(user, str) and user.startswith("key:") else "ip:" + (host or "unknown")
-    pool = getattr(policy, "models", None)
-    may_load = bool(pool is not None and pool.admin(None))
     # Cached prompt prefixes are the credential's own (engine/http/auth.py `cache_scope`: its key, as the API's).
     shared = getattr(getattr(policy, "settings", None), "prefix_cache_scope", "credential") == "shared"
     scope = client if client.startswith("key:") and not shared else ""
-    return CallContext(client, f"page:/{endpoint}", "v1", "page", may_load=may_load, cache_scope=scope)
+    # A page request never loads a model: the picker loads one, once it has checked the admin key as the API would.
+    return CallContext(client, f"page:/{endpoint}", "v1", "page", may_load=False, cache_scope=scope)
 
 
 def base_url_of(request: gr.Request | None) -> str:

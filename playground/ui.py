@@ -45,7 +45,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=360, elem_id="pg-main"):
-                chat = layout.chat_column(AttachHandlers(policy.get_service), session)
+                # Each session's panels describe the model it talks to (its pick in the header): `h.service`.
+                chat = layout.chat_column(AttachHandlers(policy.get_service, lambda s: h.service(s)), session)
             with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
                     stats = layout.stats_tab()
@@ -54,7 +55,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools = layout.tools_tab(session, policy.get_service)
+                    tools = layout.tools_tab(session, lambda s: h.service(s))
                 with gr.Tab(t("tab_ab"), id="ab"):
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
@@ -79,7 +80,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
-        server.wire(policy, session)
+        server.wire(policy, session, h.service)
         grid_view.wire(h, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
@@ -106,7 +107,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([chat.box.input], h.preview_request, [chat.box, *common],
               [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
-        wire_load(demo, h, header, chat, tools, sampling, session, saved_state)
+        wire_load(demo, h, header, chat, tools, sampling, session, saved_state, picked)
     return demo
 
 
@@ -161,6 +162,7 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     return changes
 
 
+NO_SYSTEM = ("(none)", "（无）")
 TEMPLATE_SYSTEM = ("(none: the template writes “{prompt}”)", "（无：模板会写入“{prompt}”）")
 BUSY_JS = "() => { window.pgBusy = (window.pgBusy || 0) + 1; document.body.classList.add('pg-busy'); }"
 IDLE_JS = (
@@ -175,46 +177,49 @@ def example_text(evt: gr.SelectData) -> str:
 
 
 def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn, tools: ToolsTab,
-              sampling: SamplingTab, session: gr.State, saved_state: gr.BrowserState) -> None:  # fmt: skip
+              sampling: SamplingTab, session: gr.State, saved_state: gr.BrowserState, picked: Any) -> None:  # fmt: skip
     """What the page shows of the model once it is loaded, and what it does with media on the chosen backend. A page
-    with no saved conversation starts on the model's own defaults (`controls.model_defaults`); a saved one brings
-    its own settings back (persist.py)."""
+    with no saved conversation starts on the model's own defaults (`controls.model_defaults`), and so does a model
+    picked in the header; a saved conversation brings its own settings back (persist.py)."""
     starting = ["max_tokens", *controls.PRESET_FIELDS]
-    outputs = [header.html, tools.note, sampling.thinking_note, chat.chatbot, chat.system, sampling.preset,
-               *(sampling.knobs[k] for k in starting)]  # fmt: skip
+    model_outputs = [chat.chatbot, chat.system, sampling.preset, *(sampling.knobs[k] for k in starting)]
+
+    def model_start(session: Session, defaults: bool) -> tuple:
+        """The empty chat's examples, the template's system prompt and (`defaults`) the model's starting settings."""
+        service = h.service(session)
+        if service is None:
+            return tuple(gr.skip() for _ in model_outputs)
+        lang = session.lang
+        empty_chat = gr.update(
+            placeholder=examples.placeholder(service, lang), examples=examples.examples(service, lang)
+        )
+        # The template's own system prompt, where it writes one for a request without (SmolLM2's does): not "(none)".
+        own = service.default_system_prompt() if not session.remote else ""
+        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, lang, prompt=own) if own else NO_SYSTEM[lang == "zh"])
+        cap = service.settings.max_new_tokens
+        if not defaults:
+            return (empty_chat, system, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS))
+        preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
+        budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
+        return (empty_chat, system, preset, budget, *(values[k] for k in controls.PRESET_FIELDS))
 
     def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
-        service = h.get_service()
+        service = h.service(session)
         tools_text, thinking_text = model_notes(service, session.lang)
-        empty_chat = (
-            gr.skip()
-            if service is None
-            else gr.update(
-                placeholder=examples.placeholder(service, session.lang),
-                examples=examples.examples(service, session.lang),
-            )
-        )
-        # The template's own system prompt, where it writes one for a request without (SmolLM2's does): not "(none)".
-        own = service.default_system_prompt() if service is not None and not session.remote else ""
-        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, session.lang, prompt=own)) if own else gr.skip()
-        shown = (header_html(service, lang=session.lang), tools_text, thinking_text, empty_chat, system)
-        if service is None:
-            return (*shown, gr.skip(), *(gr.skip() for _ in starting))
-        cap = service.settings.max_new_tokens
-        if saved:
-            return (*shown, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS))
-        preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
-        budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
-        return (*shown, preset, budget, *(values[k] for k in controls.PRESET_FIELDS))
+        shown = (header_html(service, lang=session.lang), tools_text, thinking_text)
+        return (*shown, *model_start(session, defaults=not saved))
 
-    demo.load(on_load, [session, saved_state], outputs, api_name=False)
+    demo.load(on_load, [session, saved_state], [header.html, tools.note, sampling.thinking_note, *model_outputs],
+              api_name=False)  # fmt: skip
+    picked.then(lambda session: model_start(session, defaults=True), session, model_outputs, api_name=False,
+                show_progress="hidden")  # fmt: skip
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
-        return attach_note(h.get_service(), session.remote, session.lang)
+        return attach_note(h.service(session), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
-    header.html.change(lambda session: model_notes(h.get_service(), session.lang), session,
+    header.html.change(lambda session: model_notes(h.service(session), session.lang), session,
                        [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # fmt: skip
 
 

@@ -8,8 +8,9 @@ load the least recently used models are unloaded until the estimates (weights + 
 (`--models-memory-mb`, else what psutil says is available plus what the loaded models hold). An unloaded model's
 running requests finish first (up to `UNLOAD_WAIT_S`); new ones no longer reach it.
 
-`current` is the model the page shows and a request without a model of its own (Pangu V1) gets: the first model
-at start, then the one the page's picker switched to (or, when the current one was unloaded, the newest).
+`current` is the model a new page opens on and a request without a model of its own (Pangu V1) gets: the first
+model at start, then the one `POST /server/models/{id}/load` switched to (or, when the current one was unloaded,
+the newest). A page's own pick never changes it (playground/header_models.py).
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class ModelPool:
         with self._lock:
             self.candidates = {c.id: c for c in candidates}
             self.current = self.current or (candidates[0].id if candidates else None)
+
+    def describe(self, candidate: Candidate) -> None:
+        """A candidate's description read again (a bundled model, once fetched: from its files), in its place."""
+        with self._lock:
+            if candidate.id in self.candidates:
+                self.candidates[candidate.id] = candidate
 
     def add(self, model_id: str, service: ChatService) -> None:
         """A model already loaded (the first, built at start)."""
