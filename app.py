@@ -58,24 +58,25 @@ def settings_from(argv: list[str] | None = None, environ: Mapping[str, str] | No
 
 
 def check_exposure(settings: cfg.Settings) -> None:
-    """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
-    from engine.http.auth import any_credentials
+    """Refuse to serve a non-loopback address while any inference route is open (no credentials configured)
+    unless the operator says so with --insecure-public. A Hugging Face Space is a public bind like any other: set
+    PLAYGROUND_API_KEYS (a Space secret) or PLAYGROUND_INSECURE_PUBLIC=1 there."""
+    from engine.http.auth import any_credentials, open_routes
 
     if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
-        # No Space or --insecure-public exception: a tool any agent on the network may call needs a key.
+        # No --insecure-public exception: a tool any agent on the network may call needs a key.
         raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
                          "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
-    if not settings.reachable_from_outside or any_credentials(settings):
-        return
-    if os.environ.get("SPACE_ID"):
-        log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")
+    unguarded = open_routes(settings)
+    if not settings.reachable_from_outside or not unguarded:
         return
     if settings.insecure_public:
-        log.warning("--insecure-public: serving %s without credentials", settings.bind_host)
+        log.warning("--insecure-public: serving %s with no credentials; open to anyone: %s", settings.bind_host,
+                    ", ".join(unguarded))  # fmt: skip
         return
     raise SystemExit(
-        f"refusing to serve {settings.bind_host} without credentials: set --api-keys (or Pangu tokens), "
-        "bind 127.0.0.1, or pass --insecure-public"
+        f"refusing to serve {settings.bind_host} with no credentials ({', '.join(unguarded)} would be open to "
+        "anyone): set --api-keys (or Pangu tokens / app codes), bind 127.0.0.1, or pass --insecure-public"
     )
 
 
