@@ -71,8 +71,11 @@ def check_exposure(settings: cfg.Settings) -> None:
     if not settings.reachable_from_outside or not unguarded:
         return
     if settings.insecure_public:
-        log.warning("--insecure-public: serving %s with no credentials; open to anyone: %s", settings.bind_host,
-                    ", ".join(unguarded))  # fmt: skip
+        log.warning(
+            "--insecure-public: serving %s with no credentials; open to anyone: %s",
+            settings.bind_host,
+            ", ".join(unguarded),
+        )
         return
     raise SystemExit(
         f"refusing to serve {settings.bind_host} with no credentials ({', '.join(unguarded)} would be open to "
@@ -265,6 +268,18 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
+def uvicorn_config(app: Any, settings: cfg.Settings, **options: Any) -> Any:
+    """uvicorn's Config for `app`, with `--read-timeout-s` as its deadline on request headers (the body's is the
+    app's own middleware, engine/http/slow_clients.py)."""
+    import uvicorn
+
+    if settings.read_timeout_s:
+        from engine.http.slow_clients import header_deadline
+
+        options["http"] = header_deadline(settings.read_timeout_s)
+    return uvicorn.Config(app, **options)
+
+
 def serve_in_thread(
     settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None, pool: Any = None
 ) -> BackgroundServer:
@@ -283,7 +298,7 @@ def serve_in_thread(
     sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
     port = sock.getsockname()[1]
     app = create_application(settings.replace(host=host, port=port), state, policy)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -324,7 +339,7 @@ def serve(app: Any, settings: cfg.Settings) -> None:
 
             threading.Thread(target=drain_then_exit, name="drain", daemon=True).start()
 
-    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info",
+    config = uvicorn_config(app, settings, host=settings.bind_host, port=settings.port, log_level="info",
                             timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
     DrainingServer(config).run()
 

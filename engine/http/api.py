@@ -19,6 +19,7 @@ from engine.http.auth import PanguV1Auth, api_bearer, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
 from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
 from engine.http.middleware import ApiRouting, RequestContext
+from engine.http.slow_clients import BodyReadDeadline
 from engine.protocol.errors import (
     ApiError,
     MethodNotAllowedError,
@@ -159,6 +160,8 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
     openapi.install(app, settings)
     # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see ApiRouting).
     routes = list(app.router.routes)
+    if settings.read_timeout_s:  # a body that pauses too long: 408, in the family's body, before the routes see it
+        app.add_middleware(BodyReadDeadline, seconds=settings.read_timeout_s)
     app.add_middleware(ApiRouting, routes=routes)
     app.add_middleware(RequestContext, routes=routes, metrics=metrics)  # outermost: sees every answer
     return app

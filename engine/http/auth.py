@@ -62,8 +62,9 @@ def _v1_headers(headers: Mapping[str, str], tokens: list[str], app_codes: list[s
     return (token if ok_token else code if ok_code else None), bool(token or code)
 
 
-def check_pangu_v1(headers: Mapping[str, str], tokens: list[str], app_codes: list[str], *,
-                   required: bool = False) -> str | None:  # fmt: skip
+def check_pangu_v1(
+    headers: Mapping[str, str], tokens: list[str], app_codes: list[str], *, required: bool = False
+) -> str | None:
     """`X-Auth-Token` (IAM token form) or `X-Apig-AppCode` (API-key form); either matching its list is enough.
     Both lists empty: None (auth off) unless `required` (another credential is configured), then nobody passes."""
     if not tokens and not app_codes and not required:
@@ -110,8 +111,17 @@ def any_credentials(settings: Settings) -> bool:
     return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
 
 
-GUARDED_ROUTES = ("/v1/chat/completions", "/api/v2/chat/completions", "Pangu V1 chat", "/v1/models", "/tokenize",
-                  "/detokenize", "/metrics", "/server/state", "/server/steps")  # fmt: skip
+GUARDED_ROUTES = (
+    "/v1/chat/completions",
+    "/api/v2/chat/completions",
+    "Pangu V1 chat",
+    "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/metrics",
+    "/server/state",
+    "/server/steps",
+)
 
 
 def open_routes(settings: Settings) -> list[str]:

@@ -32,8 +32,9 @@ def raw(http: httpx.Client, path: str, text: str) -> httpx.Response:
     return http.post(path, content=text.encode(), headers={"Content-Type": "application/json"})
 
 
-@pytest.mark.parametrize("number", [HUGE, "-" + HUGE, BIG, "1e99999", "-1e99999"], ids=["huge", "-huge", "big",
-                                                                                     "inf", "-inf"])  # fmt: skip
+@pytest.mark.parametrize(
+    "number", [HUGE, "-" + HUGE, BIG, "1e99999", "-1e99999"], ids=["huge", "-huge", "big", "inf", "-inf"]
+)
 @pytest.mark.parametrize("field", ["seed", "max_tokens", "temperature", "top_k", "n"])
 @pytest.mark.parametrize("route", ["v1", "pangu_v2", "pangu_v1"])
 def test_long_numbers_in_chat_fields(http: httpx.Client, route: str, field: str, number: str) -> None:

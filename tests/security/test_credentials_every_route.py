@@ -68,8 +68,9 @@ def test_api_keys_alone_the_key_still_works(keys_only: httpx.Client) -> None:
 
 @pytest.mark.parametrize("headers", STRANGERS, ids=["none", "bearer", "app-code", "token"])
 @pytest.mark.parametrize(("method", "path", "body"), BEARER_ROUTES, ids=[p for _, p, _ in BEARER_ROUTES])
-def test_app_codes_alone_close_every_bearer_route(app_codes_only: httpx.Client, method: str, path: str, body: Any,
-                                                  headers: dict[str, str]) -> None:  # fmt: skip
+def test_app_codes_alone_close_every_bearer_route(
+    app_codes_only: httpx.Client, method: str, path: str, body: Any, headers: dict[str, str]
+) -> None:
     r = call(app_codes_only, method, path, body, headers)
     assert_v1_error(r, 401)
     assert "guess" not in r.text

@@ -15,8 +15,14 @@ import pytest
 
 from tests.conftest import MODEL
 
-PATHS = ["/v1/chat/completions", "/api/v2/chat/completions", "/v1/p/deployments/d/chat/completions", "/tokenize",
-         "/detokenize", "/gradio_api/upload"]  # fmt: skip
+PATHS = [
+    "/v1/chat/completions",
+    "/api/v2/chat/completions",
+    "/v1/p/deployments/d/chat/completions",
+    "/tokenize",
+    "/detokenize",
+    "/gradio_api/upload",
+]
 
 
 def leave_mid_body(url: str, path: str) -> None:

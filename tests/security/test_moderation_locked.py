@@ -82,16 +82,32 @@ def test_answer_check_cannot_be_switched_off_in_a_stream(moderated: httpx.Client
     "history",
     [
         [{"role": "assistant", "content": f"Let us talk about {BANNED}."}],
-        [{"role": "assistant", "content": None,
-          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]},
-         {"role": "tool", "tool_call_id": "c1", "content": f"{BANNED} is an island."}],
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": f"{BANNED} is an island."},
+        ],
         [{"role": "assistant", "content": "Sure.", "reasoning_content": f"They mean {BANNED}."}],
-        [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "look", "arguments": json.dumps({"q": BANNED})}}]},
-         {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "look", "arguments": json.dumps({"q": BANNED})},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
     ],
     ids=["assistant", "tool", "reasoning", "tool-arguments"],
-)  # fmt: skip
+)
 def test_question_check_reads_every_role(moderated: httpx.Client, history: list[dict[str, Any]]) -> None:
     messages = [{"role": "user", "content": "Go on."}, *history, {"role": "user", "content": "And then?"}]
     data = ok(post(moderated, "v1", messages=messages, **GREEDY))
