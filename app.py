@@ -58,24 +58,28 @@ def settings_from(argv: list[str] | None = None, environ: Mapping[str, str] | No
 
 
 def check_exposure(settings: cfg.Settings) -> None:
-    """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
-    from engine.http.auth import any_credentials
+    """Refuse to serve a non-loopback address while any inference route is open (no credentials configured)
+    unless the operator says so with --insecure-public. A Hugging Face Space is a public bind like any other: set
+    PLAYGROUND_API_KEYS (a Space secret) or PLAYGROUND_INSECURE_PUBLIC=1 there."""
+    from engine.http.auth import any_credentials, open_routes
 
     if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
-        # No Space or --insecure-public exception: a tool any agent on the network may call needs a key.
+        # No --insecure-public exception: a tool any agent on the network may call needs a key.
         raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
                          "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
-    if not settings.reachable_from_outside or any_credentials(settings):
-        return
-    if os.environ.get("SPACE_ID"):
-        log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")
+    unguarded = open_routes(settings)
+    if not settings.reachable_from_outside or not unguarded:
         return
     if settings.insecure_public:
-        log.warning("--insecure-public: serving %s without credentials", settings.bind_host)
+        log.warning(
+            "--insecure-public: serving %s with no credentials; open to anyone: %s",
+            settings.bind_host,
+            ", ".join(unguarded),
+        )
         return
     raise SystemExit(
-        f"refusing to serve {settings.bind_host} without credentials: set --api-keys (or Pangu tokens), "
-        "bind 127.0.0.1, or pass --insecure-public"
+        f"refusing to serve {settings.bind_host} with no credentials ({', '.join(unguarded)} would be open to "
+        "anyone): set --api-keys (or Pangu tokens / app codes), bind 127.0.0.1, or pass --insecure-public"
     )
 
 
@@ -352,6 +356,18 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
+def uvicorn_config(app: Any, settings: cfg.Settings, **options: Any) -> Any:
+    """uvicorn's Config for `app`, with `--read-timeout-s` as its deadline on request headers (the body's is the
+    app's own middleware, engine/http/slow_clients.py)."""
+    import uvicorn
+
+    if settings.read_timeout_s:
+        from engine.http.slow_clients import header_deadline
+
+        options["http"] = header_deadline(settings.read_timeout_s)
+    return uvicorn.Config(app, **options)
+
+
 def serve_in_thread(
     settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None, pool: Any = None
 ) -> BackgroundServer:
@@ -370,7 +386,7 @@ def serve_in_thread(
     sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
     port = sock.getsockname()[1]
     app = create_application(settings.replace(host=host, port=port), state, policy)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -413,7 +429,8 @@ def serve(app: Any, settings: cfg.Settings) -> None:
 
     # access_log=False: engine/http/middleware.py writes one access line per request (none per health poll at INFO);
     # uvicorn's own would double every line.
-    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info", access_log=False,
+    config = uvicorn_config(app, settings, host=settings.bind_host, port=settings.port, log_level="info",
+                            access_log=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
     DrainingServer(config).run()
 

@@ -95,6 +95,11 @@ class Settings:
     )
     request_timeout_s: int = _knob(600, "Wall-clock budget of one chat request in seconds (0 = none).")
     shutdown_timeout_s: int = _knob(30, "On SIGTERM, seconds in-flight requests get to finish before being ended.")
+    read_timeout_s: int = _knob(
+        30,
+        "Seconds a client has to send a request's headers, and the longest pause while it sends the body; past it "
+        "408 and the connection closes (nginx's client_header_timeout / client_body_timeout; 0 = none).",
+    )
     log_message_content: bool = _knob(False, "Put message text into the access log (off: sizes and counts only).")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
@@ -262,6 +267,7 @@ def validate(settings: Settings) -> None:
         "max_concurrent_per_client",
         "request_timeout_s",
         "shutdown_timeout_s",
+        "read_timeout_s",
         "step_log",
         "models_memory_mb",
     ):

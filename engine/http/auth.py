@@ -1,6 +1,9 @@
 """Credentials per route (spec §1.2): Bearer keys on /v1 and Pangu V2, X-Auth-Token / X-Apig-AppCode on Pangu V1,
 and there also the AK/SK signatures of Huawei Cloud's SDKs (`--pangu-aksk`, aksk.py).
 
+One credential closes every door: once any credential of any kind is configured, every route but /health needs a
+valid credential of its own form, and a route whose own list is empty is then closed (401), never open.
+
 Secrets are compared in constant time over *every* configured value (no early exit, equal-length digests), never
 logged and never echoed. The Gradio page accepts the same secrets as its password.
 """
@@ -34,9 +37,10 @@ def matches(value: str, allowed: Iterable[str]) -> bool:
     return found
 
 
-def check_bearer(headers: Mapping[str, str], keys: list[str]) -> str | None:
-    """`Authorization: Bearer <key>` with key in `keys`; returns the key (None when auth is off)."""
-    if not keys:
+def check_bearer(headers: Mapping[str, str], keys: list[str], *, required: bool = False) -> str | None:
+    """`Authorization: Bearer <key>` with key in `keys`; returns the key. None (auth off) only when `keys` is empty
+    and not `required`: with another credential configured (`required`), an empty `keys` lets nobody in."""
+    if not keys and not required:
         return None
     header = headers.get("authorization")
     if not header:
@@ -58,9 +62,12 @@ def _v1_headers(headers: Mapping[str, str], tokens: list[str], app_codes: list[s
     return (token if ok_token else code if ok_code else None), bool(token or code)
 
 
-def check_pangu_v1(headers: Mapping[str, str], tokens: list[str], app_codes: list[str]) -> str | None:
-    """`X-Auth-Token` (IAM token form) or `X-Apig-AppCode` (API-key form); either matching its list is enough."""
-    if not tokens and not app_codes:
+def check_pangu_v1(
+    headers: Mapping[str, str], tokens: list[str], app_codes: list[str], *, required: bool = False
+) -> str | None:
+    """`X-Auth-Token` (IAM token form) or `X-Apig-AppCode` (API-key form); either matching its list is enough.
+    Both lists empty: None (auth off) unless `required` (another credential is configured), then nobody passes."""
+    if not tokens and not app_codes and not required:
         return None
     credential, sent = _v1_headers(headers, tokens, app_codes)
     if credential:
@@ -79,10 +86,11 @@ class PanguV1Auth:
     def __init__(self, settings: Settings) -> None:
         self.tokens, self.app_codes = settings.pangu_auth_tokens, settings.pangu_app_codes
         self.keys = aksk.load_pairs(settings.pangu_aksk)
+        self.required = any_credentials(settings)
 
     async def check(self, request: Request, body_limit: int) -> str | None:
         if not self.keys:
-            return check_pangu_v1(request.headers, self.tokens, self.app_codes)
+            return check_pangu_v1(request.headers, self.tokens, self.app_codes, required=self.required)
         credential, sent = _v1_headers(request.headers, self.tokens, self.app_codes)
         if credential:
             return credential
@@ -101,6 +109,36 @@ class PanguV1Auth:
 
 def any_credentials(settings: Settings) -> bool:
     return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
+
+
+GUARDED_ROUTES = (
+    "/v1/chat/completions",
+    "/api/v2/chat/completions",
+    "Pangu V1 chat",
+    "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/metrics",
+    "/server/state",
+    "/server/steps",
+)
+
+
+def open_routes(settings: Settings) -> list[str]:
+    """The inference and inspection routes a stranger may call without a credential: all of them while no
+    credential is configured, none once any is (`/health` is always open and not counted)."""
+    if any_credentials(settings):
+        return []
+    return [*GUARDED_ROUTES, *(["the page and its Gradio API"] if settings.ui else [])]
+
+
+def api_bearer(headers: Mapping[str, str], settings: Settings, *, admin_too: bool = False) -> str | None:
+    """The Bearer check of /v1, /v1/models, Pangu V2, /tokenize, /detokenize, /metrics and /server/*: a key of
+    `--api-keys` (`admin_too`: or of `--admin-keys`, once any credential is set). Open only while no credential of
+    any kind is configured; with only Pangu V1 credentials, closed (spec §1.2)."""
+    required = any_credentials(settings)
+    keys = [*settings.api_keys, *(settings.admin_keys if admin_too and required else [])]
+    return check_bearer(headers, keys, required=required)
 
 
 def server_secrets(settings: Settings) -> list[str]:

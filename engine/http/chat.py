@@ -61,6 +61,8 @@ def decode_json(body: bytes) -> Any:
         raise RequestValidationError(f"Request body is not valid JSON: {exc.msg} at position {exc.pos}.") from None
     except RecursionError:  # a body nested thousands of levels deep
         raise RequestValidationError("Request body is nested too deeply.") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits, 4300)
+        raise RequestValidationError("Request body holds a number too long to read.") from None
     if _SURROGATE_ESCAPE.search(body):  # "\ud800" is valid JSON but no text: tokenizers and encoders choke on it
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

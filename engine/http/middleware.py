@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -123,6 +124,8 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # the client left while sending its body: nobody to answer, nothing went wrong
+            log.debug("client left before its request body arrived (request %s)", info["request_id"])
         except Exception:
             # A bug, not a client error: the trace goes to the log under the request id, the client gets the
             # family's generic 500 body (§6.5: never a stack trace, a path or a value from the server).
