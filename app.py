@@ -80,6 +80,11 @@ def check_exposure(settings: cfg.Settings) -> None:
     raise SystemExit(
         f"refusing to serve {settings.bind_host} with no credentials ({', '.join(unguarded)} would be open to "
         "anyone): set --api-keys (or Pangu tokens / app codes), bind 127.0.0.1, or pass --insecure-public"
+        + (
+            " (on a Hugging Face Space: the secret PLAYGROUND_API_KEYS, or the variable PLAYGROUND_INSECURE_PUBLIC=1)"
+            if os.environ.get("SPACE_ID")
+            else ""
+        )
     )
 
 
