@@ -40,5 +40,9 @@ def test_a_chinese_phone_gets_the_empty_chat_in_chinese(browser: Any, live: Any)
     sync_api.expect(chat).to_contain_text("向 SmolLM2-135M-Instruct 提问")
     sync_api.expect(chat).to_contain_text("只懂英语")  # the bundled model is English only: said, not hidden
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    # The header stays above the model picker, both inside the screen (the picker's 400 px minimum hid the header).
+    title, picker = page.locator(".pg-header h1").bounding_box(), page.locator("#pg-model").bounding_box()
+    assert title["width"] > 50 and title["x"] >= 0 and title["y"] + title["height"] <= picker["y"] + 1, (title, picker)
+    assert picker["x"] >= 0 and picker["x"] + picker["width"] <= 390, picker
     shot(page, "first-contact-3-phone-zh", full_page=False)
     page.context.close()
