@@ -64,7 +64,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                     backend = backend_panel.build()
                 with gr.Tab(t("tab_server"), id="server"):
                     server = server_panel.build(policy)
-                with gr.Tab(t("tab_request"), id="request"):
+                with gr.Tab(t("tab_request"), id="request") as request_item:
                     req = layout.request_tab()
                 with gr.Tab(t("tab_prompt"), id="prompt") as prompt_item:
                     prompt = prompt_view.prompt_tab()
@@ -104,7 +104,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
               api_name=False, show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         # The user's typing only (`input`, not the box being cleared or refilled): the request Send would send.
         # Not on every control's change: a restored conversation sets ~30 controls at once.
-        gr.on([chat.box.input], h.preview_request, [chat.box, *common],
+        # ... and when the tab is opened after typing (a tab not shown missed the updates sent while it was hidden).
+        gr.on([chat.box.input, request_item.select], h.preview_request, [chat.box, *common],
               [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         wire_load(demo, h, header, chat, tools, sampling, session, saved_state, picked)

@@ -219,5 +219,12 @@ def test_the_picker_offers_the_bundled_models_and_each_page_keeps_its_own(browse
     late = open_page(browser, server.url)
     assert late.evaluate(HEADER_NAME) == MODEL
     assert gemma_on_disk(cache) == []
-    for p in (page, other, late):
+    # On a phone the header stays above the picker, both inside the screen (issue 30: the picker's 400 px minimum
+    # hid the header and ran off the right edge).
+    phone = open_page(browser, server.url, 390, 844)
+    title, picker = phone.locator(".pg-header h1").bounding_box(), phone.locator("#pg-model").bounding_box()
+    assert title["width"] > 50 and title["y"] + title["height"] <= picker["y"] + 1, (title, picker)
+    assert picker["x"] >= 0 and picker["x"] + picker["width"] <= 390, picker
+    shot(phone, "models-11-phone-header-and-picker", full_page=False)
+    for p in (page, other, late, phone):
         p.close()
