@@ -98,7 +98,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
         download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
         upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
     pending, caps_note = attach_panel.build(attach, pending_view, session)
-    system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"))
+    system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"), elem_id="pg-system")
     return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
                       caps_note, system, context)  # fmt: skip
 

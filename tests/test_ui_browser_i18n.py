@@ -48,7 +48,8 @@ GRADIO_OWN = {"Copy", "Download", "Copy conversation", "Copy message", "common.c
 
 # Parts of the page that are not the page's own wording: the model's reply and what the user typed (chat
 # bubbles), source code (the Request tab's JSON, curl and Python; the tools editor), and Gradio's footer.
-SKIPPED = ["#pg-chat .message-row .bot .message-content .prose", "#pg-chat [data-testid='user']", ".cm-editor",
+# The System prompt box's placeholder quotes the model's chat template (its own default system prompt) as it is.
+SKIPPED = ["#pg-chat .message-row .bot .message-content .prose", "#pg-chat [data-testid='user']", ".cm-editor", "#pg-system",
            "footer", ".code-wrap", "pre", "code"]  # fmt: skip
 
 VISIBLE_TEXT_JS = """(skipped) => {
