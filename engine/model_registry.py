@@ -46,6 +46,9 @@ class Candidate:
     # window of them (engine/core/window_kv.py).
     window: int = 0
     window_bytes_per_token: int = 0
+    # Not on disk yet (a bundled model before its first use): what loading it downloads first, and the facts above
+    # come from what its publisher says (`describe_static`), not from its files.
+    download_bytes: int = 0
 
     def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0) -> int:
         """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pools (the
@@ -60,8 +63,9 @@ class Candidate:
 
     def describe(self) -> dict[str, Any]:
         """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""
-        return {"architecture": self.architecture, "size_bytes": self.size_bytes, "parameters": self.parameters,
-                "context_length": self.context_length, "reasoning": self.reasoning, "tools": self.tools}  # fmt: skip
+        out = {"architecture": self.architecture, "size_bytes": self.size_bytes, "parameters": self.parameters,
+               "context_length": self.context_length, "reasoning": self.reasoning, "tools": self.tools}  # fmt: skip
+        return out | ({"download_bytes": self.download_bytes} if self.download_bytes else {})
 
 
 def _safetensors_parameters(path: Path) -> int:
@@ -162,6 +166,19 @@ def describe_gguf(path: Path, model_id: str, tool_call_parser: str = "auto") -> 
         parameters=sum(int(t.n_elements) for t in reader.tensors), architecture=arch,
         context_length=int(field_value(f"{arch}.context_length") or 2048), reasoning=all(t in special for t in THINK),
         tools=select_parser(tool_call_parser, template, arch, special) is not None, kv_bytes_per_token=_kv_per_token(cfg),
+    )  # fmt: skip
+
+
+def describe_static(source: str, model_id: str, config: dict[str, Any], parameters: int, download_bytes: int,
+                    reasoning: bool = False, tools: bool = False) -> Candidate:  # fmt: skip
+    """A model not on disk yet (a bundled one, fetched on first use), from the facts its publisher states: the
+    config.json fields read above and its parameter count; `size_bytes` is its weights at bf16."""
+    return Candidate(
+        id=model_id, source=source, format="hf", size_bytes=2 * parameters, parameters=parameters,
+        architecture=str(config.get("model_type") or ""), context_length=int(config.get("max_position_embeddings") or 2048),
+        modalities=frozenset(), reasoning=reasoning, tools=tools, kv_bytes_per_token=_kv_per_token(config),
+        **_window_kv(config),
+        download_bytes=download_bytes,
     )  # fmt: skip
 
 

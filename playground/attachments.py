@@ -24,7 +24,7 @@ MIME_OF = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".m
 KIND_OF = {ext: mime.split("/")[0] for ext, mime in MIME_OF.items()}
 AUDIO_FORMAT = {".mp3": "mp3", ".wav": "wav", ".flac": "flac"}
 PART_TYPE = {"image": "image_url", "video": "video_url", "audio": "audio_url"}
-ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
+ICON = {"image": "▣", "video": "▶", "audio": "♪"}
 BASE64, URL = "base64", "url"
 ELIDE_OVER = 256  # characters: longer base64 payloads become placeholders in curl / Python views
 
@@ -85,7 +85,7 @@ FRAMES, TOKENS = ("{n} frames", "{n} 帧"), ("{n} tokens", "{n} 个 token")
 def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "", lang: str = "en") -> str:
     """One line: what the server will see, and how it travels. A refusal says the server's reason."""
     kind = preview.get("kind") or "media"
-    bits = [f"{ICON.get(kind, '📎')} {name or kind}"]
+    bits = [f"{ICON.get(kind, '⊕')} {name or kind}"]
     if preview.get("mime"):
         bits.append(str(preview["mime"]))
     if preview.get("bytes") is not None:
@@ -104,9 +104,9 @@ def summary(preview: dict[str, Any], part: dict[str, Any], name: str = "", lang:
 
 
 def media_line(report: dict[str, Any], lang: str = "en") -> str:
-    """What the model took of one part, from the response's `media` report: "🎞 video · 20 frames · 910 tokens"."""
+    """What the model took of one part, from the response's `media` report: "▶ video · 20 frames · 910 tokens"."""
     kind = str(report.get("type") or "media")
-    bits = [f"{ICON.get(kind, '📎')} {say(KIND_NAMES.get(kind, (kind, kind)), lang)}"]
+    bits = [f"{ICON.get(kind, '⊕')} {say(KIND_NAMES.get(kind, (kind, kind)), lang)}"]
     if report.get("frames_sampled") is not None:
         bits.append(say(FRAMES, lang, n=report["frames_sampled"]))
     if report.get("duration") is not None:
@@ -129,7 +129,7 @@ def preview_src(item: dict[str, Any]) -> str | None:
     else the inline payload itself when it is small. None: nothing the browser can load (a file:// URL, a large
     payload whose file is gone)."""
     path = item.get("path")
-    if path and _served(Path(path)):
+    if path and uploaded(Path(path)):
         return "gradio_api/file=" + quote(str(path), safe="/")  # relative: the page's own root, however mounted
     part = item.get("part") or {}
     source = source_of(part)
@@ -143,8 +143,10 @@ def preview_src(item: dict[str, Any]) -> str | None:
     return source if source.startswith("data:") else None
 
 
-def _served(path: Path) -> bool:
-    """Whether Gradio's file route serves this file: one of its uploads (recordings and snapshots are too)."""
+def uploaded(path: Path) -> bool:
+    """Whether this file is one Gradio received (an upload, a recording, a snapshot: all in its upload folder).
+    Gradio checks that of an event's file inputs only when it launched the app itself, not for a page mounted on
+    FastAPI, so the page checks it before reading one (issue 31 item 10)."""
     from gradio.utils import get_upload_folder
 
     try:

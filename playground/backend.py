@@ -147,7 +147,8 @@ class LocalBackend(ChatBackend):
         return service.served_name if service is not None else ""
 
     async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> Running:
-        return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook"))
+        # A notebook holds the engine in its own process: its operator may load the models its pool offers.
+        return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True))
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The same code POST /tokenize runs (engine/serving/tokenize.py), on the loaded service."""
@@ -158,6 +159,42 @@ class LocalBackend(ChatBackend):
 
     def __repr__(self) -> str:
         return f"LocalBackend(model={self.model!r})"
+
+
+class ModelBackend(LocalBackend):
+    """The embedded engine, this session's requests sent for one model: a model of the server's pool or a loaded
+    model's LoRA adapter (`model` = its id, so the policy routes each request to that model's engine). The page's
+    model picker gives each browser session its own (playground/header_models.py)."""
+
+    def __init__(self, policy: RequestPolicy, name: str) -> None:
+        super().__init__(policy=policy)
+        self.name = name
+
+    @property
+    def service(self) -> Any:
+        """The service that answers for `name`; None while it is not loaded."""
+        pool = self.policy.models
+        if pool is None:  # one model: `name` is it or one of its adapters
+            return self.policy.get_service()
+        owner = pool.owner_of(self.name)
+        return pool.get(owner) if owner is not None else None
+
+    @property
+    def model(self) -> str:  # type: ignore[override]
+        return self.name
+
+    async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        from engine.protocol.errors import ServiceUnavailableError
+        from engine.protocol.tokenize import parse_tokenize_request
+        from engine.serving.tokenize import tokenize
+
+        service = self.service
+        if service is None:
+            raise ServiceUnavailableError(f"Model {self.name[:64]!r} is not loaded.")
+        return await tokenize(service, parse_tokenize_request(body))
+
+    def __repr__(self) -> str:
+        return f"ModelBackend(model={self.name!r})"
 
 
 def connect(target: Any, **kw: Any) -> ChatBackend:

@@ -4,7 +4,8 @@ server (MindIE, vLLM, vLLM-Ascend, this app elsewhere) by URL, API key and model
 
 from __future__ import annotations
 
-import asyncio
+import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,10 +14,11 @@ import gradio as gr
 import httpx
 
 from engine.protocol.errors import ApiError
-from playground.backend import ChatBackend, connect
+from playground.backend import ChatBackend
 from playground.capabilities import backend_label
 from playground.chat import ChatHandlers
 from playground.i18n import choices, say, t
+from playground.remote import RemoteBackend
 from playground.session import Session
 
 # The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
@@ -28,6 +30,24 @@ INVALID = ("not a valid URL", "不是有效的 URL")
 NOT_ALLOWED = ("not one of the URLs this server's --remote-backend-urls allows",
                "不在此服务器的 --remote-backend-urls 允许的 URL 之中")  # fmt: skip
 NO_URL = ("enter the remote server's URL, e.g. http://host:8000/v1", "请输入远程服务器的 URL，例如 http://host:8000/v1")
+
+
+def as_text(value: str) -> str:
+    """A remote server's or a user's words in the status note (Markdown): shown as typed, never as markup."""
+    escaped = html.escape(value, quote=False)
+    return "".join("\\" + ch if ch in "\\`*_[]()#!|<>~" else ch for ch in escaped)
+
+
+# Percent-encoded dots, slashes and backslashes: a server may decode them into a path that leaves the base.
+ENCODED = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+
+
+def plain_path(url: httpx.URL) -> bool:
+    """Whether `url`'s path says where it goes as written: no `.` or `..` segment, no backslash, no encoded dot,
+    slash or backslash (`/v1/%2e%2e/admin` and `/v1/..%2fadmin` are `/admin` to many servers)."""
+    raw = url.raw_path.split(b"?", 1)[0].decode("ascii", "replace")
+    segments = url.path.split("/")
+    return not ENCODED.search(raw) and "\\" not in url.path and not {".", ".."} & set(segments)
 
 
 def refusal(url: str, settings: Any, lang: str = "en") -> str | None:
@@ -44,6 +64,8 @@ def refusal(url: str, settings: Any, lang: str = "en") -> str | None:
         target = httpx.URL(url)
     except (httpx.InvalidURL, TypeError):
         return say(INVALID, lang)
+    if not plain_path(target):
+        return say(NOT_ALLOWED, lang)
     for base in allowed:
         b = httpx.URL(base)
         same = (target.scheme, target.host, target.port) == (b.scheme, b.host, b.port)
@@ -66,8 +88,14 @@ async def chosen_backend(kind: str, url: str, api_key: str, model: str, settings
     reason = refusal(url, settings, lang)
     if reason is not None:
         raise ValueError(reason)
-    return await asyncio.to_thread(connect, url, model=(model or "").strip() or None,
-                                   api_key=(api_key or "").strip() or None)  # fmt: skip
+    # Async, with short connect and read limits (playground/remote.py): a server that never answers holds this
+    # session's click a few seconds, and no thread the engine's callers need.
+    return await RemoteBackend.open(
+        url,
+        model=(model or "").strip() or None,
+        api_key=(api_key or "").strip() or None,
+        allow=lambda target: refusal(target, settings) is None,
+    )
 
 
 def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callable[..., Any]:
@@ -78,17 +106,16 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
         own error message is quoted as it came."""
         lang = session.lang
         try:
-            service = h.get_service()
-            session.backend = await chosen_backend(kind, url, api_key, model, getattr(service, "settings", None),
-                                                   lang)  # fmt: skip
+            # the server's own settings (its --remote-backend-urls), not those the loaded model was built with
+            session.backend = await chosen_backend(kind, url, api_key, model, h.policy.settings, lang)
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             return gr.skip(), say(("⚠️ **Not connected:** {message}", "⚠️ **未连接：** {message}"), lang,
-                                  message=message)  # fmt: skip
+                                  message=as_text(message))  # fmt: skip
         label = h.backend(session).label()
         note = (say(("✓ Embedded engine.", "✓ 内置引擎。"), lang) if not session.remote else
-                say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=backend_label(label, lang)))  # fmt: skip
-        return header(h.get_service(), label, lang), note
+                say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=as_text(backend_label(label, lang))))  # fmt: skip
+        return header(h.service(session), label, lang), note
 
     return use
 

@@ -18,7 +18,7 @@ from playground.i18n import TEXTS, say
 
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"
-ICON = {"image": "🖼", "video": "🎞", "audio": "🎙"}
+ICON = {"image": "▣", "video": "▶", "audio": "♪"}
 KIND_ZH = {"image": "图像", "video": "视频", "audio": "音频"}
 CAPS = {"reasoning": ("reasoning", "推理"), "tools": ("tools", "工具调用")}
 TITLE = "LLM Playground"  # the product's name, in both languages
@@ -49,12 +49,14 @@ def media_modes(service: Any) -> dict[str, str]:
     return {k: TAKES if k in takes else TRANSCRIBES if k == "audio" and transcribe else REFUSES for k in KINDS}
 
 
-def _badge(text: str, on: bool = True, why: str = "") -> str:
+def _badge(text: str, why: str = "") -> str:
     title = f' title="{html.escape(why)}"' if why else ""
-    return f'<span class="pg-badge{"" if on else " off"}"{title}>{html.escape(text)}</span>'
+    return f'<span class="pg-badge"{title}>{html.escape(text)}</span>'
 
 
 def media_badges(service: Any, lang: str = "en") -> str:
+    """The header's chips for the media the model takes (or the server transcribes for it); what it cannot take is
+    said in the attach panel, not struck through in the header."""
     name = service.served_name
     out = ""
     for kind, mode in media_modes(service).items():
@@ -68,10 +70,6 @@ def media_badges(service: Any, lang: str = "en") -> str:
                                    "model reads the text",
                                    "{name} 没有音频输入：服务器用 Whisper 把音频转写成文本，模型读取文本"), lang,
                                   name=name))  # fmt: skip
-        else:
-            out += _badge(shown, on=False, why=say(("{name} has no {kind} input: the API refuses {kind} parts",
-                                                    "{name} 没有{kind}输入：API 会拒绝{kind}部分"), lang,
-                                                   name=name, kind=shown))  # fmt: skip
     return out
 
 
@@ -88,22 +86,24 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
     if service is None and backend.startswith("backend: embedded"):
         return say(TEXTS["header_loading"], lang)
     h1 = f"<h1>{TITLE}</h1>"
-    shown = backend_label(backend, lang)
+    # The label names a remote server's URL and the model id it answered: text, never markup (issue 31 item 12).
+    shown = html.escape(backend_label(backend, lang))
     if not backend.startswith("backend: embedded"):  # a remote server: name it, claim nothing about its engine
         return f'<div class="pg-header">{h1}<span class="pg-badge remote">{shown}</span></div>'
     engine = getattr(service, "engine", None)
-    device = str(getattr(engine, "device", "?"))
-    dtype = str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", "")
+    device = html.escape(str(getattr(engine, "device", "?")))
+    dtype = html.escape(str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", ""))
     context = say(("context {n:,}", "上下文 {n:,}"), lang, n=getattr(service.model, "context_length", "?"))
-    badges = [(f"<b>{service.served_name}</b>", ""), (f"{device} · {dtype}", say(("device · dtype", "设备 · 数据类型"),
-              lang)), (shown, ""), (context, "")]  # fmt: skip
+    badges = [(f"<b>{html.escape(service.served_name)}</b>", ""), (f"{device} · {dtype}", say(("device · dtype",
+              "设备 · 数据类型"), lang)), (shown, ""), (context, "")]  # fmt: skip
     if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
         badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
             "The checkpoint has no chat template: the messages' text is joined and the model continues it",
             "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写"), lang)))  # fmt: skip
-    out = "".join(f'<span class="pg-badge" title="{why}">{b}</span>' for b, why in badges)
-    for cap, on in capabilities(service).items():
-        out += _badge(say(CAPS[cap], lang), on, "" if on else say(("this model cannot", "此模型不支持"), lang))
+    out = "".join(f'<span class="pg-badge" title="{html.escape(why)}">{b}</span>' for b, why in badges)
+    for cap, on in capabilities(service).items():  # what the model can do; the rest is said where it is asked for
+        if on:
+            out += _badge(say(CAPS[cap], lang))
     return f'<div class="pg-header">{h1}{out}{media_badges(service, lang)}</div>'
 
 

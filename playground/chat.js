@@ -2,9 +2,23 @@
 // - "‹" / "›" on a turn with versions are links "#pg-ver-<turn>-prev|next": a click writes "<turn>:<step>:<nonce>"
 //   into the hidden #pg-action box, whose change event asks the server for that version (ChatHandlers.version).
 // - The check line names the settings at fault in `code`: those controls (#pg-<name>) get the class pg-fault.
+// - Enter in a message's edit box saves the edit.
 // - The side panel's statistics name the chat messages of the reply they describe (data-messages): those
 //   messages get the class pg-described, so the reply the panel describes is visible in the chat.
 (() => {
+  // Enter in a message's edit box saves the edit, as Enter sends in the input box (Shift+Enter: a new line).
+  const SAVE = ["Submit", "提交"]; // Gradio's label of the edit's save button, English and Chinese
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    if (!box.matches || !box.matches("#pg-chat textarea.edit-textarea")) return;
+    const chat = box.closest("#pg-chat"); // one message is edited at a time: its save button is the chat's only one
+    const save = [...chat.querySelectorAll("button")].find((b) => SAVE.includes(b.getAttribute("aria-label")));
+    if (!save) return;
+    event.preventDefault();
+    save.click();
+  }, true);
+
   const send = (value) => {
     const box = document.querySelector("#pg-action textarea, #pg-action input");
     if (!box) return;

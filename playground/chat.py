@@ -20,7 +20,7 @@ from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
 from playground import attachments, controls
 from playground import branch as branches
-from playground.backend import ChatBackend, LocalBackend
+from playground.backend import ChatBackend, LocalBackend, ModelBackend
 from playground.chat_outputs import ChatOutputs, Update
 from playground.controls import BY_NAME
 from playground.conversation import Conversation, Turn, display, strip_marks
@@ -32,6 +32,12 @@ from playground.tools_panel import choice_value, parse_tools
 
 UPDATE_EVERY_S = 0.1
 LOADING = ("The model is still loading; try again in a moment.", "模型仍在加载，请稍后再试。")
+LOADING_WHISPER = (
+    "Loading Whisper to transcribe the audio: the first audio message takes a few seconds more, once.",
+    "正在加载 Whisper 以转写音频：第一条音频消息会多等几秒，仅此一次。",
+)
+UNLOADED = ("{name} is no longer loaded (the server made room for another model): pick it again in the model list.",
+            "{name} 已不在内存中（服务器为其他模型腾出了空间）：请在模型列表中重新选择它。")  # fmt: skip
 NO_CALL_WAITING = ("There is no tool call waiting for a result.", "没有等待结果的工具调用。")
 REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：** {error}")
 
@@ -44,16 +50,28 @@ class ChatHandlers:
         self.embedded = LocalBackend(policy=policy)  # a session's backend until its Backend tab picks another
 
     def backend(self, session: Session | None) -> ChatBackend:
-        return session.backend if session is not None and session.backend is not None else self.embedded
+        return session.backend if session is not None and session.backend is not None else self.local(session)
+
+    def local(self, session: Session | None) -> LocalBackend:
+        """The embedded engine as this session uses it: for the model it picked, else the server's current one."""
+        if session is not None and session.model:
+            return ModelBackend(self.policy, session.model)
+        return self.embedded
+
+    def service(self, session: Session | None) -> Any:
+        """The ChatService this session's embedded requests reach (None while it is not loaded); on a remote
+        backend, the server's current one (what the header describes beside the remote's name)."""
+        chosen = self.backend(session)
+        return chosen.service if isinstance(chosen, LocalBackend) else self.get_service()
 
     # ---- building and checking the request ----------------------------------------------------------------
     def build(self, messages: list[dict[str, Any]], system: str, tools_text: str, tool_choice: str | None,
               knobs: dict[str, Any], session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
         """(the exact body, None) or (None, why it would be rejected) — nothing is sent either way."""
-        service, chosen = self.get_service(), self.backend(session)
+        service, chosen = self.service(session), self.backend(session)
         lang = session.lang if session is not None else "en"
         if service is None and chosen.kind == "embedded":
-            return None, say(LOADING, lang)
+            return None, say(LOADING, lang) if not isinstance(chosen, ModelBackend) else self.not_loaded(chosen, lang)
         tools, problem = parse_tools(tools_text or "", lang)
         if problem:
             return None, problem
@@ -72,6 +90,13 @@ class ChatHandlers:
             except RequestValidationError as exc:
                 problem = exc.message
         return (None, problem) if problem else (body, None)
+
+    def not_loaded(self, chosen: ModelBackend, lang: str) -> str:
+        """Why a session's picked model cannot answer now: it loads, or the server unloaded it for another."""
+        pool = self.policy.models
+        if pool is not None and pool.status(chosen.name) == "loadable":
+            return say(UNLOADED, lang, name=chosen.name)
+        return say(LOADING, lang)
 
     def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session,
                 **knobs: Any) -> str:  # fmt: skip
@@ -93,6 +118,16 @@ class ChatHandlers:
         if body is None:  # the check line says why
             return unchanged
         return self.out.request_views(body, self.backend(session).url or base_url_of(request))
+
+    def loads_whisper(self, body: dict[str, Any], session: Session) -> bool:
+        """Whether this request's audio makes the embedded server load Whisper first (its first audio message)."""
+        service = self.service(session)
+        if session.remote or service is None or not getattr(service.settings, "audio_transcription", False):
+            return False
+        if "audio" in service.model.modalities or service.media.transcriber_loaded:
+            return False
+        parts = [p for m in body.get("messages", []) if isinstance(m.get("content"), list) for p in m["content"]]
+        return any(isinstance(p, dict) and attachments.kind_of_part(p) == "audio" for p in parts)
 
     # ---- streaming one reply ------------------------------------------------------------------------------
     async def stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
@@ -121,7 +156,8 @@ class ChatHandlers:
         conv.adopt(turn)
         conv.selected = len(conv.turns) - 1
         shown = lambda: display(conv)[0]  # noqa: E731
-        yield {o.chatbot: shown(), o.conv: conv, o.check: "", o.tool_row: gr.update(visible=False),
+        notice = say(LOADING_WHISPER, lang) if self.loads_whisper(body, session) else ""
+        yield {o.chatbot: shown(), o.conv: conv, o.check: notice, o.tool_row: gr.update(visible=False),
                o.pending: [], o.pending_view: "", **o.panels(turn, base_url, lang=lang)}  # fmt: skip
         started = False
         with session.running() as run:
@@ -135,7 +171,9 @@ class ChatHandlers:
                 async for _ in throttled(gen, reply.add, UPDATE_EVERY_S):
                     if not reported and (reply.media or reply.transcription):  # the first chunk: under the turn now
                         reported = self.report_media(conv, body, reply)
-                    yield {o.chatbot: shown(), **o.panels(turn, base_url, final=False, lang=lang)}
+                    cleared = {o.check: ""} if notice else {}  # Whisper has loaded: the first chunk came
+                    notice = ""
+                    yield {o.chatbot: shown(), **cleared, **o.panels(turn, base_url, final=False, lang=lang)}
             except ApiError as exc:
                 reply.error = exc.message
             finally:
@@ -180,7 +218,7 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
             return
         conv.adopt(user)
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat"),
+        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
                                      restore=(message or "", pending)):  # fmt: skip
             yield out
 
@@ -205,7 +243,7 @@ class ChatHandlers:
             return
         old = conv.turns[turn_at]
         value = strip_marks(str(data.value))
-        if value.startswith("📎 "):  # an attachment line was edited: attachments are not text, keep the turn's text
+        if value.startswith("⊕ "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
         edited = Turn("user", value, parts=old.parts, attachments=old.attachments, previews=old.previews)
         async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit",
@@ -243,7 +281,7 @@ class ChatHandlers:
             conv.branch(at, "edit" if new is not None else "regenerate")
             if new is not None:
                 conv.adopt(new)
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, endpoint)):
+        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, endpoint, self.policy)):
             yield out
 
     # ---- the quick ones -----------------------------------------------------------------------------------
@@ -307,7 +345,7 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=lang)}
             return
         conv.branch(at, "branch")
-        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch"),
+        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch", self.policy),
                                      seed=made.reply):  # fmt: skip
             yield out
 

@@ -31,9 +31,7 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
     c = view.first
     text = c.content or ("…" if not view.done else say(("*(empty)*", "*（空）*"), lang))
     if c.reasoning:
-        text = (
-            say(("> 💭 *{n} reasoning tokens*", "> 💭 *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
-        )
+        text = say(("> ∴ *{n} reasoning tokens*", "> ∴ *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
     return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c, lang=lang)
@@ -96,7 +94,7 @@ class CompareHandlers:
             bodies[1]["model"] = model_b
         labels = (say(("A · current settings", "A · 当前设置"), lang),
                   f"B · {preset_name(preset_b, lang)}" + (f" · {model_b}" if model_b and model_b != SAME else ""))  # fmt: skip
-        chosen, who = self.chat.backend(session), caller(request, "ab")
+        chosen, who = self.chat.backend(session), caller(request, "ab", self.chat.policy)
         with session.running() as run:
             async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):
                 a, b = (side(v, label, lang) for v, label in zip(views, labels))
@@ -105,7 +103,7 @@ class CompareHandlers:
     async def replay(self, body_text: str, conv: Conversation, session: Session,
                      request: gr.Request) -> AsyncIterator[str]:  # fmt: skip
         """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
-        chosen, service, lang = self.chat.backend(session), self.chat.get_service(), session.lang
+        chosen, service, lang = self.chat.backend(session), self.chat.service(session), session.lang
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:
@@ -117,7 +115,7 @@ class CompareHandlers:
             yield check_text(problem, lang=lang)
             return
         original = conv.selected_reply()
-        who = caller(request, "replay")
+        who = caller(request, "replay", self.chat.policy)
         with session.running() as run:
             async for (view,) in run_together(lambda req: chosen.start(req, who), [body], run, chosen.kind):
                 yield replay_report(view, body, original, lang)

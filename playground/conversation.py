@@ -207,8 +207,8 @@ class Conversation:
         return out
 
 
-THINKING = ("💭 Thinking", "💭 思考中")
-THOUGHT = ("💭 Thought", "💭 思考过程")
+THINKING = ("∴ Thinking", "∴ 思考中")
+THOUGHT = ("∴ Thought", "∴ 思考过程")
 TOKENS = ("{n} tokens", "{n} 个 token")
 EXHAUSTED = ("\n\n> ⚠️ The reasoning used up all {n} tokens of max_tokens and the answer is empty. Raise max_tokens, "
              "set a thinking_budget, or turn thinking off.",
@@ -216,9 +216,9 @@ EXHAUSTED = ("\n\n> ⚠️ The reasoning used up all {n} tokens of max_tokens an
              "或关闭思考。")  # fmt: skip
 STOPPED = ("\n\n*⏹ stopped*", "\n\n*⏹ 已停止*")
 ARGS_OK = ("✓ arguments match the tool's schema", "✓ 参数符合工具的 schema")
-TRANSCRIBED = ("🎙 Transcribed by the server", "🎙 服务器转写")
+TRANSCRIBED = ("♪ Transcribed by the server", "♪ 服务器转写")
 NO_SPEECH = ("(no speech)", "（没有语音）")
-TAKEN = ("👁 Taken by the model", "👁 模型接收的内容")
+TAKEN = ("◉ Taken by the model", "◉ 模型接收的内容")
 PROMPT_TOKENS = ("{n} prompt tokens", "{n} 个提示 token")
 RESULT_OF = ("↩ result of {name}", "↩ {name} 的结果")
 BRANCHED = ("↳ branched at token {at}: {was!r} → {now!r}", "↳ 从第 {at} 个 token 分支：{was!r} → {now!r}")
@@ -254,7 +254,7 @@ def _call_message(call: Any, tools: list[dict[str, Any]] | None, done: bool, lan
     except ValueError:
         pretty = args
     body = f"```json\n{pretty}\n```"
-    meta = {"title": f"🛠 {call.function.name or '…'}", "log": call.id or "", "status": "pending"}
+    meta = {"title": f"⚒ {call.function.name or '…'}", "log": call.id or "", "status": "pending"}
     if done:  # left open (no status) so the arguments show without a click
         del meta["status"]
         problems = check_arguments(tools, call.function.name, args, lang)
@@ -276,7 +276,7 @@ def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[
     out += [_call_message(call, tools, reply.done, lang) for call in c.tool_calls]
     if c.times_ms:  # a reply imported from a file of the messages only has no numbers to show
         s = reply.stats()
-        meta = {"title": "📊 " + stats.summary(s, lang), "status": "done"}
+        meta = {"title": "▥ " + stats.summary(s, lang), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s, lang), "metadata": meta})
     out += heatmap.chat_messages(c, lang, done=reply.done, turn=at if turn.request else None)
     return out
@@ -288,7 +288,7 @@ def user_messages(t: Turn, lang: str = "en") -> list[dict[str, Any]]:
     out = []
     for j, line in enumerate(t.attachments):
         shown = chat_preview(t.parts[j], t.previews[j] if j < len(t.previews) else "", lang) if j < len(t.parts) else ""
-        out.append({"role": "user", "content": "📎 " + line + (f"\n\n{shown}" if shown else "")})
+        out.append({"role": "user", "content": "⊕ " + line + (f"\n\n{shown}" if shown else "")})
     if t.content or not out:
         out.append({"role": "user", "content": t.content})
     for j, text in sorted(t.transcripts.items()):

@@ -25,6 +25,7 @@ from playground import grid
 from playground.backend_panel import REMOTE, chosen_backend
 from playground.chat import ChatHandlers
 from playground.i18n import say, t
+from playground.persist import READ_UPLOAD
 from playground.session import Session, caller
 
 GRID_CONCURRENCY = 8  # under the per-client default (32) and the engine's batch, with room for the chat
@@ -78,7 +79,10 @@ class GridTab:
         self.run.click(handlers.run, [self.prompts, self.columns, self.graders, session], outs, api_name="grid",
                        concurrency_id="grid", concurrency_limit=4, show_progress="hidden")  # fmt: skip
         self.cancel.click(handlers.cancel, session, None, api_name=False, queue=False)
-        self.reopen.upload(handlers.reopen, [self.reopen, session], outs, api_name=False)
+        # The browser reads the file it uploaded; the server gets its text, never a path (playground/persist.py).
+        text = gr.Textbox(visible="hidden")
+        read = self.reopen.upload(None, self.reopen, text, js=READ_UPLOAD, api_name=False, queue=False)
+        read.then(handlers.reopen, [text, session], outs, api_name=False)
 
 
 def grid_tab() -> GridTab:
@@ -161,7 +165,7 @@ class GridHandlers:
                 backend = await chosen_backend(REMOTE, str(url), str(key or ""), str(model or ""),
                                                self.h.policy.settings, session.lang)  # fmt: skip
             else:
-                backend = self.h.embedded
+                backend = self.h.local(session)
                 if model:
                     params["model"] = model
             out.append(grid.Column(name, backend, params))  # type: ignore[arg-type]
@@ -190,7 +194,7 @@ class GridHandlers:
         loop = asyncio.get_running_loop()
         began = loop.time()
         task = asyncio.ensure_future(grid.arun_grid(
-            rows, columns, chosen, concurrency=GRID_CONCURRENCY, cancel=cancel, ctx=caller(request, "grid"),
+            rows, columns, chosen, concurrency=GRID_CONCURRENCY, cancel=cancel, ctx=caller(request, "grid", self.h.policy),
             on_progress=lambda n, _total: done.__setitem__(0, n)))  # fmt: skip
         try:
             while not task.done():
@@ -216,11 +220,13 @@ class GridHandlers:
             session.grid_cancel.set()
 
     @staticmethod
-    def reopen(file: Any, session: Session) -> Any:
-        path = getattr(file, "name", file)
+    def reopen(text: str, session: Session) -> Any:
+        """A saved grid's JSON text (the browser read the uploaded file) back into the tab."""
+        if not text:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
-            g = grid.Grid.from_json(Path(str(path)).read_text(encoding="utf-8"))
-        except (ValueError, KeyError, TypeError, OSError) as exc:
+            g = grid.Grid.from_json(text)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return "", f'<div class="pg-note">⚠️ {say(NOT_A_GRID, session.lang, why=html.escape(str(exc)))}</div>', \
                 gr.update(visible=False), gr.update(visible=False)  # fmt: skip
         return "", result_html(g, session.lang), gr.update(visible=False), gr.update(visible=False)

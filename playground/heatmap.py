@@ -158,10 +158,10 @@ def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
     if c.accepted:
         body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(c.accepted))}</div>'
     if len(shown) < len(c.logprobs):
-        body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in 📊 Stats.",
-            "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「📊 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip
+        body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in ▥ Stats.",
+            "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「▥ 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip
     body += f'<div class="pg-note">{say(HINT, lang)}</div>'
-    title = "🔥 " + say(("Tokens by probability", "按概率着色的 token"), lang) + " · " + _summary(c.logprobs, lang)
+    title = "◈ " + say(("Tokens by probability", "按概率着色的 token"), lang) + " · " + _summary(c.logprobs, lang)
     return [{"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}}]
 
 
@@ -180,7 +180,7 @@ def candidates_html(view: ReplyView, lang: str = "en") -> str:
     cols = []
     for place, c in enumerate(ranked):
         lp = c.cumulative_logprob
-        facts = [say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" 🏆" if place == 0 and lp is not None else ""),
+        facts = [say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" ★" if place == 0 and lp is not None else ""),
                  say(("{n} tokens", "{n} 个 token"), lang, n=len(c.times_ms))]  # fmt: skip
         if lp is not None:
             facts.append(say(("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),

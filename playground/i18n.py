@@ -16,17 +16,17 @@ TEXTS: dict[str, tuple[str, str]] = {
     "send": ("Send", "发送"),
     "stop": ("Stop", "停止"),
     "regenerate": ("↻ Regenerate", "↻ 重新生成"),
-    "clear": ("🗑 Clear", "🗑 清空"),
+    "clear": ("✕ Clear", "✕ 清空"),
     "export": ("⬇ Export", "⬇ 导出"),
     "import": ("⬆ Import", "⬆ 导入"),
     "system": ("System prompt", "系统提示词"),
-    "tab_stats": ("📊 Stats", "📊 统计"),
-    "tab_sampling": ("🎛 Sampling", "🎛 采样"),
-    "tab_tools": ("🛠 Tools", "🛠 工具"),
+    "tab_stats": ("▥ Stats", "▥ 统计"),
+    "tab_sampling": ("≋ Sampling", "≋ 采样"),
+    "tab_tools": ("⚒ Tools", "⚒ 工具"),
     "tab_ab": ("⚖ A/B", "⚖ A/B 对比"),
-    "tab_request": ("📋 Request", "📋 请求"),
-    "tab_backend": ("🔌 Backend", "🔌 后端"),
-    "tab_server": ("🖥 Server", "🖥 服务器"),
+    "tab_request": ("{} Request", "{} 请求"),
+    "tab_backend": ("⇄ Backend", "⇄ 后端"),
+    "tab_server": ("▭ Server", "▭ 服务器"),
     "tab_grid": ("▦ Grid", "▦ 网格"),
     "grid_help": (
         "Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
@@ -49,7 +49,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "grid_reopen": ("Open a saved grid", "打开保存的网格"),
     "grid_csv": ("⬇ CSV", "⬇ 导出 CSV"),
     "grid_json": ("⬇ JSON", "⬇ 导出 JSON"),
-    "tab_xray": ("🩻 X-ray", "🩻 调度透视"),
+    "tab_xray": ("◎ X-ray", "◎ 调度透视"),
     "xray_none_html": (
         '<div class="pg-xray-note" data-xray="none">Send a message: each engine step of its reply shows here, with '
         "what shared the step.</div>",
@@ -65,12 +65,12 @@ TEXTS: dict[str, tuple[str, str]] = {
         "This server has credentials: resetting the prefix cache takes one of its admin keys.",
         "此服务器配置了凭据：清空前缀缓存需要它的一个管理员密钥。",
     ),
-    "reset_prefix_cache": ("🧹 Reset prefix cache", "🧹 清空前缀缓存"),
-    "tab_prompt": ("🧾 Prompt", "🧾 提示词"),
+    "reset_prefix_cache": ("⌫ Reset prefix cache", "⌫ 清空前缀缓存"),
+    "tab_prompt": ("¶ Prompt", "¶ 提示词"),
     "prompt_src_input": ("the message being typed", "正在输入的消息"),
     "prompt_src_reply": ("the selected reply's request", "所选回复的请求"),
-    "prompt_show": ("🧾 Show the prompt", "🧾 显示提示词"),
-    "tokens": ("🔥 Tokens by probability · candidates", "🔥 按概率着色的 token · 候选"),
+    "prompt_show": ("¶ Show the prompt", "¶ 显示提示词"),
+    "tokens": ("◈ Tokens by probability · candidates", "◈ 按概率着色的 token · 候选"),
     "preset": ("preset", "预设"),
     "acc_sampling": ("Sampling", "采样"),
     "acc_length": ("Length and stopping", "长度与停止"),
@@ -95,15 +95,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "raw": ("streamed chunks (raw)", "流式数据块（原始）"),
     # the chat column
     "message": ("Message", "消息"),
-    "service_help": (
-        "Runs on the embedded engine; the same engine answers `POST /v1/chat/completions` on this port. "
-        "Click any reply to see its statistics, timeline, tokens and exact request in the side panel.",
-        "由内置引擎运行；同一个引擎也在本端口响应 `POST /v1/chat/completions`。"
-        "点击任意一条回复，即可在侧栏查看它的统计、时间线、token 和完整请求。",
-    ),
+    "service_help": ("The model is loading…", "模型加载中…"),  # until the page knows the model (examples.py)
     "tool_called": (
-        "🛠 **The model called a tool.** Type (or pick) its result to continue.",
-        "🛠 **模型调用了工具。** 输入（或选择）调用结果以继续。",
+        "⚒ **The model called a tool.** Type (or pick) its result to continue.",
+        "⚒ **模型调用了工具。** 输入（或选择）调用结果以继续。",
     ),
     "none_placeholder": ("(none)", "（无）"),
     "header_loading": (
@@ -113,7 +108,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "attach_loading": ('<div class="pg-caps">The model is loading…</div>', '<div class="pg-caps">模型加载中…</div>'),
     "no_reply_html": ('<div class="pg-empty">No reply yet.</div>', '<div class="pg-empty">还没有回复。</div>'),
     # the attach panel
-    "attach": ("📎 Attach image · audio · video · URL", "📎 附加图像 · 音频 · 视频 · URL"),
+    "attach": ("⊕ Attach image · audio · video · URL", "⊕ 附加图像 · 音频 · 视频 · URL"),
     "send_as": ("send uploads as", "上传文件的发送方式"),
     "send_as_base64": ("base64 (data URL / input_audio)", "base64 编码（data URL / input_audio）"),
     "send_as_url": ("URL (pasted URL; file:// path of an upload)", "URL（粘贴的 URL；上传文件的 file:// 路径）"),

@@ -1,6 +1,6 @@
 // Page layout and dark mode (issue 17); the style is in layout.css.
 (() => {
-  // Dark mode: the 🌓 button (#pg-dark) calls pgToggleDark, which toggles Gradio's own `dark` class on <body> and
+  // Dark mode: the ◐ button (#pg-dark) calls pgToggleDark, which toggles Gradio's own `dark` class on <body> and
   // keeps the choice in localStorage. On load the stored choice wins over Gradio's default (the system's
   // preference), which Gradio applies when it mounts, possibly after this script: so <body>'s class is watched and
   // put back. A ?__theme= in the URL (Gradio's Settings) is an explicit choice and is left alone.

@@ -32,7 +32,7 @@ def header_row() -> Header:
         model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=400, elem_id="pg-model")
         with gr.Column(scale=0, min_width=160, visible=False) as box:
             key = gr.Textbox(label=t("switch_key"), type="password", elem_id="pg-model-key")
-        dark = gr.Button("🌓", size="sm", scale=0, min_width=44, elem_id="pg-dark")
+        dark = gr.Button("◐", size="sm", scale=0, min_width=44, elem_id="pg-dark")
     return Header(html, dark, model, key, box)
 
 
@@ -129,9 +129,9 @@ class ToolsTab:
     choice: gr.Dropdown
 
 
-def tools_tab(session: gr.State | None = None, get_service: Callable[[], Any] | None = None) -> ToolsTab:
-    """The Tools tab; with the page's `session` and `get_service`, the JSON check speaks the session's language
-    and says first when the model cannot call tools at all."""
+def tools_tab(session: gr.State | None = None, get_service: Callable[[Session], Any] | None = None) -> ToolsTab:
+    """The Tools tab; with the page's `session` and `get_service` (the service a session talks to), the JSON check
+    speaks the session's language and says first when the model cannot call tools at all."""
     note = gr.Markdown("", elem_id="pg-tools-note")
     example = gr.Dropdown(list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example")
     code = gr.Code("", language="json", label=t("tools_json"), lines=12, elem_id="pg-tools")
@@ -146,12 +146,12 @@ def tools_tab(session: gr.State | None = None, get_service: Callable[[], Any] | 
     return ToolsTab(note, example, code, check, choice)
 
 
-def session_tools_check(get_service: Callable[[], Any] | None) -> Callable[..., tuple[str, Any]]:
+def session_tools_check(get_service: Callable[[Session], Any] | None) -> Callable[..., tuple[str, Any]]:
     """tools_changed in the session's language, naming the embedded model when it has no tool-call format (a
     remote backend's server decides for itself)."""
 
     def changed(text: str, current: str | None, session: Session) -> tuple[str, Any]:
-        service = None if session.remote or get_service is None else get_service()
+        service = None if session.remote or get_service is None else get_service(session)
         cannot = service is not None and not capabilities(service)["tools"]
         return tools_changed(text, current, session.lang, service.served_name if cannot else None)
 
@@ -224,5 +224,5 @@ def request_tab() -> RequestTab:
     replay_out = gr.Markdown("", elem_id="pg-replay-out")
     curl = gr.Code("", language="shell", label=t("curl"), lines=4, elem_id="pg-curl")
     python = gr.Code("", language="python", label=t("python"), lines=8, elem_id="pg-python")
-    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20)
+    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20, elem_id="pg-raw")
     return RequestTab(req_json, replay, replay_out, curl, python, raw)

@@ -24,18 +24,21 @@ PATH = "/mcp"  # where the tool's Blocks is mounted; the MCP endpoint is PATH + 
 ENDPOINT = PATH + "/gradio_api/mcp/"
 
 
-ClientOf = Callable[[Mapping[str, str], str | None], str]  # (headers, address) -> the per-client key
+# (headers, address) -> (the per-client key, whether the caller may load a model): who calls, as the API says it.
+Identify = Callable[[Mapping[str, str], str | None], tuple[str, bool]]
 
 
-def chat_tool(policy: RequestPolicy, client_of: ClientOf) -> Any:
-    """The tool function over `policy`; its docstring and type hints are what MCP clients see. `client_of` keys a
-    caller as the API does (its bearer credential, else its address), for the per-client limit."""
+def chat_tool(policy: RequestPolicy, identify: Identify) -> Any:
+    """The tool function over `policy`; its docstring and type hints are what MCP clients see. `identify` knows a
+    caller as the API does: its bearer credential (else its address) for the per-client limit, and whether that
+    credential is an admin's (loading a model the tool's `model` names)."""
     backend = LocalBackend(policy=policy)
 
     def context(request: gr.Request | None) -> CallContext:
         headers = dict(request.headers) if request is not None else {}
         host = getattr(getattr(request, "client", None), "host", None)
-        return CallContext(client_of(headers, host), "mcp:chat", "v1", "mcp")
+        client, may_load = identify(headers, host)
+        return CallContext(client, "mcp:chat", "v1", "mcp", may_load=may_load)
 
     async def chat(
         message: str,
@@ -77,16 +80,16 @@ def chat_tool(policy: RequestPolicy, client_of: ClientOf) -> Any:
     return chat
 
 
-def build(policy: RequestPolicy, client_of: ClientOf) -> gr.Blocks:
+def build(policy: RequestPolicy, identify: Identify) -> gr.Blocks:
     """A Blocks with no components: only the tool's endpoint, which Gradio's MCP server lists as `chat`."""
     with gr.Blocks(title="LLM Playground", analytics_enabled=False) as blocks:
-        gr.api(chat_tool(policy, client_of), api_name="chat", queue=False)  # not queued: called in-process
+        gr.api(chat_tool(policy, identify), api_name="chat", queue=False)  # not queued: called in-process
     return blocks
 
 
-def mount(app: Any, policy: RequestPolicy, client_of: ClientOf) -> Any:
+def mount(app: Any, policy: RequestPolicy, identify: Identify) -> Any:
     """Serve the tool at PATH on the API's app (before the page, which is mounted at / and would shadow it)."""
-    blocks = build(policy, client_of)
+    blocks = build(policy, identify)
     app = gr.mount_gradio_app(app, blocks, path=PATH, mcp_server=True, footer_links=[])
     if blocks.mcp_server_obj is None:  # Gradio logs and carries on; a server asked for MCP must not
         raise SystemExit(f"--mcp: {blocks.mcp_error or 'Gradio could not start its MCP server'} "

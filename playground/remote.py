@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from engine.protocol.errors import ApiError
 from engine.protocol.request import ChatCompletionRequest
 from engine.protocol.response import ChatCompletionChunk, TokenTimeline
 from engine.serving.policy import CallContext
-from playground.backend import ChatBackend
+from playground.backend import ChatBackend, run_sync
 
 
 class RemoteError(ApiError):
@@ -33,22 +33,63 @@ class RemoteError(ApiError):
         self.status = status
 
 
+# A remote server that takes this long to accept a connection, or between two reads, is not answering. The read
+# limit is per read (a stream's next chunk), not for a whole reply.
+CONNECT_S = 5.0
+READ_S = 60.0
+PROBE_S = 10.0  # the whole answer of /v1/models (the Backend tab's click waits for it)
+
+
+def timeouts(read: float = READ_S) -> httpx.Timeout:
+    return httpx.Timeout(read, connect=min(CONNECT_S, read))
+
+
+Allow = Callable[[str], bool]  # whether the server may call this URL (the page: its --remote-backend-urls)
+
+
 class RemoteBackend(ChatBackend):
-    """An OpenAI-compatible server at `url` (with or without the /v1); `model` None: its first model."""
+    """An OpenAI-compatible server at `url` (with or without the /v1); `model` None: its first model. `timeout`:
+    the read limit (CONNECT_S to connect). `allow`: whether a URL may be called; a route outside it (`/tokenize`,
+    `/server/steps` at the server's root when only its /v1 is allowed) is then one the backend has not.
+
+    `RemoteBackend(url)` asks for the first model in a blocking call (a notebook's way); a server that must not
+    block (the page) uses `await RemoteBackend.open(...)`."""
 
     kind = "remote"
 
-    def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = 300) -> None:
+    def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = READ_S,
+                 allow: Allow | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/").removesuffix("/v1")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = timeout
-        self.model = model or self._first_model()
+        self.allow = allow
+        self.model = model or run_sync(self._first_model())
 
-    def _first_model(self) -> str:
-        r = httpx.get(f"{self.url}/v1/models", headers=self.headers, timeout=self.timeout)
+    @classmethod
+    async def open(cls, url: str, model: str | None = None, api_key: str | None = None, timeout: float = READ_S,
+                   allow: Allow | None = None) -> RemoteBackend:  # fmt: skip
+        """The backend, its first model asked for without blocking the event loop or any thread."""
+        backend = cls(url, model or "?", api_key, timeout, allow)
+        if not model:
+            backend.model = await backend._first_model()
+        return backend
+
+    def allows(self, url: str) -> bool:
+        return self.allow is None or self.allow(url)
+
+    async def _first_model(self) -> str:
+        url = f"{self.url}/v1/models"
+        if not self.allows(url):
+            raise RemoteError("the server's model list is outside the allowed base URL; name the model", 400)
+        probe = min(self.timeout, PROBE_S)
+        async with httpx.AsyncClient(timeout=timeouts(probe), headers=self.headers) as client:
+            try:  # the whole answer in time: a server trickling bytes is not answering either
+                r = await asyncio.wait_for(client.get(url), probe)
+            except asyncio.TimeoutError:
+                raise RemoteError(f"{url} did not answer within {probe:g} s", 504) from None
         if r.status_code != 200:
             raise RemoteError(error_message(r.text), r.status_code)
-        return r.json()["data"][0]["id"]
+        return str(r.json()["data"][0]["id"])
 
     async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> RemoteRun:
         """The stream, primed: its first chunk is in, so a refusal (HTTP 4xx) raises here. The remote server
@@ -57,9 +98,11 @@ class RemoteBackend(ChatBackend):
 
     async def _chunks(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
         body = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        if not self.allows(f"{self.url}/v1/chat/completions"):
+            raise RemoteError("the server's chat route is outside the allowed base URL", 400)
         parser = SSEChunks()
         async with (
-            httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as client,
+            httpx.AsyncClient(timeout=timeouts(self.timeout), headers=self.headers) as client,
             client.stream("POST", f"{self.url}/v1/chat/completions", json=body) as r,
         ):
             if r.status_code != 200:
@@ -184,10 +227,13 @@ class SSEChunks:
 async def remote_tokenize(backend: Any, body: dict[str, Any]) -> dict[str, Any] | None:
     """A remote server's POST /tokenize (vLLM serves it at the root; so does this app); None when it has none."""
     headers = dict(getattr(backend, "headers", {}) or {})
-    timeout = getattr(backend, "timeout", 60)
+    timeout = getattr(backend, "timeout", READ_S)
+    url = f"{backend.url}/tokenize"
+    if not getattr(backend, "allows", lambda u: True)(url):
+        return None  # outside the allowed base: a route this backend has not, for this server
     try:
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
-            r = await client.post(f"{backend.url}/tokenize", json=body)
+        async with httpx.AsyncClient(timeout=timeouts(timeout), headers=headers) as client:
+            r = await client.post(url, json=body)
     except httpx.HTTPError as exc:
         raise ApiError(f"{type(exc).__name__}: {exc}") from None
     if r.status_code in (404, 405, 501):  # no such route (a plain HTTP server answers a POST with 501)

@@ -22,6 +22,7 @@ import hmac
 import html
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,10 +106,11 @@ def _row(key: str, value: str, lang: str, bar: str = "") -> str:
             f'<td data-srv="{key}">{value}</td><td class="pg-srv-gauge">{bar}</td></tr>')  # fmt: skip
 
 
-def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | None:
+def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S, svc: Any = None) -> dict[str, Any] | None:
     """The embedded engine's step records of the last `seconds`, in `GET /server/steps`' shape (the same records'
-    `as_json`, read from the service's engine, not over HTTP); None while the model loads."""
-    svc = policy.get_service()
+    `as_json`, read from the service's engine, not over HTTP); None while the model loads. `svc`: the service to
+    read (a session's picked model), else the policy's current one."""
+    svc = svc if svc is not None else policy.get_service()
     if svc is None:
         return None
     engine = svc.engine
@@ -124,6 +126,8 @@ async def remote_steps(backend: Any, seconds: float = STEPS_WINDOW_S) -> dict[st
     url, headers = getattr(backend, "url", None), getattr(backend, "headers", None) or {}
     if not url:
         return "no URL"
+    if not getattr(backend, "allows", lambda u: True)(f"{url}/server/steps"):
+        return "outside the allowed base URL"
     try:
         async with httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S, headers=headers) as client:
             r = await client.get(f"{url}/server/steps", params={"seconds": seconds})
@@ -244,12 +248,18 @@ def render(state: dict[str, Any] | None, lang: str, remote: bool = False) -> str
 class ServerHandlers:
     """The tab's two events over the page's request policy."""
 
-    def __init__(self, policy: RequestPolicy) -> None:
+    def __init__(self, policy: RequestPolicy, service_of: Callable[[Session], Any] | None = None) -> None:
         self.policy = policy
+        self.service_of = service_of  # the service a session talks to (its picked model); None: the current one
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def service(self, session: Session | None) -> Any:
+        if self.service_of is not None and session is not None:
+            return self.service_of(session)
+        return self.policy.get_service()
+
+    def snapshot(self, session: Session | None = None) -> dict[str, Any] | None:
         """As `GET /server/state` answers (engine/http/server_routes.py server_state), None while loading."""
-        svc = self.policy.get_service()
+        svc = self.service(session)
         if svc is None:
             return None
         state = svc.engine.snapshot()
@@ -263,12 +273,13 @@ class ServerHandlers:
             backend = session.backend
             steps = steps_html(await remote_steps(backend), lang, url=getattr(backend, "url", None))
             return render(None, lang, True) + steps
-        return render(self.snapshot(), lang) + steps_html(local_steps(self.policy), lang)
+        svc = self.service(session)
+        return render(self.snapshot(session), lang) + steps_html(local_steps(self.policy, svc=svc), lang)
 
     async def reset(self, key: str, session: Session) -> tuple[str, str]:
         """Empty the prefix cache (the engine does it between two steps): the note, and the view after it."""
         lang, settings = session.lang, self.policy.settings
-        svc = self.policy.get_service()
+        svc = self.service(session)
         if session.remote:
             return say(NOT_REMOTE, lang), await self.view(session)
         if svc is None:
@@ -293,9 +304,11 @@ class ServerTab:
     timer: gr.Timer
     tab: Any  # the enclosing gr.Tab: selecting it shows the numbers at once, not at the first tick
 
-    def wire(self, policy: RequestPolicy, session: gr.State) -> None:
-        """The timer's refresh, and the reset button (the `/reset_prefix_cache` endpoint of the page's API)."""
-        h = ServerHandlers(policy)
+    def wire(self, policy: RequestPolicy, session: gr.State,
+             service_of: Callable[[Session], Any] | None = None) -> None:  # fmt: skip
+        """The timer's refresh, and the reset button (the `/reset_prefix_cache` endpoint of the page's API), on the
+        engine of the model the session talks to (`service_of`)."""
+        h = ServerHandlers(policy, service_of)
         refresh = {"api_name": False, "show_progress": "hidden", "queue": False}
         self.timer.tick(h.view, session, self.view, **refresh)
         if isinstance(self.tab, gr.Tab):

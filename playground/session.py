@@ -8,11 +8,10 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import gradio as gr
 
-from engine.serving.policy import CallContext, client_of
+from engine.serving.policy import CallContext, RequestPolicy
 from playground.backend import ChatBackend, Running
 
 
@@ -40,6 +39,9 @@ class Run:
 @dataclass
 class Session:
     backend: ChatBackend | None = None  # chosen on the Backend tab; None: the embedded engine
+    # The embedded model this session talks to, picked in the header (a model of the pool, or a LoRA adapter);
+    # None: the server's current model. Each browser session has its own: a pick changes no other page.
+    model: str | None = None
     run: Run | None = None
     streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
     lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
@@ -64,12 +66,23 @@ class Session:
             self.run.stop()
 
 
-def caller(request: gr.Request | None, endpoint: str) -> CallContext:
-    """The request context of a page event: who asks (the login, else the address, as the API counts an
-    anonymous client) and which Gradio endpoint, for the metrics' route label and the access line."""
+def caller(request: gr.Request | None, endpoint: str, policy: RequestPolicy | None = None) -> CallContext:
+    """The request context of a page event: who asks, which Gradio endpoint (the metrics' route label and the
+    access line) and what they may do.
+
+    Who: the credential the page's login proved, else the address, as the API counts a client. With credentials
+    set, the server's login (engine/http/auth.py `PageLogins`) stores the credential's client key ("key:<hash>")
+    as the session's user name; the name the user typed is never used. Rights: loading a model not loaded only
+    where the server lets anyone (no credentials and no admin keys: `ModelPool.admin(None)`); an admin picks a
+    model with the picker and its admin key."""
     user = getattr(request, "username", None) if request is not None else None
-    client = getattr(request, "client", None) if request is not None else None
-    return CallContext(client_of(user, getattr(client, "host", None)), f"page:/{endpoint}", "v1", "page")
+    host = getattr(getattr(request, "client", None), "host", None) if request is not None else None
+    client = user if isinstance(user, str) and user.startswith("key:") else "ip:" + (host or "unknown")
+    # Cached prompt prefixes are the credential's own (engine/http/auth.py `cache_scope`: its key, as the API's).
+    shared = getattr(getattr(policy, "settings", None), "prefix_cache_scope", "credential") == "shared"
+    scope = client if client.startswith("key:") and not shared else ""
+    # A page request never loads a model: the picker loads one, once it has checked the admin key as the API would.
+    return CallContext(client, f"page:/{endpoint}", "v1", "page", may_load=False, cache_scope=scope)
 
 
 def base_url_of(request: gr.Request | None) -> str:
@@ -77,8 +90,3 @@ def base_url_of(request: gr.Request | None) -> str:
         return str(request.request.base_url) if request is not None and request.request is not None else ""
     except AttributeError:
         return ""
-
-
-def session_key(request: Any) -> str:
-    """The session's name on disk (its download folder)."""
-    return getattr(request, "session_hash", None) or "anonymous"

@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, grid_panel, layout, persist, prompt_view, server_panel, xray
+from playground import backend_panel, controls, examples, grid_panel, layout, persist, prompt_view, server_panel, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -23,7 +23,7 @@ from playground.compare import CompareHandlers
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
 from playground.header_models import wire_model_picker
-from playground.i18n import I18N, lang_of, t
+from playground.i18n import I18N, lang_of, say, t
 from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.sampling_panel import SamplingTab, sampling_tab
 from playground.session import Session
@@ -45,7 +45,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         saved_state = gr.BrowserState(None, storage_key="llm-playground-conversation")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=360, elem_id="pg-main"):
-                chat = layout.chat_column(AttachHandlers(policy.get_service), session)
+                # Each session's panels describe the model it talks to (its pick in the header): `h.service`.
+                chat = layout.chat_column(AttachHandlers(policy.get_service, lambda s: h.service(s)), session)
             with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
                     stats = layout.stats_tab()
@@ -54,7 +55,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools = layout.tools_tab(session, policy.get_service)
+                    tools = layout.tools_tab(session, lambda s: h.service(s))
                 with gr.Tab(t("tab_ab"), id="ab"):
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
@@ -79,7 +80,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
-        server.wire(policy, session)
+        server.wire(policy, session, h.service)
         grid_view.wire(h, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
@@ -106,7 +107,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([chat.box.input], h.preview_request, [chat.box, *common],
               [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
-        wire_load(demo, h, header, chat, tools, sampling, session)
+        wire_load(demo, h, header, chat, tools, sampling, session, saved_state, picked)
     return demo
 
 
@@ -146,36 +147,104 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
         bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),
         gr.on([chat.clear.click, bot.clear], h.clear, None, outputs, api_name="clear"),
     ]
+    # An example prompt in the empty chat is sent as if typed (playground/examples.py chooses them per model).
+    example = bot.example_select(example_text, None, sent, api_name=False, queue=False)
+    changes.append(example.then(h.send, [sent, chat.pending, *common], api_name=False, **run))
+    # Stop shows only while a reply runs: each reply's trigger counts one up in the browser, its end one down
+    # (layout.css hides #pg-stop while the body has no `pg-busy`). Browser-only steps: no server round trip.
+    streams = [chat.box.submit, chat.send.click, action.change, chat.regen.click, bot.retry, bot.edit,
+               tools.send.click, bot.example_select]  # fmt: skip
+    gr.on(streams, None, None, None, js=BUSY_JS, api_name=False, queue=False, trigger_mode="multiple")
+    for event in (*changes[:5], changes[-1]):
+        event.then(None, None, None, js=IDLE_JS, api_name=False, queue=False)
     chat.stop.click(h.stop, session, None, api_name="stop", queue=False)
     bot.select(h.select, [common[0], session], outputs, api_name=False)
     return changes
 
 
+NO_SYSTEM = ("(none)", "（无）")
+TEMPLATE_SYSTEM = ("(none: the template writes “{prompt}”)", "（无：模板会写入“{prompt}”）")
+BUSY_JS = "() => { window.pgBusy = (window.pgBusy || 0) + 1; document.body.classList.add('pg-busy'); }"
+IDLE_JS = (
+    "() => { window.pgBusy = Math.max(0, (window.pgBusy || 1) - 1);"
+    " if (!window.pgBusy) document.body.classList.remove('pg-busy'); }"
+)
+
+
+def example_text(evt: gr.SelectData) -> str:
+    """The text of the example prompt clicked in the empty chat."""
+    return str((evt.value or {}).get("text", "")) if isinstance(evt.value, dict) else str(evt.value or "")
+
+
 def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn, tools: ToolsTab,
-              sampling: SamplingTab, session: gr.State) -> None:  # fmt: skip
-    """What the page shows of the model once it is loaded, and what it does with media on the chosen backend."""
+              sampling: SamplingTab, session: gr.State, saved_state: gr.BrowserState, picked: Any) -> None:  # fmt: skip
+    """What the page shows of the model once it is loaded, and what it does with media on the chosen backend. A page
+    with no saved conversation starts on the model's own defaults (`controls.model_defaults`), and so does a model
+    picked in the header; a saved conversation brings its own settings back (persist.py)."""
+    starting = ["max_tokens", *controls.PRESET_FIELDS]
+    model_outputs = [chat.chatbot, chat.system, sampling.preset, *(sampling.knobs[k] for k in starting)]
 
-    def on_load(session: Session, request: gr.Request) -> tuple:
+    def model_start(session: Session, defaults: bool) -> tuple:
+        """The empty chat's examples, the template's system prompt and (`defaults`) the model's starting settings."""
+        service = h.service(session)
+        if service is None:
+            return tuple(gr.skip() for _ in model_outputs)
+        lang = session.lang
+        empty_chat = gr.update(
+            placeholder=examples.placeholder(service, lang), examples=examples.examples(service, lang)
+        )
+        # The template's own system prompt, where it writes one for a request without (SmolLM2's does): not "(none)".
+        own = service.default_system_prompt() if not session.remote else ""
+        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, lang, prompt=own) if own else NO_SYSTEM[lang == "zh"])
+        cap = service.settings.max_new_tokens
+        if not defaults:
+            return (empty_chat, system, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS))
+        preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
+        budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
+        return (empty_chat, system, preset, budget, *(values[k] for k in controls.PRESET_FIELDS))
+
+    def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
-        service = h.get_service()
+        service = h.service(session)
         tools_text, thinking_text = model_notes(service, session.lang)
-        cap = service.settings.max_new_tokens if service is not None else gr.skip()
-        return header_html(service, lang=session.lang), tools_text, thinking_text, gr.update(maximum=cap)
+        shown = (header_html(service, lang=session.lang), tools_text, thinking_text)
+        return (*shown, *model_start(session, defaults=not saved))
 
-    demo.load(on_load, session, [header.html, tools.note, sampling.thinking_note, sampling.knobs["max_tokens"]],
+    demo.load(on_load, [session, saved_state], [header.html, tools.note, sampling.thinking_note, *model_outputs],
               api_name=False)  # fmt: skip
+    picked.then(lambda session: model_start(session, defaults=True), session, model_outputs, api_name=False,
+                show_progress="hidden")  # fmt: skip
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
-        return attach_note(h.get_service(), session.remote, session.lang)
+        return attach_note(h.service(session), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
-    header.html.change(lambda session: model_notes(h.get_service(), session.lang), session,
+    header.html.change(lambda session: model_notes(h.service(session), session.lang), session,
                        [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # fmt: skip
 
 
 def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
     """Serve the page at / on the API's app (one process, one port, one request policy); `auth` as Gradio takes
-    it (None = open)."""
+    it (None = open). An `auth` with a `tokens` table (engine/http/auth.py `PageLogins`) becomes Gradio's table
+    of logins, so each session is known by the credential it proved rather than by the name it typed."""
     demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    return gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    app = gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    # Gradio checks that an event's file inputs are its own uploads (and its outputs in allowed places) only for a
+    # Blocks it believes launched; mounted, it would copy any path a client names into its cache and serve it
+    # (issue 31 item 10). This page is launched, by this server.
+    demo.has_launched = True
+    tokens = getattr(auth, "tokens", None)
+    if tokens is not None:
+        page_app(app).tokens = tokens
+    return app
+
+
+def page_app(app: Any) -> Any:
+    """The Gradio app mounted at / on `app` (the last mount: the MCP tool's comes first)."""
+    from gradio.routes import App
+
+    mounted = [r.app for r in app.routes if isinstance(getattr(r, "app", None), App)]
+    if not mounted:
+        raise RuntimeError("the page's Gradio app is not mounted")
+    return mounted[-1]

@@ -28,10 +28,16 @@ MODEL = "SmolLM2-135M-Instruct"
 #   api        a live server (the real app on a port, driven by HTTP / gradio_client)
 #   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
 #   unit       none of that: seconds for the whole set (`pytest -m unit`)
+#   fresh      a new venv from requirements.txt / requirements-notebooks.txt alone runs the README's commands
 #   security   also on every test under tests/security/ (the hostile suite: `pytest -m security`)
 SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live", "gemma_live"}
 MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs", "gemma_service"}
-BY_MODULE = {"test_ui_browser": "browser", "test_notebooks": "notebooks"}  # and every test_ui_browser_* module
+BY_MODULE = {
+    "test_ui_browser": "browser",
+    "test_notebooks": "notebooks",
+    "test_notebooks_lab": "browser",
+    "test_fresh_install": "fresh",
+}  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
 MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",

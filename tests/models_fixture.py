@@ -32,33 +32,38 @@ class Second:
     caps: tuple[str, ...]  # what the picker's line says it can do beyond text
     question: str  # a prompt it answers with `answer` in the reply under greedy decoding
     answer: str
+    bundled: bool = False  # offered by the server itself (app.model_candidates): no link in --models-dir
 
 
 def gemma_270m() -> Path:
+    import os
+
     from engine.models import cache_root, resolve_model_dir
 
-    return resolve_model_dir("gemma-3-270m", cache_root())[0]  # fetched and converted once (tests/conftest.py)
+    # fetched and converted once into the session's cache (tests/conftest.py `gemma_service` does the same)
+    return resolve_model_dir("gemma-3-270m", cache_root(os.environ.get("PLAYGROUND_CACHE_DIR", "")))[0]
 
 
 SECOND = Second("tiny-qwen3", tiny_qwen, "qwen3", "4,096", ("reasoning", "tools"), "What is 2+2?", "4")
 SECOND_ID = SECOND.id
 # The real second model: Gemma 3 270M, a base model on the plain template (engine/serving/plain_template.jinja).
-# The browser's switch test uses it; the API tests keep the tiny Qwen3, which loads in a second.
+# The browser's switch test uses it, as the server offers it (bundled: loaded on demand from the session's cache,
+# where `gemma_270m` made sure it is); the API tests keep the tiny Qwen3, which loads in a second.
 GEMMA = Second("gemma-3-270m", gemma_270m, "gemma3_text", "32,768", (),
-               "Question: What is the capital of France?\nAnswer:", "Paris")  # fmt: skip
+               "Question: What is the capital of France?\nAnswer:", "Paris", bundled=True)  # fmt: skip
 
 
 @contextlib.contextmanager
 def models_server(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Iterator[LiveServer]:
     """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
-    cached directory), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
+    cached directory; none for a model the server offers itself, `Second.bundled`), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
     from app import build_pool, build_service, serve_in_thread
 
     models_dir = root / "models"
     models_dir.mkdir(exist_ok=True)
     target = second.path()
     link = models_dir / (second.id + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
-    if not link.exists():
+    if not link.exists() and not second.bundled:
         link.symlink_to(target, target_is_directory=target.is_dir())
     cfg = settings.replace(models_dir=str(models_dir), **changes)
     pool = build_pool(cfg, build_service(cfg))
@@ -81,3 +86,50 @@ def wait_loaded(client: httpx.Client, model_id: str, timeout: float = 300, **kw:
         if card["status"] != "loading" or time.monotonic() > deadline:
             return card
         time.sleep(0.2)
+
+
+# ---- a server as `python app.py` starts it, with only the default model on disk (issue 30, item 5) -----------------
+
+GEMMA_ID, QWEN = "gemma-3-270m", "tiny-qwen3"  # the bundled models app.model_candidates always offers
+
+
+@contextlib.contextmanager
+def default_only_server(settings: Any, qwen_dir: Path, cache: Path) -> Iterator[tuple[LiveServer, Path, float]]:
+    """(the server, its cache directory, seconds from the start to /health 200): the app as app.main builds it
+    (`new_pool`, `load_first`, the first model loading in the background) on a cache directory holding only the
+    converted SmolLM2 and the built demo models (links to the session's), so a Gemma download would show there."""
+    import time
+
+    from app import load_first, new_pool, serve_in_thread
+    from engine.models import cache_root, resolve_model_dir
+
+    smol = resolve_model_dir("", cache_root(settings.cache_dir))[0]
+    (cache / "models").mkdir()
+    (cache / "models" / smol.name).symlink_to(smol, target_is_directory=True)
+    (cache / "demo-models").symlink_to(qwen_dir.parent, target_is_directory=True)
+    cfg = settings.replace(cache_dir=str(cache))
+    started = time.monotonic()
+    pool = new_pool(cfg)
+    load_first(cfg, pool)
+    background = serve_in_thread(cfg, None, pool=pool)
+    try:
+        with httpx.Client(base_url=background.url, timeout=30) as c:
+            while c.get("/health").status_code != 200:
+                assert time.monotonic() - started < 300, "the default model did not load"
+                time.sleep(0.2)
+        ready = time.monotonic() - started
+        url = httpx.URL(background.url)
+        yield (
+            LiveServer(background.url, None, cfg.replace(host=url.host, port=url.port), background.server),
+            cache,
+            ready,
+        )
+    finally:
+        background.stop()
+        pool.shutdown()
+
+
+def gemma_on_disk(cache: Path) -> list[str]:
+    """What of Gemma 3 270M a cache directory holds: its converted model, its GGUF (both absent until it is picked)."""
+    found = [p.name for p in (cache / "models").iterdir() if "gemma" in p.name]
+    return found + ([p.name for p in (cache / "gguf").glob("gemma*")] if (cache / "gguf").is_dir() else [])

@@ -179,14 +179,14 @@ def test_client_key_hashes_credentials() -> None:
     assert client_key(None, "10.0.0.1") == "ip:10.0.0.1"
 
 
-def test_space_id_is_logged_as_the_public_override(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:  # 14
+def test_a_space_needs_credentials_or_the_explicit_override(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    """Case 14: SPACE_ID alone is no override (issue 31): a Space is a public bind like any other."""
     from app import check_exposure, settings_from
 
     monkeypatch.setenv("SPACE_ID", "user/space")
+    with pytest.raises(SystemExit, match="insecure-public"):
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
     with caplog.at_level(logging.WARNING, logger="playground"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
-    assert "SPACE_ID" in caplog.text
-    monkeypatch.delenv("SPACE_ID")
-    with pytest.raises(SystemExit):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}))
+    assert "--insecure-public" in caplog.text and "/v1/chat/completions" in caplog.text
     check_exposure(settings_from(["--host", "0.0.0.0", "--pangu-app-codes", "c"], environ={}))  # credentials given

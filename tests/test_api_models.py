@@ -21,6 +21,12 @@ from tests.conftest import MODEL, LiveServer
 from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
 
 USER, BOSS = "user-key", "boss-key"
+GEMMA = "gemma-3-270m"  # bundled: always offered beside the others (app.model_candidates), loadable
+
+
+def ours(cards: list[dict[str, Any]], key: str = "status") -> dict[str, Any]:
+    """{id: card[key]} of the two models these tests serve (the bundled ones the server also offers left out)."""
+    return {m["id"]: m[key] for m in cards if m["id"] in (MODEL, SECOND_ID)}
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -43,8 +49,9 @@ def guarded(settings: Any, tmp_path_factory: Any) -> Iterator[LiveServer]:
 def test_models_lists_the_loaded_and_the_loadable_with_what_their_files_say(guarded: LiveServer) -> None:
     with guarded.client(headers=bearer(USER)) as c:
         data = c.get("/v1/models").json()["data"]
-    assert [m["id"] for m in data] == [MODEL, SECOND_ID]
-    smol, second = data
+    assert [m["id"] for m in data] == [MODEL, SECOND_ID, GEMMA]  # the link named tiny-qwen3 is the bundled one
+    smol, second, gemma = data
+    assert gemma["status"] == "loadable" and gemma["architecture"] == "gemma3_text"
     assert smol["status"] == "loaded" and second["status"] == "loadable"
     assert smol["architecture"] == "llama" and second["architecture"] == SECOND.architecture
     assert smol["parameters"] == 134_515_008  # SmolLM2-135M, from the safetensors headers
@@ -81,7 +88,7 @@ def test_a_request_for_a_loadable_model_loads_it_and_gets_503_until_it_is_ready(
         assert reply.json()["model"] == SECOND_ID
         assert SECOND.answer in reply.json()["choices"][0]["message"]["content"]
         data = c.get("/v1/models").json()["data"]
-        assert [(m["id"], m["status"]) for m in data] == [(MODEL, "loaded"), (SECOND_ID, "loaded")]
+        assert [(m["id"], m["status"]) for m in data] == [(MODEL, "loaded"), (SECOND_ID, "loaded"), (GEMMA, "loadable")]
         assert c.post("/v1/chat/completions", json=body(MODEL)).json()["model"] == MODEL
 
 
@@ -96,7 +103,7 @@ def test_a_model_that_does_not_fit_beside_the_others_unloads_the_least_recently_
     settings: Any, guarded: LiveServer, tmp_path_factory: Any
 ) -> None:
     with guarded.client(headers=bearer(USER)) as c:
-        need = {m["id"]: m["memory_bytes"] for m in c.get("/v1/models").json()["data"]}
+        need = ours(c.get("/v1/models").json()["data"], "memory_bytes")
     budget_mb = sum(need.values()) // (1 << 20) - 1  # either model alone, never both
     root = tmp_path_factory.mktemp("models-tight")
     with models_server(settings, root, models_memory_mb=budget_mb) as server, server.client() as c:
@@ -106,14 +113,14 @@ def test_a_model_that_does_not_fit_beside_the_others_unloads_the_least_recently_
         assert wait_loaded(c, SECOND_ID)["status"] == "loaded"
         gc.collect()
         assert first() is None  # unloaded for real: nothing holds the first model's service (and weights) any more
-        statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+        statuses = ours(c.get("/v1/models").json()["data"])
         assert statuses == {MODEL: "loadable", SECOND_ID: "loaded"}
         assert c.post("/v1/chat/completions", json=body(SECOND_ID)).status_code == 200
         assert c.get("/health").status_code == 200  # the model that is loaded serves
         # And back: asking for the first model again unloads the second.
         assert_v1_error(c.post("/v1/chat/completions", json=body(MODEL)), 503, "is loading", MODEL)
         assert wait_loaded(c, MODEL)["status"] == "loaded"
-        statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+        statuses = ours(c.get("/v1/models").json()["data"])
         assert statuses == {MODEL: "loaded", SECOND_ID: "loadable"}
         assert c.post("/v1/chat/completions", json=body(MODEL)).json()["model"] == MODEL
 
@@ -132,7 +139,7 @@ def test_the_admin_load_route_switches_the_current_model(settings: Any, tmp_path
         assert state.get_service().served_name == SECOND_ID
         gone = c.post(f"/server/models/{MODEL}/unload").json()
         assert gone["unloaded"] is True and gone["status"] == "loadable"
-        assert [m["status"] for m in c.get("/v1/models").json()["data"]] == ["loadable", "loaded"]
+        assert ours(c.get("/v1/models").json()["data"]) == {MODEL: "loadable", SECOND_ID: "loaded"}
         assert c.post(f"/server/models/{MODEL}/unload").json()["unloaded"] is False
 
 
@@ -221,7 +228,8 @@ def test_the_least_recently_used_model_is_the_one_unloaded(settings: Any, tmp_pa
     background = serve_in_thread(cfg, None, pool=pool)
     try:
         with httpx.Client(base_url=background.url, timeout=120) as c:
-            assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["tiny-a", "tiny-b", "tiny-c"]
+            ids = [m["id"] for m in c.get("/v1/models").json()["data"]]
+            assert ids == ["tiny-a", "tiny-b", "tiny-c", MODEL, GEMMA, SECOND_ID]  # then the bundled ones
             assert_v1_error(c.post("/v1/chat/completions", json=body("tiny-b")), 503, "is loading")
             again = c.post("/v1/chat/completions", json=body("tiny-b"))  # asked again mid-load: the same load
             assert again.status_code in (200, 503), again.text
@@ -230,7 +238,7 @@ def test_the_least_recently_used_model_is_the_one_unloaded(settings: Any, tmp_pa
             assert c.post("/v1/chat/completions", json=body("tiny-a")).status_code == 200  # a: the latest used
             assert_v1_error(c.post("/v1/chat/completions", json=body("tiny-c")), 503, "is loading")
             assert wait_loaded(c, "tiny-c")["status"] == "loaded"
-            statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+            statuses = {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"][:3]}
             assert statuses == {"tiny-a": "loaded", "tiny-b": "loadable", "tiny-c": "loaded"}
     finally:
         background.stop()
@@ -243,7 +251,7 @@ def test_a_running_request_on_a_model_being_unloaded_finishes(settings: Any, tmp
     import threading
 
     with models_server(settings, tmp_path) as probe, probe.client() as c:
-        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"])
+        need = sum(ours(c.get("/v1/models").json()["data"], "memory_bytes").values())
     with models_server(settings, tmp_path, models_memory_mb=need // (1 << 20) - 1) as server:
         got: dict[str, Any] = {}
 

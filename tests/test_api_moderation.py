@@ -26,6 +26,7 @@ SPOKEN_WORD = "milk"  # said in tests/data/speech.flac
 SPEECH = Path(__file__).parent / "data" / "speech.flac"
 EXTRA_WORD = "quokka"
 GREEDY = {"top_k": 1, "max_tokens": 12}
+SHORT = {"top_k": 1, "max_tokens": 2}  # stops before the blocked answer word (the third word of the reply to "hi")
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +102,29 @@ def test_blocked_answer_stream(moderated: httpx.Client, answer: tuple[str, str])
 
 
 @pytest.mark.parametrize(
-    ("config", "blocked"),
+    "config",
     [
-        ({"question_moderation": False, "answer_moderation": False}, False),
-        ({"answer_moderation": False}, False),  # the question is clean; the answer is not checked
-        ({"white_glossary_names": ["allow-answer"]}, False),  # the answer word is exempted
-        ({"white_glossary_names": ["no-such-list"]}, True),  # unknown names are ignored
-        ({}, True),
+        {"question_moderation": False, "answer_moderation": False},  # the operator's default list still applies
+        {"answer_moderation": False},
+        {"white_glossary_names": ["allow-answer"]},  # a white list never exempts a word of "default"
+        {"white_glossary_names": ["no-such-list"]},  # unknown names are ignored
+        {},
     ],
 )
-def test_moderation_config_switches(moderated: httpx.Client, config: dict[str, Any], blocked: bool) -> None:
+def test_moderation_config_cannot_relax_the_default_list(moderated: httpx.Client, config: dict[str, Any]) -> None:
     data = ok(post(moderated, "pangu_v2", moderation_config=config, **GREEDY))
-    assert (data["choices"][0]["finish_reason"] == "content_filter") is blocked
+    assert data["choices"][0]["finish_reason"] == "content_filter"
 
 
 def test_black_glossary_names_add_lists(moderated: httpx.Client) -> None:
-    clean = {"messages": asking(EXTRA_WORD), "moderation_config": {"answer_moderation": False}, **GREEDY}
+    clean = {"messages": asking(EXTRA_WORD), "moderation_config": {"answer_moderation": False}, **SHORT}
     assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] != "content_filter"
     clean["moderation_config"] = {"answer_moderation": False, "black_glossary_names": ["extra"]}
     assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] == "content_filter"
+    clean["moderation_config"] = {"black_glossary_names": ["extra"], "question_moderation": False}
+    assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] != "content_filter"
+    clean["moderation_config"] = {"black_glossary_names": ["extra"], "white_glossary_names": ["extra"]}
+    assert ok(post(moderated, "pangu_v2", **clean))["choices"][0]["finish_reason"] != "content_filter"
 
 
 def test_show_result(moderated: httpx.Client) -> None:
@@ -127,7 +132,7 @@ def test_show_result(moderated: httpx.Client) -> None:
     blocked = ok(post(moderated, "pangu_v2", messages=asking(QUESTION_WORD), moderation_config=show, **GREEDY))
     result = blocked["moderation_result"]
     assert result["suggestion"] == "block" and result["stage"] == "question" and "default" in result["reason"]
-    passed = ok(post(moderated, "pangu_v2", moderation_config={**show, "answer_moderation": False}, **GREEDY))
+    passed = ok(post(moderated, "pangu_v2", moderation_config=show, **SHORT))
     assert passed["moderation_result"] == {"suggestion": "pass"}
 
 
@@ -184,22 +189,25 @@ def test_transcripts_are_moderated(moderated: httpx.Client) -> None:
     audio = {"type": "input_audio", "input_audio": {"data": ms.b64(SPEECH.read_bytes()), "format": "flac"}}
     messages = [{"role": "user", "content": [audio, {"type": "text", "text": "Repeat what I said."}]}]
     config = {"answer_moderation": False}
-    passed = ok(post(moderated, "v1", messages=messages, moderation_config=config, **GREEDY))
+    passed = ok(post(moderated, "v1", messages=messages, moderation_config=config, **SHORT))
     assert passed["choices"][0]["finish_reason"] != "content_filter"
     assert SPOKEN_WORD in passed["transcription"][0]["text"].lower()
     config["black_glossary_names"] = ["spoken"]
-    blocked = ok(post(moderated, "v1", messages=messages, moderation_config=config, **GREEDY))
+    blocked = ok(post(moderated, "v1", messages=messages, moderation_config=config, **SHORT))
     assert blocked["choices"][0]["finish_reason"] == "content_filter"
     assert blocked["usage"]["prompt_tokens"] == passed["usage"]["prompt_tokens"]
     assert blocked["usage"]["completion_tokens"] == 0
 
 
 def test_word_list_hook_unit() -> None:
-    hook = WordListHook({"default": ["Bad"], "x": ["worse"]}, reply="no")
+    hook = WordListHook({"default": ["Bad"], "x": ["worse"], "ok": ["bad", "worse"]}, reply="no")
     config = ModerationConfig()
     assert hook.check("a BAD day", stage="question", config=config).blocked
     assert not hook.check("worse", stage="answer", config=config).blocked
     assert hook.check("worse", stage="answer", config=ModerationConfig(black_glossary_names=["x"])).reply == "no"
+    relaxed = ModerationConfig(black_glossary_names=["x"], white_glossary_names=["ok"])
+    assert not hook.check("worse", stage="answer", config=relaxed).blocked  # a white list relaxes an added list
+    assert hook.check("bad", stage="answer", config=relaxed).blocked  # never "default"
 
 
 class Always:

@@ -214,7 +214,8 @@ def test_aksk_alone_turns_v1_auth_on(settings: Any, service: Any) -> None:
         refused(http.post(V1, content=BODY, headers={"X-Auth-Token": "anything"}), "PANGU.0011")
         assert send(http, *sign(http)).status_code == 200
         assert sdk_chat(sdk_client(str(http.base_url), AK, SK)).choices
-        assert http.post("/v1/chat/completions", json={"model": "x", "messages": []}).status_code != 401  # /v1 open
+        # One credential closes every door (spec §1.2, issue 31): /v1 has no keys of its own, so it is closed.
+        assert http.post("/v1/chat/completions", json={"model": "x", "messages": []}).status_code == 401
 
 
 def test_flag_env_and_file_forms(keyfile: Path) -> None:

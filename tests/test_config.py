@@ -59,7 +59,9 @@ def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings_from([], environ={}).bind_host == "127.0.0.1"
     monkeypatch.setenv("SPACE_ID", "user/space")
     assert settings_from([], environ={}).bind_host == "0.0.0.0"
-    check_exposure(settings_from([], environ={}))  # a Space is public by design
+    with pytest.raises(SystemExit, match="refusing"):  # a Space is a public bind: credentials or the override
+        check_exposure(settings_from([], environ={}))
+    check_exposure(settings_from([], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}))
 
 
 @pytest.mark.parametrize(

@@ -17,17 +17,18 @@ BOOLS = {"adaptive_threads", "ui", "insecure_public", "mcp", "log_message_conten
          "chat_template_allow_path", "use_model_generation_config", "audio_transcription", "pangu_v1_usage_event"}  # fmt: skip
 INTS = {"port", "threads", "max_num_seqs", "max_model_len", "kv_cache_tokens", "prefix_cache_tokens",
         "max_batched_tokens", "step_log", "speculative_ngram", "max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s",
-        "max_request_length_mb", "max_input_tokens", "max_new_tokens", "max_n", "max_queue", "models_memory_mb"}  # fmt: skip
+        "read_timeout_s", "max_request_length_mb", "max_input_tokens", "max_new_tokens", "max_n", "max_queue", "models_memory_mb"}  # fmt: skip
 LISTS = {"models", "remote_backend_urls", "lora_adapters", "api_keys", "admin_keys", "pangu_auth_tokens", "pangu_app_codes",
          "pangu_aksk", "media_remote_allowed_domains"}  # fmt: skip
 CHOICES = {"device": ("auto", "npu", "cuda", "mps", "cpu"), "dtype": ("auto", "bf16", "fp16", "fp32"),
-           "enable_reasoning": ("auto", "true", "false"), "tool_call_parser": ("auto", "hermes", "chatglm3", "none")}  # fmt: skip
+           "enable_reasoning": ("auto", "true", "false"), "tool_call_parser": ("auto", "hermes", "chatglm3", "none"),
+           "prefix_cache_scope": ("credential", "shared")}  # fmt: skip
 DEFAULTS = {
     "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
-    "speculative_ngram": 4,
-    "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30,
+    "speculative_ngram": 4, "prefix_cache_scope": "credential",
+    "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30, "read_timeout_s": 30,
     "log_message_content": False, "served_model_name": "", "lora_adapters": [], "api_keys": [], "admin_keys": [],
     "pangu_auth_tokens": [], "pangu_app_codes": [], "pangu_aksk": [], "pangu_project_id": "",
     "pangu_deployment_id": "", "pangu_strict_limits": True, "max_request_length_mb": 4, "max_input_tokens": 0,

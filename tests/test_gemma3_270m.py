@@ -119,6 +119,22 @@ def test_the_model_picker_lists_the_270m_by_its_name(settings: Any, gemma_servic
     assert gemma.memory_bytes(2, 65536, seqs=4) < gemma.memory_bytes(2, 65536) - 10 * 15 * 2 * 256 * 2 * 4096
 
 
+def test_the_facts_offered_before_the_fetch_are_what_its_files_say(settings: Any, gemma_service: Any) -> None:
+    """What the picker lists for the 270M before it is downloaded (engine.models.GEMMA3_270M's published facts)
+    equals what the registry reads from its converted files; the size differs only by the files' headers."""
+    from engine import model_registry, models
+
+    spec = models.GEMMA3_270M
+    static = model_registry.describe_static(GEMMA, GEMMA, spec.config, spec.parameters, spec.size_mb * 10**6)
+    real = model_registry.describe(
+        GEMMA, GEMMA, models.resolve_model_dir(GEMMA, models.cache_root(settings.cache_dir))[0]
+    )
+    facts = ("parameters", "architecture", "context_length", "reasoning", "tools", "kv_bytes_per_token", "window",
+             "window_bytes_per_token")  # fmt: skip
+    assert {f: getattr(static, f) for f in facts} == {f: getattr(real, f) for f in facts}
+    assert abs(static.size_bytes - real.size_bytes) < 1e6 and static.download_bytes and not real.download_bytes
+
+
 def test_a_repeated_prompt_reuses_its_cached_pages_with_the_same_reply(gemma_live: Any) -> None:
     """A prompt within the window: its blocks carry every layer's pages, and the second request loads them and
     answers the same."""

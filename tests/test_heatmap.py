@@ -78,7 +78,7 @@ def test_chat_heatmap_is_one_collapsed_message_once_the_reply_is_final() -> None
     assert heatmap.chat_messages(done_choice(5, finish=None), done=True) != []  # e.g. stopped by the user
     (msg,) = heatmap.chat_messages(done_choice(5))
     assert msg["role"] == "assistant" and msg["metadata"]["status"] == "done"
-    assert msg["metadata"]["title"].startswith("🔥 Tokens by probability · 5 tokens · mean p 60.0%")
+    assert msg["metadata"]["title"].startswith("◈ Tokens by probability · 5 tokens · mean p 60.0%")
     body = msg["content"]
     assert body.startswith("<div") and "\n" not in body  # one raw HTML block for the Chatbot's markdown
     assert "title=" not in body.split('class="pg-heat')[1]  # no native tooltips in the chat
@@ -101,7 +101,7 @@ def test_chinese() -> None:
     assert data(markup)[0]["l"]["rank"] == "在前 1 名中排第 {r}"
     assert "打开 <b>logprobs</b>" in heatmap.tokens_html([], lang="zh")
     (msg,) = heatmap.chat_messages(done_choice(3), lang="zh")
-    assert msg["metadata"]["title"].startswith("🔥 按概率着色的 token · 3 个 token")
+    assert msg["metadata"]["title"].startswith("◈ 按概率着色的 token · 3 个 token")
     assert "候选" in heatmap.candidates_html(ReplyView(), lang="zh")
 
 
@@ -121,14 +121,14 @@ def view(*lps: float | None) -> ReplyView:
 def test_candidates_say_turn_on_logprobs_once_not_on_each_card() -> None:
     cands = heatmap.candidates_html(view(None, None, None))
     assert cands.count("turn on <b>logprobs</b>") == 1 and cands.count('class="pg-cand"') == 3
-    assert "cumulative" not in cands.split('class="pg-cands"')[1] and "🏆" not in cands
+    assert "cumulative" not in cands.split('class="pg-cands"')[1] and "★" not in cands
 
 
 def test_candidates_rank_by_cumulative_logprob_and_show_their_tokens_as_heatmaps() -> None:
     cands = heatmap.candidates_html(view(-3.0, -0.5, -1.0))
     order = [int(i) for i in re.findall(r"choice (\d)", cands)]
-    assert order == [1, 2, 0] and cands.index("🏆") < cands.index("choice 2")
+    assert order == [1, 2, 0] and cands.index("★") < cands.index("choice 2")
     assert "cumulative logprob -0.50 (-0.50 a token)" in cands and "turn on" not in cands
     assert len(data(cands)) == 3 and cands.count('class="pg-cand"') == 3
     zh = heatmap.candidates_html(view(-3.0, -0.5, -1.0), lang="zh")
-    assert "候选 1 🏆" in zh and "累计 logprob -0.50" in zh
+    assert "候选 1 ★" in zh and "累计 logprob -0.50" in zh

@@ -237,6 +237,33 @@ def test_parameter_explorer_reruns_with_the_fixed_seed(local: LocalBackend) -> N
     assert explorer.result is d
 
 
+def test_parameter_explorer_ignores_echoes_and_follows_a_newer_move(local: LocalBackend) -> None:
+    """What JupyterLab does while a cell awaits a run (issue 30): the browser reports back the values `set()` gave
+    the sliders (top_p snapped to its step: 0.9000000000000001), and a person may move a slider mid-run."""
+
+    async def cell() -> tuple[Any, ...]:
+        explorer = ParameterExplorer(local, QUESTION, max_tokens=8, seed=7, temperature=1.0)
+        task = explorer.set(temperature=1.4, top_p=0.9)
+        explorer.controls["temperature"].value = 1.4  # the browser's echoes
+        explorer.controls["top_p"].value = 0.9000000000000001
+        echoed, runs = await task, explorer.runs
+        task = explorer.run()
+        explorer.controls["temperature"].value = 0.0  # a move while the cell awaits the run: it supersedes it
+        moved = await task
+        stopped = explorer.run()
+        stopped.cancel()  # a Stop or a kernel interrupt: the request stops too
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        await asyncio.sleep(0)
+        return explorer, echoed, runs, moved
+
+    explorer, echoed, runs, moved = asyncio.run(cell())
+    assert runs == 1 and echoed.completion_tokens == 8, "an echo of the same values started a run"
+    assert explorer.values()["top_p"] == 0.9  # as the slider shows it, not its float noise
+    assert moved.reply == local.chat(QUESTION, temperature=0, top_p=0.9, seed=7, max_tokens=8).reply
+    assert explorer.runs == 4 and explorer.status.value == "run 4 · stopped", explorer.status.value
+
+
 # ---- sweeps -----------------------------------------------------------------------------------------------------
 def test_expand_grid_and_distinct_n() -> None:
     assert expand_grid({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
@@ -359,7 +386,7 @@ def test_the_tool_loop_by_hand(qwen: LocalBackend) -> None:
     reference = complete(qwen.service, WEATHER_ANSWER.request(max_tokens=60)).choices[0].message.content
     assert final.reply == reference and final.reply.strip() == "It is sunny and 22 °C in Paris."
     assert final.finish_reason == "stop" and final.tool_calls == []
-    assert "get_weather" in repr(asked) and "🔧" in asked._repr_html_() and call.id in asked._repr_html_()
+    assert "get_weather" in repr(asked) and "⚒" in asked._repr_html_() and call.id in asked._repr_html_()
 
 
 def test_remote_tool_calls_fold_from_the_sse_deltas(qwen_live: Any, qwen: LocalBackend) -> None:
@@ -412,7 +439,7 @@ def test_audio_is_transcribed_and_the_transcription_comes_back(local: LocalBacke
     here = local.chat([message], temperature=0, max_tokens=6)
     (t,) = here.transcription
     assert (t["message"], t["part"]) == (0, 0) and "milk" in t["text"].lower()
-    assert "🎤" in here._repr_html_() and "milk" in here._repr_html_()
+    assert "♪" in here._repr_html_() and "milk" in here._repr_html_()
     there = connect(live.url).chat([message], temperature=0, max_tokens=6)  # the first SSE chunk carries it
     assert there.transcription == here.transcription and there.reply == here.reply
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -89,21 +90,21 @@ def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_re
 
     ui = client(qwen_live.url)
     out = ui.predict(message="What is 2+2?", system="", temperature=0.0, max_tokens=64, api_name="/chat")
-    thought = next(m for m in out[CHATBOT] if title(m).startswith("💭"))
+    thought = next(m for m in out[CHATBOT] if title(m).startswith("∴"))
     assert thought["metadata"]["status"] == "done" and thought["metadata"]["log"].endswith(" tokens")
     assert thought["metadata"]["duration"] > 0 and text(thought)
     assert answer(out[CHATBOT]) == "The answer is 4."
     ui = client(qwen_live.url)  # the thinking switch goes out as chat_template_kwargs.enable_thinking
     out = ui.predict(message="What is 2+2?", system="", enable_thinking="off", temperature=0.0, max_tokens=64,
                      api_name="/chat")  # fmt: skip
-    assert not any(title(m).startswith("💭") for m in out[CHATBOT]) and answer(out[CHATBOT]) == "The answer is 4."
+    assert not any(title(m).startswith("∴") for m in out[CHATBOT]) and answer(out[CHATBOT]) == "The answer is 4."
     assert '"enable_thinking": false' in out[REQUEST]
 
     ui = client(qwen_live.url)  # a fresh conversation: the model learnt this exchange on its own
     tools = dumps([GET_WEATHER])
     out = ui.predict(message="Weather in Paris?", system="", tools_text=tools, temperature=0.0, max_tokens=64,
                      api_name="/chat")  # fmt: skip
-    call = next(m for m in out[CHATBOT] if title(m) == "🛠 get_weather")
+    call = next(m for m in out[CHATBOT] if title(m) == "⚒ get_weather")
     assert '"city": "Paris"' in text(call) and "arguments match" in text(call)
     call_id = call["metadata"]["log"]
     out = ui.predict(result='{"temperature": 22, "sky": "sunny"}', call_id=call_id, system="", tools_text=tools,
@@ -179,9 +180,9 @@ def test_the_vl_model_takes_an_image_and_a_video_and_their_tokens_show_under_the
     body.pop("stream_options"), body.pop("return_progress")  # both for streams only
     api = vl_live.client().post("/v1/chat/completions", json=body).json()  # the same request over HTTP
     image, video = api["media"]
-    taken = next(m for m in out[CHATBOT] if title(m) == "👁 Taken by the model")
-    assert text(taken) == (f"🖼 image · {image['tokens']} tokens  \n"
-                           f"🎞 video · 4 frames · 2.0 s · {video['tokens']} tokens")  # fmt: skip
+    taken = next(m for m in out[CHATBOT] if title(m) == "◉ Taken by the model")
+    assert text(taken) == (f"▣ image · {image['tokens']} tokens  \n"
+                           f"▶ video · 4 frames · 2.0 s · {video['tokens']} tokens")  # fmt: skip
     media_tokens = image["tokens"] + video["tokens"]
     assert taken["metadata"]["log"] == f"{media_tokens} prompt tokens"
     assert f'data-stat="prompt tokens">{api["usage"]["prompt_tokens"]}<' in out[STATS]
@@ -197,8 +198,8 @@ def test_audio_is_summarised_and_its_transcript_shows_under_the_users_turn(ui) -
     out = ui.predict(message="Repeat what I said.", system="", temperature=0.0, max_tokens=8, api_name="/chat")
     assert out[CHECK] == ""
     shown = [(title(m), text(m)) for m in out[CHATBOT]]
-    assert shown[0][1].startswith("📎 🎙 speech.flac · audio/flac")
-    heard = next(t for head, t in shown if head.startswith("🎙 Transcribed by the server"))
+    assert shown[0][1].startswith("⊕ ♪ speech.flac · audio/flac")
+    heard = next(t for head, t in shown if head.startswith("♪ Transcribed by the server"))
     assert "milk" in heard.lower() and "bread" in heard.lower()
     assert "base64 chars elided>" in out[CURL] and '"input_audio"' in out[REQUEST]
 
@@ -249,7 +250,7 @@ def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:
     clip = tmp_path / "clip.mp4"
     clip.write_bytes(video_bytes("mp4", seconds=2.0, fps=10))
     summary, _ = ui.predict(path=handle_file(str(clip)), send_as="base64", api_name="/attach_video")
-    assert "🎞 clip.mp4 · video/mp4 · " in summary and "64×48 · 4 frames sampled (2 fps, max 32) · 2.0 s" in summary
+    assert "▶ clip.mp4 · video/mp4 · " in summary and "64×48 · 4 frames sampled (2 fps, max 32) · 2.0 s" in summary
     ui.predict(api_name="/attach_clear")
 
 
@@ -260,3 +261,24 @@ def test_a_pasted_url_goes_as_a_url_and_the_preview_gives_the_servers_refusal(ui
     summary, _ = ui.predict(url="https://example.com/cat.gif", api_name="/attach_url")
     assert "The URL must end in one of" in summary
     assert ui.predict(api_name="/attach_clear") == ""
+
+
+def test_the_first_audio_message_says_that_whisper_loads(service: Any) -> None:
+    """Issue 30: the first audio message waited 24.7 s on Whisper with nothing said; the page says it now, and only
+    while Whisper is not yet in memory, only for audio, only on the embedded engine that transcribes."""
+    from engine.serving.media_parts import MediaPreparer
+    from engine.serving.policy import RequestPolicy
+    from playground.chat import ChatHandlers
+    from playground.session import Session
+
+    settings = service.settings.replace(audio_transcription=True)
+    media = MediaPreparer(settings, "cpu")  # its own Whisper, not yet loaded
+    transcribing = SimpleNamespace(settings=settings, model=service.model, media=media)
+    h = ChatHandlers(RequestPolicy(settings, lambda: transcribing), None)  # type: ignore[arg-type]
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    spoken = {"messages": [{"role": "user", "content": [audio]}]}
+    typed = {"messages": [{"role": "user", "content": "hi"}]}
+    assert h.loads_whisper(spoken, Session())
+    assert not h.loads_whisper(typed, Session())
+    media.transcriber()  # loaded: the next audio message waits for nothing more
+    assert not h.loads_whisper(spoken, Session())

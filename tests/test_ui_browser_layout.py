@@ -73,8 +73,9 @@ def test_the_side_panel_scrolls_on_its_own_beside_a_chat_that_stays_in_view(brow
     side = box(page, "#pg-side")
     assert side["scrollHeight"] > side["clientHeight"] + 300, side  # the panel holds more than it shows
     assert side["bottom"] <= 1000 and page.evaluate("window.scrollY") == 0, side  # and it fits the screen
-    for sel in ("#pg-input textarea", "#pg-send", "#pg-stop"):
+    for sel in ("#pg-input textarea", "#pg-send"):
         assert in_view(box(page, sel), 1000), sel
+    sync_api.expect(page.locator("button#pg-stop")).to_be_hidden()  # nothing runs: no Stop
     shot(page, "layout-1-wide-sampling")
 
     # the wheel over the panel scrolls the panel, not the page; the chat's input stays where it was
@@ -150,13 +151,17 @@ def test_on_a_phone_the_header_is_one_line_and_the_input_is_on_the_first_screen(
 
     page_y = page.evaluate("window.scrollY")
     assert page_y == 0
-    field, send, stop = box(page, "#pg-input textarea"), box(page, "#pg-send"), box(page, "#pg-stop")
-    for name, b in (("input", field), ("Send", send), ("Stop", stop)):
+    field, send = box(page, "#pg-input textarea"), box(page, "#pg-send")
+    for name, b in (("input", field), ("Send", send)):
         assert in_view(b, 844) and b["left"] >= 0 and b["right"] <= 390, (name, b)
-    assert abs(stop["top"] - send["top"]) <= 2 and stop["left"] >= send["right"], (send, stop)  # Stop beside Send
-    assert send["left"] >= field["right"] - 1 and send["top"] < field["bottom"]  # both beside the input
+    assert send["left"] >= field["right"] - 1 and send["top"] < field["bottom"]  # beside the input
+    page.evaluate("document.body.classList.add('pg-busy')")  # as while a reply runs: Stop beside Send
+    send, stop = box(page, "#pg-send"), box(page, "#pg-stop")
+    assert in_view(stop, 844) and stop["right"] <= 390 and abs(stop["top"] - send["top"]) <= 2, (send, stop)
+    assert stop["left"] >= send["right"], (send, stop)
+    page.evaluate("document.body.classList.remove('pg-busy')")
     welcome = page.locator("#pg-chat").inner_text()
-    assert "in the side panel" in welcome and "on the right" not in welcome
+    assert "Ask SmolLM2-135M-Instruct" in welcome and "What is the capital of France?" in welcome
     page.close()
 
 

@@ -16,7 +16,16 @@ import pytest
 
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, precise, send, shot, sync_api
 from tests.conftest import MODEL, LiveServer
-from tests.models_fixture import GEMMA, SECOND, SECOND_ID, models_server, wait_loaded
+from tests.models_fixture import (
+    GEMMA,
+    QWEN,
+    SECOND,
+    SECOND_ID,
+    default_only_server,
+    gemma_on_disk,
+    models_server,
+    wait_loaded,
+)
 
 pytestmark = NEEDS_CHROMIUM
 QUESTION = SECOND.question
@@ -33,14 +42,14 @@ def tight(settings: Any, tmp_path_factory: Any) -> Iterator[LiveServer]:
     """A memory budget that holds either model, never both."""
     root = tmp_path_factory.mktemp("browser-models")
     with models_server(settings, root, GEMMA) as probe, probe.client() as c:
-        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"])
+        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"] if m["id"] in (MODEL, GEMMA.id))
     with models_server(settings, root, GEMMA, models_memory_mb=need // (1 << 20) - 1) as server:
         yield server
 
 
 def statuses(server: LiveServer) -> dict[str, str]:
     with server.client() as c:
-        return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+        return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"] if m["id"] in (MODEL, GEMMA.id)}
 
 
 def pick(page: Any, name: str) -> None:
@@ -59,7 +68,7 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     assert MODEL in page.locator("#pg-model input").input_value()
     page.locator("#pg-model input").click()
     options = page.locator("ul[role=listbox] li")
-    sync_api.expect(options).to_have_count(2)
+    sync_api.expect(options).to_have_count(3)  # and the bundled tiny Qwen3, always offered
     first, second = options.nth(0).inner_text(), options.nth(1).inner_text()
     assert "135M" in first and "llama" in first and "text" in first and "●" in first, first  # loaded
     assert GEMMA.architecture in second and all(c in second for c in GEMMA.caps) and "○" in second, second
@@ -151,3 +160,64 @@ def test_with_credentials_switching_takes_an_admin_key(browser: Any, settings: A
 def statuses_with(server: LiveServer, key: str) -> dict[str, str]:
     with server.client(headers={"Authorization": f"Bearer {key}"}) as c:
         return {m["id"]: m["status"] for m in c.get("/v1/models").json()["data"]}
+
+
+# ---- the bundled models, picked per page (issue 30, item 5) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fresh(settings: Any, tiny_qwen_dir: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    with default_only_server(settings, tiny_qwen_dir, tmp_path_factory.mktemp("fresh-cache")) as served:
+        yield served
+
+
+def raw_reply(page: Any) -> str:
+    """The Request tab's raw chunks of the last reply (the server's own JSON, `"model":...` in each)."""
+    open_tab(page, "Request")
+    raw = page.locator("#pg-raw .cm-content")
+    raw.wait_for(timeout=30_000)
+    return raw.inner_text()
+
+
+def test_the_picker_offers_the_bundled_models_and_each_page_keeps_its_own(browser: Any, fresh: Any) -> None:
+    """With only the default model on disk: the three bundled models are offered by name, Gemma with the download a
+    first pick costs; one page picks the tiny Qwen3 (loaded with a progress bar) and is answered by it, while a
+    second page, open at the same time, goes on talking to SmolLM2."""
+    server, cache, _ = fresh
+    page, other = open_page(browser, server.url), open_page(browser, server.url)
+    page.locator("#pg-model input").click()
+    options = page.locator("ul[role=listbox] li")
+    sync_api.expect(options).to_have_count(3)
+    smol, gemma, qwen = (options.nth(i).inner_text() for i in range(3))
+    assert f"● {MODEL} ·" in smol and "135M" in smol and "llama" in smol, smol
+    assert "○ gemma-3-270m ·" in gemma and "268M" in gemma and "gemma3_text" in gemma, gemma
+    assert "MB on first use" in gemma, gemma  # not on disk: its download, said before it is picked
+    assert f"○ {QWEN} ·" in qwen and "qwen3" in qwen and "reasoning" in qwen and "tools" in qwen, qwen
+    shot(page, "models-9-bundled-picker", full_page=False)
+    page.keyboard.press("Escape")
+    options.first.wait_for(state="detached")
+    precise(page, 48)
+
+    page.evaluate(WATCH_PROGRESS_JS)
+    pick(page, QWEN)
+    wait_header(page, QWEN)
+    seen = page.evaluate("() => window.pgProgress")
+    assert any(f"Loading {QWEN}" in t for t in seen), seen
+    send(page, QUESTION)
+    page.wait_for_function(FINISHED_JS, timeout=120_000)
+    sync_api.expect(page.locator("#pg-chat")).to_contain_text(SECOND.answer)
+    assert f'"model":"{QWEN}"' in raw_reply(page)
+    shot(page, "models-10-page-on-its-pick", full_page=False)
+
+    # The other page was open all along: its header, its picker and its replies are still SmolLM2's.
+    assert other.evaluate(HEADER_NAME) == MODEL and MODEL in other.locator("#pg-model input").input_value()
+    precise(other, 8)
+    send(other, QUESTION)
+    other.wait_for_function(FINISHED_JS, timeout=120_000)
+    assert f'"model":"{MODEL}"' in raw_reply(other)
+    # A page opened after the pick opens on the server's model too, and nothing of Gemma was fetched.
+    late = open_page(browser, server.url)
+    assert late.evaluate(HEADER_NAME) == MODEL
+    assert gemma_on_disk(cache) == []
+    for p in (page, other, late):
+        p.close()

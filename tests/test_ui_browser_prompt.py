@@ -34,7 +34,7 @@ def test_prompt_of_the_typed_message_and_of_the_reply(browser: Any, live: Any) -
     time.sleep(0.5)
     page.fill("#pg-input textarea", "Hello there, prompt view")
     steps = live.service.engine.steps
-    open_tab(page, "🧾 Prompt")
+    open_tab(page, "¶ Prompt")
     text = view(page).locator(".pg-prompt-text")
     sync_api.expect(text).to_contain_text("<|im_start|>user")
     sync_api.expect(text).to_contain_text("Hello there, prompt view")
@@ -54,7 +54,7 @@ def test_prompt_of_the_typed_message_and_of_the_reply(browser: Any, live: Any) -
     page.click("#pg-send")
     page.wait_for_function(FINISHED_JS)
     prompt_tokens = int(stat(page, "prompt tokens"))
-    open_tab(page, "🧾 Prompt")
+    open_tab(page, "¶ Prompt")
     page.locator("#pg-prompt-source label", has_text="selected reply").click()
     sync_api.expect(view(page).locator(".pg-prompt-head")).to_contain_text("selected reply")
     assert shown_count(page) == prompt_tokens  # what the engine prefilled for that reply
@@ -69,17 +69,17 @@ def test_prompt_of_the_typed_message_and_of_the_reply(browser: Any, live: Any) -
 
 def test_qwen_thinking_and_tool_tokens_are_marked_special(browser: Any, qwen_live: Any) -> None:
     page = open_page(browser, qwen_live.url)
-    open_tab(page, "🛠 Tools")
+    open_tab(page, "⚒ Tools")
     page.click("#pg-tool-example input")
     page.keyboard.type("get_weather")
     page.keyboard.press("Enter")
     sync_api.expect(page.locator("#pg-tools-check")).to_contain_text("1 tool(s) valid")
-    open_tab(page, "🎛 Sampling")
+    open_tab(page, "≋ Sampling")
     page.locator("#pg-side .label-wrap", has_text="Thinking").click()
     page.locator("#pg-enable_thinking label", has_text="off").click()
     time.sleep(0.5)
     page.fill("#pg-input textarea", "Weather in Paris?")
-    open_tab(page, "🧾 Prompt")
+    open_tab(page, "¶ Prompt")
     text = view(page).locator(".pg-prompt-text")
     sync_api.expect(text).to_contain_text("get_weather")
     sync_api.expect(text).to_contain_text("Weather in Paris?")
@@ -106,7 +106,7 @@ def test_the_prompt_tab_speaks_chinese(browser: Any, live: Any) -> None:
     page = open_page(browser, live.url, locale="zh-CN")
     context = page.context
     page.fill("#pg-input textarea", "你好")
-    open_tab(page, "🧾 提示词")
+    open_tab(page, "¶ 提示词")
     sync_api.expect(view(page).locator(".pg-prompt-counts")).to_contain_text("个 token")
     found = {run for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED) if where.startswith("#pg-prompt")
              for run in english_runs(text)}  # fmt: skip

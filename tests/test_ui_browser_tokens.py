@@ -195,7 +195,7 @@ def test_three_candidates_fit_the_side_panel_and_say_turn_on_logprobs_once(brows
     shot(page, "tok-5-candidates-logprobs")
     assert "turn on" not in page.locator("#pg-cands").inner_text().lower()
     scores = [float(re.search(r"cumulative logprob (-?[\d.]+)", c["text"]).group(1)) for c in got["cards"]]
-    assert scores == sorted(scores, reverse=True) and "🏆" in got["cards"][0]["text"]
+    assert scores == sorted(scores, reverse=True) and "★" in got["cards"][0]["text"]
     # a candidate's tokens open the popover too
     page.locator("#pg-cands .pg-cand").nth(2).locator(".pg-tok").first.click()
     assert popover(page)["rows"] == [], "top_logprobs 0: no alternative rows"

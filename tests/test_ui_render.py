@@ -71,7 +71,7 @@ def test_thinking_block_is_open_while_thinking_and_closed_with_duration_and_toke
     meta = done[1]["metadata"]
     assert meta["status"] == "done" and meta["log"] == "3 tokens" and meta["duration"] == 0.12
     assert done[2] == {"role": "assistant", "content": "It is 4."}
-    assert done[3]["metadata"]["title"].startswith("📊 5 tok")
+    assert done[3]["metadata"]["title"].startswith("▥ 5 tok")
 
 
 def test_stats_come_from_the_engine_timeline_and_usage() -> None:
@@ -114,7 +114,7 @@ def test_streamed_tool_calls_merge_and_are_checked_against_the_schema() -> None:
     view.done = True
     conv = Conversation([Turn("user", "Weather?"), Turn("assistant", reply=view, request={"tools": [GET_WEATHER]})])
     shown = display(conv)[0]
-    call = next(m for m in shown if m.get("metadata", {}).get("title") == "🛠 get_weather")
+    call = next(m for m in shown if m.get("metadata", {}).get("title") == "⚒ get_weather")
     assert '"city": "Paris"' in call["content"] and "arguments match" in call["content"]
     assert conv.pending_calls() == [("call_1", "get_weather")]
     assert conv.messages()[-1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
@@ -151,7 +151,7 @@ def test_heatmap_shows_probability_and_alternatives_and_candidates_rank_by_logpr
     view.add(chunk(index=0, times=(1.0,), content="a", logprobs=[LogprobEntry(token="a", logprob=-3.0, bytes=[])]))
     view.add(chunk(index=1, times=(1.0,), content="b", logprobs=[LogprobEntry(token="b", logprob=-0.5, bytes=[])]))
     cands = heatmap.candidates_html(view)
-    assert cands.index("choice 1 🏆") < cands.index("choice 0") and "cumulative logprob -0.50" in cands
+    assert cands.index("choice 1 ★") < cands.index("choice 0") and "cumulative logprob -0.50" in cands
 
 
 def test_throttle_lets_through_about_ten_updates_a_second() -> None:
@@ -173,7 +173,7 @@ def test_a_conversation_exports_and_imports_with_its_settings(tmp_path) -> None:
     assert back.system == "Be brief." and back.settings == {"temperature": 0.0}
     assert back.conv.messages(with_reasoning=True) == doc["messages"]
     shown = display(back.conv)[0]
-    assert shown[1]["metadata"]["title"] == "💭 Thought" and shown[2]["content"] == "It is 4."
+    assert shown[1]["metadata"]["title"] == "∴ Thought" and shown[2]["content"] == "It is 4."
     assert shown == display(conv)[0]  # its statistics too: a kept reply shows what it showed when it was new
     assert back.conv.turns[1].reply.stats() == view.stats()
     with pytest.raises(ValueError, match="not a playground conversation"):

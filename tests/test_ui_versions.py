@@ -124,7 +124,7 @@ def test_a_version_1_file_still_imports() -> None:
 
 def test_media_is_stored_once_however_many_requests_carry_it() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5000}}
-    turns = [Turn("user", "look", parts=[image], attachments=["🖼 a.png"])]
+    turns = [Turn("user", "look", parts=[image], attachments=["▣ a.png"])]
     body = {"model": "m", "messages": [{"role": "user", "content": [image, {"type": "text", "text": "look"}]}]}
     turns.append(Turn("assistant", reply=reply("an image"), request=body))
     conv = Conversation(turns)

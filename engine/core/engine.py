@@ -185,6 +185,8 @@ class Engine:
         stats = RequestStats(prompt_tokens=len(req.prompt_ids), arrival=time.perf_counter())
         r = RequestState(req, sink, stats, gen)
         with self._lock:
+            if self._stop:  # shut down (its model unloaded) while the request was prepared: nobody would run it
+                raise EngineError("the model was unloaded or the server is shutting down", stopped=True)
             if self._active >= self.limits.max_queue:
                 raise EngineError("the server is busy: request queue is full", queue_full=True)
             self._active += 1
@@ -244,7 +246,7 @@ class Engine:
             resets, self._resets = self._resets, []
         self._reset_prefix(resets)
         for r in pending:
-            self._finish_request(r, EngineError("server is shutting down"))
+            self._finish_request(r, EngineError("the model was unloaded or the server is shutting down", stopped=True))
 
     def step(self) -> None:
         """One iteration: schedule, run the forward, sample, hand out what it produced."""

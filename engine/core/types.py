@@ -133,12 +133,15 @@ class EngineRequest:
 
 
 class EngineError(Exception):
-    """A request failed inside the engine. `resources` marks exhaustion (OOM, no KV room)."""
+    """A request failed inside the engine. `resources` marks exhaustion (OOM, no KV room); `stopped`, an engine
+    that stopped (its model unloaded, the server shutting down) before the request could run."""
 
-    def __init__(self, message: str, *, resources: bool = False, queue_full: bool = False) -> None:
+    def __init__(self, message: str, *, resources: bool = False, queue_full: bool = False,
+                 stopped: bool = False) -> None:  # fmt: skip
         super().__init__(message)
         self.resources = resources
         self.queue_full = queue_full
+        self.stopped = stopped
 
 
 # What a caller submits with a request: the engine calls it on its own thread with a list of ChoiceDelta, a

@@ -15,10 +15,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.config import PATH_SEGMENT, Settings
 from engine.http import openapi, server_routes, tokenize
-from engine.http.auth import PanguV1Auth, check_bearer
+from engine.http.auth import PanguV1Auth, api_bearer, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
 from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
 from engine.http.middleware import ApiRouting, RequestContext
+from engine.http.slow_clients import BodyReadDeadline
 from engine.protocol.errors import (
     ApiError,
     MethodNotAllowedError,
@@ -71,7 +72,7 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
-        check_bearer(request.headers, settings.api_keys)
+        api_bearer(request.headers, settings)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     def model_card() -> dict[str, Any]:
@@ -113,12 +114,12 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        check_bearer(request.headers, settings.api_keys)
+        api_bearer(request.headers, settings)
         return {"object": "list", "data": model_cards()}
 
     @app.get("/v1/models/{model_id:path}")
     async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-        check_bearer(request.headers, settings.api_keys)
+        api_bearer(request.headers, settings)
         for card in model_cards():
             if model_id == card["id"]:
                 return card
@@ -129,13 +130,13 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
 
     @app.post(CHAT_PATHS["v1"], openapi_extra=openapi.route_extra("v1", "Chat completion (MindIE flavour)"))
     async def chat_completions(request: Request) -> Response:
-        credential = check_bearer(request.headers, settings.api_keys)
+        credential = api_bearer(request.headers, settings)
         return await chat.handle(request, "v1", credential)
 
     @app.post(CHAT_PATHS["pangu_v2"],
               openapi_extra=openapi.route_extra("pangu_v2", "Chat completion (Pangu V2)"))  # fmt: skip
     async def pangu_v2_chat(request: Request) -> Response:
-        credential = check_bearer(request.headers, settings.api_keys)
+        credential = api_bearer(request.headers, settings)
         return await chat.handle(request, "pangu_v2", credential)
 
     v1_extra = openapi.route_extra("pangu_v1", "Chat completion (Pangu V1)")
@@ -159,6 +160,8 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
     openapi.install(app, settings)
     # Snapshot of the API's own routes, taken before app.py mounts the Gradio UI at "/" (see ApiRouting).
     routes = list(app.router.routes)
+    if settings.read_timeout_s:  # a body that pauses too long: 408, in the family's body, before the routes see it
+        app.add_middleware(BodyReadDeadline, seconds=settings.read_timeout_s)
     app.add_middleware(ApiRouting, routes=routes)
     app.add_middleware(RequestContext, routes=routes, metrics=metrics)  # outermost: sees every answer
     return app

@@ -12,14 +12,14 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.config import Settings
-from engine.http.auth import client_key, is_admin
+from engine.http.auth import cache_scope, client_key, is_admin
 from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.http.sse import EventWriter, V1Events
 from engine.http.wire import V1StreamWriter, response_json
@@ -27,7 +27,7 @@ from engine.protocol import pangu
 from engine.protocol.errors import ApiError, IncompleteGenerationError, PayloadTooLargeError, RequestValidationError
 from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 from engine.serving.fold import fold
-from engine.serving.policy import CallContext, RequestPolicy
+from engine.serving.policy import CallContext, PolicedRun, RequestPolicy
 
 log = logging.getLogger(__name__)
 PANGU_V1_PATH = "/v1/{project_id}/deployments/{deployment_id}/chat/completions"
@@ -61,6 +61,8 @@ def decode_json(body: bytes) -> Any:
         raise RequestValidationError(f"Request body is not valid JSON: {exc.msg} at position {exc.pos}.") from None
     except RecursionError:  # a body nested thousands of levels deep
         raise RequestValidationError("Request body is nested too deeply.") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits, 4300)
+        raise RequestValidationError("Request body holds a number too long to read.") from None
     if _SURROGATE_ESCAPE.search(body):  # "\ud800" is valid JSON but no text: tokenizers and encoders choke on it
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -80,7 +82,8 @@ class ChatRoutes:
     async def handle(self, request: Request, route: Route, credential: str | None) -> Response:
         host = request.client.host if request.client else None
         ctx = CallContext(client_key(credential, host), CHAT_PATHS[route], route, "api",
-                          may_load=is_admin(credential, self.settings))  # fmt: skip
+                          may_load=is_admin(credential, self.settings),
+                          cache_scope=cache_scope(credential, self.settings))  # fmt: skip
         raw = decode_json(await read_body(request, self.body_limit))
         req = parse_chat_request(raw, route)
         if route != "v1":
@@ -90,7 +93,9 @@ class ChatRoutes:
         if req.enable_search is not None:
             headers["X-Playground-Ignored"] = "enable_search"  # §2.6: validated, never acted on
         access = request.state.access = {}
-        run = await self.policy.run(req, ctx, access)
+        run = await _unless_disconnected(request, self.policy.run(req, ctx, access))
+        if run is None:  # the client left while its request was prepared, queued or prefilled: it was aborted
+            return Response(status_code=499)
         headers["X-Request-Id"] = access["id"]
         if not req.stream:
             watcher = asyncio.create_task(_abort_on_disconnect(request, run.abort))
@@ -157,3 +162,32 @@ async def _abort_on_disconnect(request: Request, abort: Callable[[], None]) -> N
         if await request.is_disconnected():
             abort()
             return
+
+
+async def _unless_disconnected(request: Request, starting: Awaitable[PolicedRun]) -> PolicedRun | None:
+    """Await `starting` (the policy admitting, preparing and starting a request, up to its first token) unless the
+    client disconnects first: then it is cancelled, which aborts the engine's request wherever it is (queued,
+    prefilling; service.start), so its pages are freed at the engine's next step, and None is returned. vLLM
+    aborts on disconnect at any stage; without this a request whose client left kept its place and its KV until
+    it produced a first token (issue 31: 72-120 s)."""
+    task = asyncio.ensure_future(starting)
+    gone = asyncio.ensure_future(_abort_on_disconnect(request, lambda: None))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()  # the request's own error (ApiError) is raised as ever
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # it failed as it was being cancelled: the client is gone all the same
+        log.debug("request failed while it was being cancelled", exc_info=True)
+    else:  # it started in the same instant: release it (its engine request is aborted)
+        task.result().close()
+    return None

@@ -21,6 +21,7 @@ from engine.protocol.errors import (
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     RequestValidationError,
     ServiceUnavailableError,
     TooManyRequestsError,
@@ -33,6 +34,7 @@ ERROR_TYPES = {
     403: "Forbidden",
     404: "NotFoundError",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Payload Too Large",
     422: "Input Validation Error",
     424: "Generation Error",
@@ -54,7 +56,8 @@ PANGU_MESSAGES = {
 }
 V2_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
             403: "authentication_error",
-            405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}  # fmt: skip
+            405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+            429: "rate_limit_error"}  # fmt: skip
 _V1_SHAPE = re.compile(r"/v1/[^/]+/deployments(/|$)")
 
 
@@ -80,6 +83,8 @@ def pangu_status(exc: ApiError) -> tuple[int, str]:
         return 405, "PANGU.3254"  # the spec gives no code for 405; the service does not exist for that method
     if isinstance(exc, PayloadTooLargeError):
         return 413, "PANGU.0010"
+    if isinstance(exc, RequestTimeoutError):
+        return 408, "PANGU.0010"
     if isinstance(exc, TooManyRequestsError) or (isinstance(exc, ServiceUnavailableError) and exc.queue_full):
         return 429, "PANGU.3267"
     if isinstance(exc, GenerationError):

@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,6 +27,7 @@ from engine.serving.metrics import Metrics
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("playground.access")
 SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+QUIET_PATHS = ("/health", "/metrics")  # polled: logged at DEBUG while they answer
 API_PREFIXES = ("/v1/", "/v2/", "/api/", "/health", "/metrics", "/docs", "/openapi.json")
 
 
@@ -122,6 +124,8 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # the client left while sending its body: nobody to answer, nothing went wrong
+            log.debug("client left before its request body arrived (request %s)", info["request_id"])
         except Exception:
             # A bug, not a client error: the trace goes to the log under the request id, the client gets the
             # family's generic 500 body (§6.5: never a stack trace, a path or a value from the server).
@@ -135,7 +139,10 @@ class RequestContext:
             self._log(scope, label, info, state, started)
 
     def _log(self, scope: Scope, label: str, info: dict[str, Any], state: dict[str, Any], started: float) -> None:
-        level = logging.DEBUG if label == "ui" else logging.INFO
+        # The page's own traffic and health/metrics polls at DEBUG (200, or /health's 503 while the model loads): a
+        # load balancer polling every second would otherwise bury the requests (issue 30: 236 lines in one start).
+        quiet = label == "ui" or scope.get("path") in QUIET_PATHS and info["status"] in (200, 503)
+        level = logging.DEBUG if quiet else logging.INFO
         if not access_log.isEnabledFor(level):
             return
         client = scope.get("client")

@@ -24,7 +24,14 @@ from engine.http.openapi_responses import (
     chat_responses,
     model_responses,
 )
-from engine.http.openapi_rules import Deployment, message_variants, ref, tighten_defs, tighten_request
+from engine.http.openapi_rules import (
+    Deployment,
+    message_variants,
+    null_means_absent,
+    ref,
+    tighten_defs,
+    tighten_request,
+)
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 
@@ -95,6 +102,8 @@ def request_schemas(settings: Settings, service: Any = None) -> dict[str, Any]:
     for route, schema in (("v1", v1), ("pangu_v2", v2), ("pangu_v1", pv1)):
         tighten_request(schema, dep, pangu=route != "v1")
         defs[SCHEMA_NAMES[route]] = schema  # type: ignore[index]
+    for one in defs.values():
+        null_means_absent(one)
     return {**defs, **ERROR_SCHEMAS, **SUCCESS_SCHEMAS}
 
 

@@ -11,6 +11,7 @@ depths, token counts, whether media decodes) is said in a `description`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,18 +136,52 @@ def tighten_defs(defs: dict[str, Any]) -> None:
     ]
 
 
+def any_case(word: str) -> list[str]:
+    """Every spelling of `word` in upper and lower case letters ("true", "True", "tRUE", ...)."""
+    return ["".join(letters) for letters in itertools.product(*((c.lower(), c.upper()) for c in word))]
+
+
+# The rules below are written so that each is few branches once schema-driven generators (schemathesis's
+# canonicaliser) multiply them out: one `enum` rather than an `anyOf` of a const and a pattern, and a keyword that
+# lets null through by itself (`maximum`, `maxItems`, `properties` ignore other types; the property's own schema
+# keeps the type) rather than an `anyOf` with null. Past a few hundred branches in all, the Pangu schemas could not
+# be generated from at all ("Schema Error").
+def admits_null(prop: dict[str, Any]) -> bool:
+    kinds = prop.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return True
+    if None in prop.get("enum", ()) or ("const" in prop and prop["const"] is None):
+        return True
+    return any(admits_null(branch) for branch in (*prop.get("anyOf", ()), *prop.get("oneOf", ())))
+
+
+def null_means_absent(schema: dict[str, Any]) -> None:
+    """§2.1.2: null for an optional field means "absent", so every optional property of `schema` admits it (a
+    boolean with a default, an object, a role that may be left out): the document says what validation takes."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        if name in required or admits_null(prop):
+            continue
+        if isinstance(prop.get("type"), str):
+            prop["type"] = [prop["type"], "null"]
+            if "enum" in prop:
+                prop["enum"] = [*prop["enum"], None]
+        elif "anyOf" in prop:
+            prop["anyOf"] = [*prop["anyOf"], NULL]
+        else:
+            schema["properties"][name] = {"anyOf": [prop, NULL]}
+
+
 def stream_is_true(pangu: bool) -> dict[str, Any]:
     if not pangu:
         return is_("stream", True)
-    return {"required": ["stream"], "properties": {"stream": {"anyOf": [
-        {"const": True}, {"type": "string", "pattern": "^[Tt][Rr][Uu][Ee]$"}]}}}  # fmt: skip
+    return {"required": ["stream"], "properties": {"stream": {"enum": [True, *any_case("true")]}}}
 
 
 def stream_is_false(pangu: bool) -> dict[str, Any]:
     if not pangu:
         return not_true("stream")
-    return {"properties": {"stream": {"anyOf": [{"enum": [False, None]},
-                                                {"type": "string", "pattern": "^[Ff][Aa][Ll][Ss][Ee]$"}]}}}  # fmt: skip
+    return {"properties": {"stream": {"enum": [False, None, *any_case("false")]}}}
 
 
 def _max_tokens_above(limit: int) -> dict[str, Any]:
@@ -158,14 +193,18 @@ def _max_tokens_above(limit: int) -> dict[str, Any]:
 def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
     """Cross-field rules as JSON Schema proper, each an either/or of two cases: few enough that schema-driven
     generators (schemathesis) can still intersect them, so related rules share one entry."""
-    no_tools = {"properties": {"tools": {"anyOf": [NULL, {"maxItems": 0}]}}}
+    no_tools = {"properties": {"tools": {"maxItems": 0}}}  # null or []
     tools = given("tools", minItems=1)
     stream_options_off = absent("stream_options")
     choice_free = {"properties": {"tool_choice": {"enum": ["none", "auto", None]}}}
+    # No stop: null, or (where an empty list is allowed at all) []. A string is a stop whatever its length; and
+    # under Pangu's strict limits a list has an item, so only null is left (an empty intersection would leave
+    # schema-driven generators with nothing to build).
+    no_stop = NULL if pangu and dep.pangu_strict else {"type": ["array", "null"], "maxItems": 0}
     if pangu:  # PANGU.3321: a Pangu stream carries one choice
         stream = either("stream_options only with stream true; with stream, n is 1 (PANGU.3321).",
                         {"allOf": [stream_is_false(pangu), stream_options_off]},
-                        {"allOf": [stream_is_true(pangu), {"properties": {"n": {"anyOf": [NULL, {"maximum": 1}]}}}]})  # fmt: skip
+                        {"allOf": [stream_is_true(pangu), {"properties": {"n": {"maximum": 1}}}]})  # fmt: skip
     else:
         stream = either("stream_options only with stream true.", stream_options_off, stream_is_true(pangu))
     rules = [
@@ -177,18 +216,25 @@ def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
         either("return_progress only with stream true.", not_true("return_progress"), stream_is_true(pangu)),
         either("use_beam_search takes no stop and no json_object / json_schema response_format.",
                not_true("use_beam_search"), {"properties": {
-                   "stop": {"anyOf": [NULL, {"maxItems": 0}]},
-                   "response_format": {"anyOf": [NULL, {"properties": {"type": {"const": "text"}}}]}}}),
+                   "stop": no_stop,
+                   "response_format": {"properties": {"type": {"const": "text"}}}}}),  # null or text
     ]  # fmt: skip
     if dep.tools:
         rules.append(either("tool_choice 'required' or a named function needs tools.", choice_free, tools))
+        # The logprobs half of "active tools take no n, best_of, beam search or logprobs" (x-refused-when has it
+        # all): the one a schema-valid body met most often, so said as JSON Schema proper (without tools it is
+        # implied: tools then need tool_choice 'none').
+        rules.append(
+            either(
+                "Active tools (tool_choice not 'none') take no logprobs.",
+                no_tools,
+                is_("tool_choice", "none"),
+                {"properties": {"logprobs": {"enum": [False, None]}, "top_logprobs": NULL}},
+            )
+        )
     else:
         rules.append(either("This model calls no tools: tools need tool_choice 'none'; 'required' or a named "
                             "function is refused.", {"allOf": [no_tools, choice_free]}, is_("tool_choice", "none")))  # fmt: skip
-    if pangu and dep.pangu_strict:
-        roles = {"enum": ["system", "user", "assistant", None]}
-        rules.append(either("A 'tool' message needs tools.", {"properties": {"messages": {"items": {
-            "properties": {"role": roles}}}}}, tools))  # fmt: skip
     return rules
 
 
@@ -216,6 +262,12 @@ def refused_combinations(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]
                     "thinking_budget": {"type": "integer"}, "enable_thinking": {"const": True}}),
                 {"anyOf": [multi, beam]}),
     ]  # fmt: skip
+    if pangu and dep.pangu_strict:  # an either/or over the messages too many for the generators: listed here
+        tool_message = {
+            "required": ["messages"],
+            "properties": {"messages": {"contains": {"required": ["role"], "properties": {"role": {"const": "tool"}}}}},
+        }
+        rules.append(refused("A 'tool' message needs tools.", tool_message, {"properties": {"tools": {"maxItems": 0}}}))
     if dep.max_new_tokens > BEAM_MAX_TOKENS:
         rules.append(refused(f"use_beam_search needs max_tokens (the server default {dep.max_new_tokens} is above "
                              f"{BEAM_MAX_TOKENS}).", beam, absent("max_completion_tokens"), absent("max_tokens")))  # fmt: skip

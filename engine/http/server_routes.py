@@ -2,7 +2,8 @@
 `GET /server/steps` (the scheduler x-ray: the engine's last steps) and `POST /reset_prefix_cache`, as vLLM's.
 
 The state is the engine's cheap snapshot (Engine.snapshot, the same numbers /metrics exports) plus the admission's
-in-flight count; it is guarded as /metrics is (`--api-keys`, and `--admin-keys` too when those are set). The reset
+in-flight count; it is guarded as /metrics is (`--api-keys`, and `--admin-keys` too; closed to everyone else once
+any credential is set). The reset
 is an administrator's: with no credentials configured at all it is open, like every route; once any are, it takes
 `Authorization: Bearer <admin key>` (`--admin-keys`): no or an unknown key is a 401, a valid key that is not an
 admin key a 403, and with no admin key configured nobody may reset. The engine thread empties the cache between
@@ -29,18 +30,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from engine.config import Settings
-from engine.http.auth import any_credentials, check_bearer, matches
+from engine.http.auth import any_credentials, api_bearer, check_bearer, matches
 from engine.protocol.errors import ForbiddenError, NotFoundError, RequestValidationError
 from engine.serving.model_pool import ModelPool
 from engine.serving.policy import RequestPolicy
 
 RESET_TIMEOUT_S = 60  # the engine thread resets between two steps: one step, at most, to wait for
 STEPS_SECONDS = 10.0  # /server/steps' default window
-
-
-def state_keys(settings: Settings) -> list[str]:
-    """The keys /server/state accepts (none: open), as /metrics with the admin keys beside the API keys."""
-    return [*settings.api_keys, *settings.admin_keys] if settings.api_keys else []
 
 
 def check_admin(headers: Mapping[str, str], settings: Settings, action: str = "Resetting the prefix cache") -> None:
@@ -94,12 +90,12 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:
 
     @app.get("/server/state", include_in_schema=False)
     async def state(request: Request) -> dict[str, Any]:
-        check_bearer(request.headers, state_keys(settings))
+        api_bearer(request.headers, settings, admin_too=True)
         return server_state(policy)
 
     @app.get("/server/steps", include_in_schema=False)
     async def steps(request: Request) -> dict[str, Any]:
-        check_bearer(request.headers, state_keys(settings))
+        api_bearer(request.headers, settings, admin_too=True)
         q = request.query_params
         seconds = _number(q.get("seconds"), "seconds", STEPS_SECONDS)
         since = _number(q.get("since"), "since", None)

@@ -1,6 +1,8 @@
 """`POST /tokenize` and `POST /detokenize` (issue 19): the rendered prompt's tokens, in vLLM's shapes.
 
-Behind what chat is behind: the Bearer keys (auth.py), the body cap (413 as soon as it is exceeded, chat.py
+Behind what chat is behind: the Bearer keys (auth.py, closed once any credential is set), chat's admission (the
+per-client limit and draining, counted with the client's chat requests: a template render is as much work as a
+chat's, issue 31), the body cap (413 as soon as it is exceeded, chat.py
 `read_body`), the same JSON decoding and, for a chat form, the chat request's own validation (422 with the /v1
 error body). The work is engine/serving/tokenize.py's; 503 while the model loads.
 """
@@ -11,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.config import Settings
-from engine.http.auth import check_bearer
+from engine.http.auth import api_bearer, client_key
 from engine.http.chat import decode_json, read_body
 from engine.protocol.tokenize import parse_detokenize_request, parse_tokenize_request
 from engine.serving import tokenize as tokens
@@ -25,12 +27,17 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy, body_limit:
 
     @app.post(TOKENIZE_PATH, include_in_schema=False)
     async def tokenize(request: Request) -> JSONResponse:
-        check_bearer(request.headers, settings.api_keys)
-        req = parse_tokenize_request(decode_json(await read_body(request, body_limit)))
-        return JSONResponse(await tokens.tokenize(policy.service(), req))
+        credential = api_bearer(request.headers, settings)
+        host = request.client.host if request.client else None
+        flight = policy.admission.enter(client_key(credential, host))
+        try:
+            req = parse_tokenize_request(decode_json(await read_body(request, body_limit)))
+            return JSONResponse(await tokens.tokenize(policy.service(), req))
+        finally:
+            flight.close()
 
     @app.post(DETOKENIZE_PATH, include_in_schema=False)
     async def detokenize(request: Request) -> JSONResponse:
-        check_bearer(request.headers, settings.api_keys)
+        api_bearer(request.headers, settings)
         req = parse_detokenize_request(decode_json(await read_body(request, body_limit)))
         return JSONResponse(await tokens.detokenize(policy.service(), req))

@@ -44,6 +44,12 @@ class PayloadTooLargeError(ApiError):
     status = 413
 
 
+class RequestTimeoutError(ApiError):
+    """The client sent its request too slowly (`--read-timeout-s`)."""
+
+    status = 408
+
+
 class ServiceUnavailableError(ApiError):
     """Loading, draining, faulted, queue full, timed out or out of resources before the first token."""
 

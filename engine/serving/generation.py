@@ -253,6 +253,8 @@ class Generation:
 def map_engine_error(err: EngineError) -> ApiError:
     if err.queue_full:
         return ServiceUnavailableError(str(err), queue_full=True)
+    if err.stopped:  # the model was unloaded (or the server stops) under the request: try again, maybe elsewhere
+        return ServiceUnavailableError("The model was unloaded or the server is shutting down; retry the request.")
     if err.resources:
         return ServiceUnavailableError(str(err))
     return IncompleteGenerationError("Generation failed before the first token.")

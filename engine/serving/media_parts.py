@@ -65,6 +65,11 @@ class MediaPreparer:
         self._transcriber: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def transcriber_loaded(self) -> bool:
+        """Whether Whisper is in memory (the first audio request loads it: seconds, once; the page says so)."""
+        return self._transcriber is not None
+
     def transcriber(self) -> Any:
         """Whisper, loaded (and converted on first use) once; blocking, so called off the event loop."""
         with self._lock:

@@ -8,8 +8,9 @@ load the least recently used models are unloaded until the estimates (weights + 
 (`--models-memory-mb`, else what psutil says is available plus what the loaded models hold). An unloaded model's
 running requests finish first (up to `UNLOAD_WAIT_S`); new ones no longer reach it.
 
-`current` is the model the page shows and a request without a model of its own (Pangu V1) gets: the first model
-at start, then the one the page's picker switched to (or, when the current one was unloaded, the newest).
+`current` is the model a new page opens on and a request without a model of its own (Pangu V1) gets: the first
+model at start, then the one `POST /server/models/{id}/load` switched to (or, when the current one was unloaded,
+the newest). A page's own pick never changes it (playground/header_models.py).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class ModelPool:
     def __init__(self, candidates: list[Candidate], loader: Loader, *, bytes_per_param: int = 2,
                  kv_tokens: int = 65536, seqs: int = 0, budget_mb: int = 0,
                  free_memory: Callable[[], int] = available_memory,
-                 admin: Callable[[str | None], bool] = lambda key: True) -> None:  # fmt: skip
+                 admin: Callable[[str | None], bool] = lambda key: False) -> None:  # fmt: skip
         self.candidates = {c.id: c for c in candidates}
         self._loader = loader
         self._bytes_per_param = bytes_per_param
@@ -82,7 +83,7 @@ class ModelPool:
         self._seqs = seqs  # live sequences an engine runs at most: sizes a sliding-window KV pool
         self._budget_mb = budget_mb
         self._free_memory = free_memory
-        self.admin = admin  # whether a key (None: none) may load models: an admin key once credentials are set
+        self.admin = admin  # whether a key (None: none) may load models (the server says: app.py; else no one)
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()  # one load at a time: two would share the same cores and memory
         self._services: OrderedDict[str, ChatService] = OrderedDict()  # least recently used first
@@ -97,6 +98,12 @@ class ModelPool:
         with self._lock:
             self.candidates = {c.id: c for c in candidates}
             self.current = self.current or (candidates[0].id if candidates else None)
+
+    def describe(self, candidate: Candidate) -> None:
+        """A candidate's description read again (a bundled model, once fetched: from its files), in its place."""
+        with self._lock:
+            if candidate.id in self.candidates:
+                self.candidates[candidate.id] = candidate
 
     def add(self, model_id: str, service: ChatService) -> None:
         """A model already loaded (the first, built at start)."""

@@ -5,8 +5,15 @@ generation) or "answer" (the output so far, checked per chunk). `--moderation-ho
 `package.module:attribute` (an object with `check`, or a zero-argument factory returning one), or
 `wordlist:FILE.json` for the built-in `WordListHook` over a JSON object of glossary name -> list of words.
 
-The question is the system and user messages' text parts, plus the transcripts of audio the service turned
-into text; image, video and audio the model takes itself are not text and go to the model as without a hook.
+The question is every message text the model will see, of any role (system, user, assistant, tool: content,
+reasoning, names and tool-call arguments), plus the transcripts of audio the service turned into text; image,
+video and audio the model takes itself are not text and go to the model as without a hook.
+
+What the operator configured cannot be switched off by a client (spec §2.6): every question and every answer is
+checked with `OPERATOR` (the hook's own lists, nothing relaxed) whatever the request says. A request's
+`moderation_config` can only add to that: its `black_glossary_names` are checked in a second call with the
+request's config, where its `white_glossary_names` and `question_moderation` / `answer_moderation` relax only
+those added lists.
 
 Without a hook nothing here runs and `moderation_config` has no effect. With one, a blocked question skips the
 engine entirely; a blocked answer ends its choice (and the engine request once every choice is blocked). Either
@@ -44,6 +51,7 @@ class Verdict:
 
 
 PASS = Verdict(False)
+OPERATOR = ModerationConfig()  # the operator's check: the hook's default lists, both stages, nothing relaxed
 
 
 class ModerationHook(Protocol):
@@ -51,9 +59,9 @@ class ModerationHook(Protocol):
 
 
 class WordListHook:
-    """Blocks text containing a listed word (case-insensitive). The "default" glossary always applies; the
-    request's `black_glossary_names` add glossaries, its `white_glossary_names` exempt the words they list.
-    Unknown glossary names are ignored (§2.6)."""
+    """Blocks text containing a listed word (case-insensitive). The "default" glossary always applies and nothing
+    exempts its words; the request's `black_glossary_names` add glossaries, its `white_glossary_names` exempt the
+    words they list from those added glossaries only. Unknown glossary names are ignored (§2.6)."""
 
     def __init__(self, glossaries: dict[str, list[str]], reply: str = DEFAULT_REPLY) -> None:
         self.glossaries = {name: [w.lower() for w in words if w] for name, words in glossaries.items()}
@@ -74,7 +82,7 @@ class WordListHook:
         low = text.lower()
         for name in names:
             for word in self.glossaries.get(name, []):
-                if word not in allowed and word in low:
+                if (name == "default" or word not in allowed) and word in low:
                     return Verdict(True, f"{stage} contains a word of glossary {name!r}", self.reply)
         return PASS
 
@@ -95,6 +103,15 @@ def load_hook(spec: str) -> ModerationHook | None:
     if not callable(getattr(hook, "check", None)):
         raise ValueError(f"--moderation-hook {spec}: the object has no check(text, stage=, config=) method")
     return hook
+
+
+def question_text(messages: Sequence[Message]) -> str:
+    """What the question check reads: each message's text, name, reasoning and tool calls, whatever its role."""
+    parts: list[str] = []
+    for m in messages:
+        parts += [m.name or "", m.text, m.reasoning_content or ""]
+        parts += [f"{call.function.name} {call.function.arguments}" for call in m.tool_calls or []]
+    return "\n".join(part for part in parts if part)
 
 
 class QuestionBlocked(Exception):
@@ -128,16 +145,22 @@ class Moderator:
     blocked: dict[int, tuple[Verdict, Stage]] = field(default_factory=dict)  # choice index -> why
 
     async def check(self, text: str, stage: Stage) -> Verdict:
+        """The operator's check (`OPERATOR`: never relaxed by the request), then the lists the request adds."""
         # A hook may do I/O; run it off the event loop so it never stalls other streams.
+        verdict = await asyncio.to_thread(self.hook.check, text, stage=stage, config=OPERATOR)
+        if verdict.blocked or not self._adds_lists(stage):
+            return verdict
         return await asyncio.to_thread(self.hook.check, text, stage=stage, config=self.config)
 
+    def _adds_lists(self, stage: Stage) -> bool:
+        """Whether the request asks for more than the operator's check at this stage (its black lists)."""
+        wanted = self.config.question_moderation if stage == "question" else self.config.answer_moderation
+        return wanted and bool(self.config.black_glossary_names)
+
     async def check_question(self, messages: Sequence[Message]) -> Verdict:
-        """The system and user messages' text parts; media parts are not text and are left to the model (the
-        words of transcribed audio are text parts once the service has put them in, see `screen`)."""
-        if not self.config.question_moderation:
-            return PASS
-        text = "\n".join(m.text for m in messages if m.role in ("system", "user"))
-        return await self.check(text, "question")
+        """Every message text the model will see, of any role; media parts are not text and are left to the model
+        (the words of transcribed audio are text parts once the service has put them in, see `screen`)."""
+        return await self.check(question_text(messages), "question")
 
     async def screen(self, model: str, req: ChatCompletionRequest, prompt_tokens: int) -> None:
         """ChatService.start's check of a request whose audio became transcripts, before the engine sees it."""
@@ -192,9 +215,6 @@ class Moderator:
                         usage = update["usage"] = chunk.usage.model_copy(deep=True)
                         usage.completion_tokens, usage.total_tokens = done, usage.prompt_tokens + done
                     chunk = chunk.model_copy(update=update)
-                yield chunk
-                continue
-            if not self.config.answer_moderation:
                 yield chunk
                 continue
             (c,) = chunk.choices

@@ -6,7 +6,7 @@ under `--request-timeout-s`, applies the moderation hook to the question and to 
 non-stream answer is still the fold of the moderated stream), feeds the Prometheus metrics and writes the access
 line. Callers keep only what is theirs: HTTP reads bodies, authenticates and writes the wire format; the page
 renders chunks. The `CallContext` says who is asking, so a page user, a Gradio-API script and an API client on
-the same address count against one limit.
+the same address (or with the same credential) count against one limit.
 """
 
 from __future__ import annotations
@@ -39,18 +39,15 @@ Entry = Literal["api", "page", "notebook", "mcp"]
 class CallContext:
     """Who is asking and through what: the same fields whichever front end builds it."""
 
-    client: str  # what --max-concurrent-per-client counts: "key:<hash>", "ip:<address>", "user:<login>"
+    client: str  # what --max-concurrent-per-client counts: "key:<hash>" (a verified credential), "ip:<address>"
     label: str  # the metrics' route label: an API path template, "page:/chat", "notebook"
     route: Route = "v1"  # the protocol family the answer is shaped for (ids, Pangu narrowing)
     entry: Entry = "api"
     started: float = field(default_factory=time.monotonic)  # acceptance: the request timeout counts from here
-    may_load: bool = True  # whether a request for a model not loaded may load it (an admin, or no credentials set)
-
-
-def client_of(user: str | None, address: str | None) -> str:
-    """The per-client key of a page or notebook caller: its login, else its address (the API's key when no
-    credentials are configured, so one machine's page and API traffic share one limit)."""
-    return f"user:{user}" if user else "ip:" + (address or "unknown")
+    # Rights default to the least: whether a request for a model not loaded may load it (an admin, or a server
+    # with no credentials and no admin keys). Every entry point says so for its caller.
+    may_load: bool = False
+    cache_scope: str = ""  # whose cached prompt prefixes it may reuse ("" = the shared scope); from the credential
 
 
 class RequestPolicy:
@@ -99,7 +96,10 @@ class RequestPolicy:
             chunks, gen = await self._start(self.service_for(req, ctx), req, ctx, access)
         except BaseException as exc:
             flight.close()
-            self._finish(ctx, access, exc.status if isinstance(exc, ApiError) else 500, own_line)
+            status = (
+                exc.status if isinstance(exc, ApiError) else 499 if isinstance(exc, asyncio.CancelledError) else 500
+            )
+            self._finish(ctx, access, status, own_line)
             raise
         if gen is not None:
             flight.attach(gen)
@@ -120,7 +120,7 @@ class RequestPolicy:
         timeout = self.settings.request_timeout_s or None
         try:
             screen = moderator.screen if moderator else None
-            gen = await asyncio.wait_for(svc.start(req, ctx.route, screen), timeout)
+            gen = await asyncio.wait_for(svc.start(req, ctx.route, screen, ctx.cache_scope), timeout)
         except asyncio.TimeoutError:
             raise ServiceUnavailableError(f"The request timed out after {timeout} s waiting for the engine.") from None
         except QuestionBlocked as blocked:  # its transcripts were (§2.4.1)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from engine.config import Settings
@@ -59,7 +62,8 @@ def render_prompt(
         variables["tools"] = [
             t.model_dump(exclude_none=True) for t in req.tools or [] if named is None or t.function.name == named
         ]
-    text = templates.render(template_source(req, tokenizer, settings), variables, limit)
+    kind: templates.Kind = "model" if req.chat_template is None else "request"
+    text = templates.render(template_source(req, tokenizer, settings), variables, limit, kind)
     if continue_final:
         final = str(req.messages[-1].content)
         at = text.rfind(final)
@@ -68,6 +72,13 @@ def render_prompt(
                                          "it cannot be continued (continue_final_message).")  # fmt: skip
         text = text[: at + len(final)]
     return text
+
+
+async def render_prompt_async(req: ChatCompletionRequest, *args: Any) -> str:
+    """`render_prompt` on the template threads of its kind (templates.executor), not the default executor."""
+    kind: templates.Kind = "model" if req.chat_template is None else "request"
+    call = functools.partial(render_prompt, req, *args)
+    return await asyncio.get_running_loop().run_in_executor(templates.executor(kind), call)
 
 
 def prompt_limit(settings: Settings, context_length: int) -> int:
@@ -89,3 +100,30 @@ def check_length(tokens: int, settings: Settings, context_length: int) -> None:
     limit = prompt_limit(settings, context_length)
     if not 0 < tokens <= limit:
         raise RequestValidationError(f"Messages token length must be in (0, {limit}], got {tokens}.")
+
+
+SYSTEM_MARK = "\u2063system\u2063"  # text no template writes by itself: where a request's system prompt lands
+
+
+def default_system_prompt(render: Callable[[ChatCompletionRequest], str]) -> str:
+    """What a chat template writes in place of a system prompt when a request has none, found by rendering one user
+    message with and without a marked system message: the same text around the marker, and something else where
+    it was, is the template's own system prompt. "" when the template writes none (or renders differently)."""
+    from engine.protocol.request import parse_chat_request
+
+    user = {"role": "user", "content": "hi"}
+    try:
+        bare = render(parse_chat_request({"model": "m", "messages": [user]}))
+        marked = render(
+            parse_chat_request({"model": "m", "messages": [{"role": "system", "content": SYSTEM_MARK}, user]})
+        )
+    except Exception:  # a template that needs more than this (a model of its own kind): nothing to show
+        return ""
+    if marked.count(SYSTEM_MARK) != 1:
+        return ""
+    before, after = marked.split(SYSTEM_MARK)
+    if not bare.startswith(before) or not after:
+        return ""
+    rest = bare[len(before) :]
+    end = rest.find(after)
+    return rest[:end].strip() if end > 0 else ""

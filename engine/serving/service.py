@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ class ModelInfo:
     vocab_size: int = 0  # width of the model's logits
     modalities: frozenset[str] = frozenset()  # media the model takes itself ("image", "video", "audio")
     plain_template: bool = False  # a base model served with engine/serving/plain_template.jinja (the page says so)
+    parameters: int = 0  # the model's parameter count (the page's default preset is chosen by size)
 
 
 @dataclass
@@ -56,6 +58,13 @@ class _Prepared:
     params: SamplingParams
     mm: dict[str, Any] | None = None  # media tensors for the model's prefill
     media_report: list[dict[str, Any]] | None = None  # per kept media part: type, tokens, frames sampled
+
+
+def scope_salt(scope: str) -> bytes:
+    """The prefix-cache salt of a cache scope (vLLM's cache_salt): it keys the first block, and through the chain of
+    block digests every later one, so two scopes never share a cached prefix and `cached_tokens` cannot tell one
+    client what another sent (issue 31). Fixed length, so it never runs into the media salt after it."""
+    return b"scope:" + hashlib.sha256(scope.encode("utf-8", "surrogateescape")).digest() if scope else b""
 
 
 class ChatService:
@@ -81,6 +90,8 @@ class ChatService:
         self.served_name = settings.served_model_name or model.name
         self.adapters: dict[str, int] = dict(adapters or {})  # LoRA id -> the engine's adapter index (1..n)
 
+    _default_system: str | None = None
+
     def input_modalities(self) -> list[str]:
         """What a request's content may carry for this model: text, the media the model takes itself, and audio
         when it is transcribed into text (`audio_transcription`, §2.4.1). Reported by /v1/models."""
@@ -94,9 +105,11 @@ class ChatService:
             raise RequestValidationError(f"Model not found: {str(req.model)[:64]!r}.")
         return req.model
 
-    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None) -> Generation:
+    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None,
+                    cache_scope: str = "") -> Generation:  # fmt: skip
         """Validate against the model and server, submit to the engine, and wait for its first answer. `screen`
-        sees a request whose media became text (transcripts) before the engine does, and may raise to stop it."""
+        sees a request whose media became text (transcripts) before the engine does, and may raise to stop it.
+        `cache_scope`: whose cached prompt prefixes this request may reuse and add to (CallContext.cache_scope)."""
         accepted = time.perf_counter()
         model, prepared = await self._prepare(req, route)
         if screen is not None and prepared.media.transcripts:
@@ -119,7 +132,7 @@ class ChatService:
         submitted = time.perf_counter()
         try:
             adapter = self.adapters.get(model, 0)  # a LoRA id: its rows run with it, its prefixes cached apart
-            salt = media.salt + (b"lora:" + model.encode() if adapter else b"")
+            salt = scope_salt(cache_scope) + media.salt + (b"lora:" + model.encode() if adapter else b"")
             stats = self.engine.submit(
                 EngineRequest(request_id, ids, params, salt, constraint, prepared.mm, adapter=adapter), sink
             )
@@ -156,7 +169,7 @@ class ChatService:
         plan = self.reasoning.plan(req)
         if req.continue_final_message:  # the reply goes on with the final message's text: an answer, not reasoning
             plan = dataclasses.replace(plan, split=False)
-        text = await asyncio.to_thread(prompts.render_prompt, req, self.tokenizer, self.settings, plan.thinking,
+        text = await prompts.render_prompt_async(req, self.tokenizer, self.settings, plan.thinking,
                                        self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
@@ -185,6 +198,13 @@ class ChatService:
         """What this server makes of one media part before it is sent: {kind, mime, bytes, frames, duration_s,
         width, height, error}, from the same checks and decode a request gets (engine/serving/media_preview.py)."""
         return (await preview_media(part, self.settings)).as_json()
+
+    def default_system_prompt(self) -> str:
+        """The system prompt the chat template writes when a request has none ("" when it writes none): SmolLM2's
+        template adds its own, which the page shows in its System prompt box instead of "(none)"."""
+        if self._default_system is None:
+            self._default_system = prompts.default_system_prompt(self.render_for_debug)
+        return self._default_system
 
     def render_for_debug(self, req: ChatCompletionRequest) -> str:
         """The exact prompt text a request renders to (the UI's 'show prompt')."""

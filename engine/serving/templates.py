@@ -1,110 +1,52 @@
-"""Chat-template rendering in a sandboxed, immutable Jinja environment with hard limits (spec §2.7).
+"""Chat templates (spec §2.7): where a template comes from (inline, or a file confined to one directory), and its
+rendering in the sandbox.
 
-transformers renders templates in the same kind of sandbox, but its environment is private and unbounded in
-time and output, so we build our own with the same helpers templates expect (`raise_exception`, `tojson`,
-`strftime_now`, loop controls) and add: `range()` capped at 100,000 items, string / list repetition capped,
-output capped, and a 5 s wall-clock budget checked inside every loop iteration and output chunk.
+Rendering happens in template_sandbox.py's worker processes: a sandboxed, immutable Jinja environment with the
+helpers templates expect (`raise_exception`, `tojson`, `strftime_now`, loop controls), `range()` capped at 100,000
+items, repetition and output capped, a 5 s wall-clock budget enforced by killing the worker, and an address-space
+limit per worker, so no template can hold the server's CPU or memory (issue 31). Here, a failure becomes the
+request's validation error, its message cut as §6.5 says.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import time
-from datetime import datetime
-from functools import lru_cache
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from typing import Any, Literal
 
 from engine.protocol.errors import RequestValidationError
+from engine.serving.template_sandbox import MAX_RANGE, RENDER_SECONDS, TemplateFailure, pool
 
-MAX_RANGE = 100_000
-RENDER_SECONDS = 5.0
+__all__ = ["MAX_RANGE", "RENDER_SECONDS", "render", "resolve_source"]
+
 MAX_TEMPLATE_BYTES = 1 << 20
 _RELATIVE_NAME = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.jinja$")
 
 
-class _Budget:
-    def __init__(self, max_chars: int) -> None:
-        self.deadline = time.monotonic() + RENDER_SECONDS
-        self.max_chars = max_chars
-
-    def tick(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise jinja2.TemplateError("chat template rendering exceeded its time budget")
+Kind = Literal["model", "request"]  # the model's (or operator's) template, or one a client sent
+_executors: dict[str, ThreadPoolExecutor] = {}
+_executors_lock = threading.Lock()
 
 
-class _Env(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset(["*", "**"])
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**":
-            if isinstance(right, int) and right > 64:
-                raise jinja2.TemplateError("chat template exponent too large")
-            return left**right
-        if isinstance(left, (str, list, tuple)) and isinstance(right, int) or isinstance(right, (str, list, tuple)):
-            seq, times = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
-            if isinstance(times, int) and isinstance(seq, (str, list, tuple)) and len(seq) * times > MAX_RANGE * 10:
-                raise jinja2.TemplateError("chat template repetition too large")
-        return left * right
-
-
-def _raise(message: str) -> None:
-    raise jinja2.TemplateError(message)
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _no_callables(value: Any) -> Any:
-    return "" if callable(value) else value
-
-
-@lru_cache(maxsize=64)
-def _compile(source: str) -> jinja2.Template:
-    # finalize: a callable printed by mistake (or on purpose: {{ raise_exception }}) renders as nothing, never as a
-    # repr carrying a memory address. lipsum is Jinja's text generator, of no use to a chat template.
-    env = _Env(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"], finalize=_no_callables)
-    env.globals.pop("lipsum", None)
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
-
-
-def _bounded_range(budget: _Budget):
-    def bounded(*args: int):
-        r = range(*args)
-        if len(r) > MAX_RANGE:
-            raise jinja2.TemplateError(f"range() is limited to {MAX_RANGE} items")
-        for i in r:
-            budget.tick()
-            yield i
-
-    return bounded
-
-
-def render(source: str, variables: dict[str, Any], max_chars: int) -> str:
-    """Render `source` with `variables`; any template problem becomes a RequestValidationError."""
-    budget = _Budget(max_chars)
+def render(source: str, variables: dict[str, Any], max_chars: int, kind: Kind = "request") -> str:
+    """Render `source` with `variables` in the sandbox; any template problem becomes a RequestValidationError.
+    Blocks its thread for up to the budget (plus the wait for a free worker): call it on `executor(kind)`."""
     try:
-        template = _compile(source)
-        parts, size = [], 0
-        for piece in template.generate(**variables, range=_bounded_range(budget)):
-            budget.tick()
-            size += len(piece)
-            if size > max_chars:
-                raise jinja2.TemplateError("rendered chat template exceeds the request size limit")
-            parts.append(piece)
-        return "".join(parts)
-    except jinja2.TemplateError as exc:
+        return pool(kind).render(source, variables, max_chars)
+    except TemplateFailure as exc:
         raise RequestValidationError(f"chat_template error: {_safe(exc)}") from None
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
-        raise RequestValidationError(f"chat_template error: {type(exc).__name__}") from None
+
+
+def executor(kind: Kind) -> ThreadPoolExecutor:
+    """The threads that wait on renders of one kind: never the event loop's default executor, which the engine's
+    callers need, so renders that wait out their budget hold only threads of their own (issue 31)."""
+    with _executors_lock:
+        found = _executors.get(kind)
+        if found is None:
+            found = _executors[kind] = ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"template-{kind}")
+        return found
 
 
 _QUOTED = re.compile(r"'([^'\n]{65,})'")

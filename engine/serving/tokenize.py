@@ -49,7 +49,7 @@ async def render_chat(svc: ChatService, req: ChatCompletionRequest, add_generati
     media = await svc.media.prepare(req, svc.model.modalities)
     req = media.request
     thinking = svc.reasoning.plan(req).thinking
-    text = await asyncio.to_thread(prompts.render_prompt, req, svc.tokenizer, svc.settings, thinking,
+    text = await prompts.render_prompt_async(req, svc.tokenizer, svc.settings, thinking,
                                    svc.model.modalities, add_generation_prompt, continue_final)  # fmt: skip
     templated = await asyncio.to_thread(_encode, svc, text, False)
     ids, report = templated, None

@@ -3,28 +3,44 @@ of audio, tool and tool-result turns.
 
 Cells stay thin; everything here is tested in tests/test_notebook_helpers.py. Like the Gradio page, this layer
 builds the request the API parses and renders only the service's chunks.
+
+Imports are lazy (PEP 562): importing `playground.notebooks.result` from the page must not pull in ipywidgets or
+anything else only `requirements-notebooks.txt` installs, so a page served from `requirements.txt` alone starts.
 """
 
-from playground.notebooks.backend import (
-    ChatBackend,
-    LocalBackend,
-    RemoteBackend,
-    RemoteError,
-    connect,
-    run_sync,
-)
-from playground.notebooks.latency import (
-    aconcurrency,
-    concurrency,
-    plot_concurrency,
-    plot_timeline,
-    summarize_concurrency,
-    timeline_frame,
-)
-from playground.notebooks.messages import audio_part, tool_result_message, user_message
-from playground.notebooks.result import ChatResult, ToolCall, heatmap_html
-from playground.notebooks.sweeps import asweep, distinct_n, diversity, expand_grid, plot_sweep, sweep
-from playground.notebooks.widgets import ChatPanel, ParameterExplorer
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "backend": ("ChatBackend", "LocalBackend", "RemoteBackend", "RemoteError", "connect", "run_sync"),
+    "latency": (
+        "aconcurrency",
+        "concurrency",
+        "plot_concurrency",
+        "plot_timeline",
+        "summarize_concurrency",
+        "timeline_frame",
+    ),
+    "messages": ("audio_part", "tool_result_message", "user_message"),
+    "result": ("ChatResult", "ToolCall", "heatmap_html"),
+    "sweeps": ("asweep", "distinct_n", "diversity", "expand_grid", "plot_sweep", "sweep"),
+    "widgets": ("ChatPanel", "ParameterExplorer"),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
+
 
 __all__ = [
     "ChatBackend",

@@ -179,13 +179,13 @@ class ChatResult:
     def _repr_html_(self) -> str:
         parts = []
         for t in self.transcription or []:
-            parts.append(f"<p>🎤 transcribed (message {t.get('message')}, part {t.get('part')}): "
+            parts.append(f"<p>♪ transcribed (message {t.get('message')}, part {t.get('part')}): "
                          f"<i>{html.escape(str(t.get('text', '')))}</i></p>")  # fmt: skip
         if self.reasoning:
             parts.append(f"<details><summary>reasoning</summary>{text_html(self.reasoning)}</details>")
         parts.append(text_html(self.reply))
         for c in self.tool_calls:
-            parts.append(f"<p>🔧 <code>{html.escape(c.name)}({html.escape(c.arguments)})</code> "
+            parts.append(f"<p>⚒ <code>{html.escape(c.name)}({html.escape(c.arguments)})</code> "
                          f"<small>{html.escape(c.id)}</small></p>")  # fmt: skip
         if self.view.error:
             parts.append(f"<p>⚠️ {html.escape(self.view.error)}</p>")

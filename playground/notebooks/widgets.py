@@ -104,6 +104,11 @@ class ChatPanel:
         return result
 
 
+# Each control one fixed width, its label in a fixed column: beside a long reply a flex row would otherwise squeeze
+# the sliders down to truncated labels with no track and no value (issue 30). continuous_update=False: a drag
+# re-runs once, on release, not on every pixel.
+CONTROL_LAYOUT = {"width": "440px"}
+CONTROL_STYLE = {"description_width": "150px"}
 CONTROLS: dict[str, Any] = {
     "temperature": lambda: w.FloatSlider(value=0.7, min=0.0, max=2.0, step=0.05),
     "top_p": lambda: w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01),
@@ -120,7 +125,12 @@ CONTROLS: dict[str, Any] = {
 
 class ParameterExplorer:
     """Sliders for the sampling fields of the spec; every change re-runs the request with the fixed seed and shows
-    the reply as a probability heatmap with its stats. `fixed` overrides a control's start value."""
+    the reply as a probability heatmap with its stats. `fixed` overrides a control's start value.
+
+    A run starts only when the request would differ from the last one: a browser reports back a value the kernel
+    set (a slider snapped to its step sends 0.9000000000000001 for 0.9), and that echo must not start a run that
+    cancels the one a cell awaits (issue 30). `task` always resolves to the newest run's result: a run superseded
+    by a newer setting stops its request, and whoever awaited it gets the newer one's result instead."""
 
     def __init__(self, backend: ChatBackend, messages: Messages, top_logprobs: int = 3, **fixed: Any) -> None:
         self.backend = backend
@@ -129,21 +139,34 @@ class ParameterExplorer:
         self.controls = {name: make() for name, make in CONTROLS.items()}
         for name, control in self.controls.items():
             control.description = name
-            control.style = {"description_width": "140px"}
+            control.layout = w.Layout(**CONTROL_LAYOUT)
+            control.style = CONTROL_STYLE
+            if isinstance(control, w.FloatSlider | w.IntSlider):
+                control.continuous_update = False
             if name in fixed:
                 control.value = fixed.pop(name)
             control.observe(self._changed, names="value")
         self.fixed = fixed
+        self.status = w.HTML("run 0 · not run yet")
+        self.status.add_class("pg-explorer-runs")
         self.heatmap = w.HTML()
         self.stats = w.HTML()
-        self.widget = w.HBox([w.VBox(list(self.controls.values())), w.VBox([self.heatmap, self.stats])])
+        column = w.VBox(list(self.controls.values()), layout={"flex": "0 0 auto"})
+        output = w.VBox([self.status, self.heatmap, self.stats], layout={"flex": "1 1 320px", "min_width": "0",
+                                                                          "margin": "0 0 0 16px"})  # fmt: skip
+        self.widget = w.HBox([column, output], layout={"flex_flow": "row wrap", "align_items": "flex-start"})
+        self.widget.add_class("pg-explorer")
         self.result: ChatResult | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task | None = None  # resolves to the newest run's result
+        self.runs = 0  # runs started, shown in `status`
+        self._run_task: asyncio.Task | None = None  # the newest run itself
+        self._requested: dict[str, Any] | None = None  # what it asked for
         self._holding = False
 
     def values(self) -> dict[str, Any]:
-        """The request fields the controls stand for (0 top_k and an empty stop mean "not set")."""
-        out = {name: control.value for name, control in self.controls.items()}
+        """The request fields the controls stand for (0 top_k and an empty stop mean "not set"; floats as the slider
+        shows them, without the float noise of its steps)."""
+        out = {name: round(c.value, 6) if isinstance(c.value, float) else c.value for name, c in self.controls.items()}
         out["top_k"] = out["top_k"] or None
         out["min_p"] = out["min_p"] or None
         out["stop"] = out["stop"] or None
@@ -160,25 +183,53 @@ class ParameterExplorer:
         return self.run()
 
     def run(self) -> asyncio.Task:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()  # a newer setting supersedes the running request
-        self.task = spawn(self._run())
+        """Re-run as the controls stand; the returned task resolves to the newest run's ChatResult."""
+        if self._run_task is not None and not self._run_task.done():
+            self._run_task.cancel()  # a newer setting supersedes the running request
+        self.runs += 1
+        self._requested = self.values()
+        self._run_task = spawn(self._run(self.runs, self._requested))
+        if self.task is None or self.task.done():
+            self.task = spawn(self._newest())
+            self.task.add_done_callback(self._stop_if_cancelled)
         return self.task
 
+    def _stop_if_cancelled(self, task: asyncio.Task) -> None:
+        if task.cancelled() and self._run_task is not None:
+            self._run_task.cancel()  # also when it was cancelled before it began to await the run
+
     def _changed(self, _: Any) -> None:
-        if not self._holding:
+        if not self._holding and self.values() != self._requested:
             self.run()
 
-    async def _run(self) -> ChatResult:
-        params = {**self.values(), **self.fixed, "logprobs": True, "top_logprobs": self.top_logprobs}
+    async def _newest(self) -> ChatResult:
+        while True:
+            run = self._run_task
+            assert run is not None
+            try:
+                return await run
+            except asyncio.CancelledError:
+                cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+                if run is self._run_task or (cancelling is not None and cancelling()):
+                    raise  # cancelled itself (a Stop, a kernel interrupt), not superseded by a newer run
+            # superseded: follow the newer run
+
+    async def _run(self, number: int, values: dict[str, Any]) -> ChatResult:
+        params = {**values, **self.fixed, "logprobs": True, "top_logprobs": self.top_logprobs}
         result = ChatResult.of(self.backend)
+        self.status.value = f"run {number} · running"
         try:
             async for chunk in self.backend.stream(self.backend.request(self.messages, **params)):
                 if result.add(chunk):
                     self.heatmap.value = heatmap_html(result.logprobs)
         except ApiError as exc:
             result.view.error = exc.message
+        except asyncio.CancelledError:
+            if self.runs == number:
+                self.status.value = f"run {number} · stopped"
+            raise
         self.heatmap.value = heatmap_html(result.logprobs)
         self.stats.value = result.stats_html() if not result.view.error else text_html(f"⚠️ {result.view.error}")
+        self.status.value = f"run {number} · " + ("error" if result.view.error else "done")
         self.result = result
         return result
