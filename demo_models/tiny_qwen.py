@@ -6,7 +6,7 @@ template, and a 2-layer `Qwen3ForCausalLM` trained on CPU until greedy decoding 
 `TRAINING` token for token: the replies of `EXAMPLES`, and the same flows (math, the weather call, the answer
 after a tool result), thinking on and off, after conversations of earlier flows in several orders, so that one
 chat holds them in any order. The result is cached on disk, keyed by a hash of its source files and the library
-versions, in a directory named `tiny-qwen3-demo` (the id it is served as).
+versions, in a directory named `tiny-qwen3` (the id it is served as).
 
 Training runs on a compact vocabulary (only the token ids the examples use) so each step costs milliseconds; each
 conversation's examples are packed into one sequence that holds their shared history once (`_Packed`). The trained
@@ -384,7 +384,7 @@ def train(groups: list[list[_Sample]]) -> Any:
 # ---- build and cache ---------------------------------------------------------------------------------------------
 
 
-NAME = "tiny-qwen3-demo"  # the directory's name, so the id it is served as without --served-model-name
+NAME = "tiny-qwen3"  # the directory's name, so the id it is served as without --served-model-name
 
 
 def build_tiny_qwen(cache_dir: Path | None = None) -> Path:

@@ -232,7 +232,7 @@ def test_build_reuses_the_cached_directory(tiny_qwen_dir: Path) -> None:
 def test_the_demo_model_is_served_under_a_readable_name(tiny_qwen_dir: Path) -> None:
     from engine.model_registry import default_id
 
-    assert default_id(str(tiny_qwen_dir)) == "tiny-qwen3-demo"  # not tiny-qwen3-<source key>
+    assert default_id(str(tiny_qwen_dir)) == "tiny-qwen3"  # not tiny-qwen3-<source key>
     assert tiny_qwen_dir.parent.name.startswith("tiny-qwen3-")  # the recipe's key names the directory above
 
 
