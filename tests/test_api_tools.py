@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from demo_models.tiny_qwen import TOOLS, TWO_CITIES, WEATHER, WEATHER_ANSWER
+from playground.tools_panel import SAVED_RESULTS
 from tests.conftest import QWEN_MODEL, sse_events
 
 
@@ -99,3 +102,52 @@ def test_required_tool_choice_constrains_a_model_that_would_not_call(qwen_live) 
     (call,) = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather"
     assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+# ---- one chat, the documented flows in any order (issue 30, item 8) --------------------------------------------
+# As the page sends them: the tools on every request, each reply sent back as the API returned its content, tool
+# results typed (the page's saved one or another) and answered by call id.
+SAVED = SAVED_RESULTS["get_weather"]  # the page's saved result: {"temperature": 22, "sky": "sunny"}
+RAINY, CLOUDY = '{"temperature": 15, "sky": "rainy"}', '{"temperature": 9, "sky": "cloudy"}'  # typed ones
+ORDERS = {
+    "math_first": ["What is 2+2?", "Weather in Paris?", RAINY, "What is 2+2?", "Weather in Paris?", SAVED],
+    "weather_first": ["Weather in Paris?", SAVED, "Weather in Paris?", CLOUDY, "What is 2+2?", "What is 2+2?",
+                      "Weather in Paris?"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no_thinking"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_one_chat_holds_every_flow_in_any_order(qwen_live, order: str, thinking: bool) -> None:
+    messages: list[dict[str, Any]] = []
+    extra = {} if thinking else {"chat_template_kwargs": {"enable_thinking": False}}
+    for step in ORDERS[order]:
+        if step.startswith("{"):  # the tool result for the pending call
+            call_id = messages[-1]["tool_calls"][0]["id"]
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": step})
+        else:
+            messages.append({"role": "user", "content": step})
+        r = post(qwen_live, {"messages": messages, "tools": TOOLS, "temperature": 0, **extra})
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        message = choice["message"]
+        where = f"after {[m.get('content') for m in messages]}: {message}"
+        assert bool(message.get("reasoning_content")) is thinking, where
+        if step == "Weather in Paris?":
+            assert choice["finish_reason"] == "tool_calls", where
+            (call,) = message["tool_calls"]
+            assert call["function"]["name"] == "get_weather", where
+            assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}, where
+        else:
+            assert choice["finish_reason"] == "stop" and not message["tool_calls"], where
+            answer = message["content"].strip()
+            if step == "What is 2+2?":
+                assert answer == "The answer is 4.", where
+            elif step == SAVED:  # the page's saved get_weather result
+                assert answer == "It is sunny and 22 °C in Paris.", where
+            else:  # a typed result it was not trained on: an answer that points to it, never an empty one
+                assert answer == "The tool answered for Paris; its result is above.", where
+        sent = {"role": "assistant", "content": message["content"]}  # as the page sends it back
+        if message["tool_calls"]:
+            sent["tool_calls"] = message["tool_calls"]
+        messages.append(sent)

@@ -122,6 +122,15 @@ def test_tool_calls_and_tool_results_in_history(tokenizer: Any) -> None:
     assert "I should call the tool." not in text  # reasoning_content of earlier turns is dropped
 
 
+def test_an_earlier_answer_renders_the_same_trimmed_or_as_the_api_returned_it(tokenizer: Any) -> None:
+    def turn(content: str) -> str:
+        return render(tokenizer, [tq.MATH_QUESTION, {"role": "assistant", "content": content}, tq.MATH_QUESTION])
+
+    as_returned = turn("\n\nThe answer is 4.")  # the content after the think block, as the API returns it
+    assert as_returned == turn("The answer is 4.") == turn("<think>\nx\n</think>\n\nThe answer is 4.")
+    assert "<|im_start|>assistant\nThe answer is 4.<|im_end|>" in as_returned
+
+
 def test_consecutive_tool_results_share_one_user_turn_and_history_thinking_is_dropped(tokenizer: Any) -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "not json"}}
     messages = [
@@ -215,6 +224,20 @@ def test_the_engine_batches_all_examples_and_reproduces_each_reply(loaded: Any) 
 
 def test_build_reuses_the_cached_directory(tiny_qwen_dir: Path) -> None:
     before = (tiny_qwen_dir / "model.safetensors").stat().st_mtime_ns
-    assert tq.build_tiny_qwen(tiny_qwen_dir.parent) == tiny_qwen_dir
+    assert tq.build_tiny_qwen(tiny_qwen_dir.parent.parent) == tiny_qwen_dir
     assert (tiny_qwen_dir / "model.safetensors").stat().st_mtime_ns == before
     assert not list(tiny_qwen_dir.parent.glob(tiny_qwen_dir.name + ".tmp-*"))
+
+
+def test_the_demo_model_is_served_under_a_readable_name(tiny_qwen_dir: Path) -> None:
+    from engine.model_registry import default_id
+
+    assert default_id(str(tiny_qwen_dir)) == "tiny-qwen3"  # not tiny-qwen3-<source key>
+    assert tiny_qwen_dir.parent.name.startswith("tiny-qwen3-")  # the recipe's key names the directory above
+
+
+def test_the_saved_result_it_answers_is_the_pages() -> None:
+    from playground.tools_panel import GET_WEATHER, SAVED_RESULTS
+
+    assert tq.weather_result(*tq.SAVED)["content"] == SAVED_RESULTS["get_weather"] == tq.WEATHER_RESULT["content"]
+    assert tq.WEATHER_TOOL == GET_WEATHER  # the page's example tool renders the prompts it was trained on
