@@ -24,24 +24,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "seven",
-    "wizards",
-    "quietly",
-    "judge",
-    "boxing",
-    "matches",
-]
+PANGRAM = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches"
+WORDS = PANGRAM.split()
 
 
 def _body(i: int, args: argparse.Namespace) -> bytes:

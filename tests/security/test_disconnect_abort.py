@@ -18,24 +18,8 @@ import httpx
 from tests.conftest import MODEL, serving
 
 CLIENTS = 12
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "seven",
-    "wizards",
-    "quietly",
-    "judge",
-    "boxing",
-    "matches",
-]
+PANGRAM = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches"
+WORDS = PANGRAM.split()
 
 
 def _raw_request(url: str, body: dict[str, Any]) -> bytes:
