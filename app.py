@@ -169,8 +169,9 @@ def demo_qwen_candidate() -> Any:
         from demo_models import tiny_qwen
 
         config = tiny_qwen.model_config(tiny_qwen.VOCAB_SIZE).to_dict()
-        return registry.describe_static(DEMO_QWEN_SOURCE, DEMO_QWEN, config, qwen3_parameters(config), 0,
-                                        reasoning=True, tools=True)  # fmt: skip
+        return registry.describe_static(
+            DEMO_QWEN_SOURCE, DEMO_QWEN, config, qwen3_parameters(config), 0, reasoning=True, tools=True
+        )
     except Exception:  # a demo entry that cannot be described is left out, with the reason in the log
         log.warning("the tiny demo Qwen3 is not offered", exc_info=True)
         return None
@@ -180,8 +181,10 @@ def qwen3_parameters(c: dict[str, Any]) -> int:
     """A Qwen3 config's parameter count, counted from its shapes (instantiating the model, even on the meta device,
     took 4.8 s): embeddings (tied or not), per layer the attention's projections and q/k norms, the gated MLP and two
     norms, then the final norm."""
-    h, inner, heads, kv, d = (int(c[k]) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
-                                                   "num_key_value_heads", "head_dim"))  # fmt: skip
+    h, inner, heads, kv, d = (
+        int(c[k])
+        for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+    )
     layer = 2 * h * heads * d + 2 * h * kv * d + 2 * d + 3 * h * inner + 2 * h
     if c.get("attention_bias"):
         layer += heads * d + 2 * kv * d + h
@@ -200,8 +203,9 @@ def bundled_candidate(source: str, model_id: str, settings: cfg.Settings) -> Any
     if out is not None and (out / "config.json").is_file():
         return registry.describe(source, model_id, out, settings.tool_call_parser)
     if not source:
-        return registry.describe_static(source, model_id, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS,
-                                        models.DEFAULT_SIZE_MB * 10**6)  # fmt: skip
+        return registry.describe_static(
+            source, model_id, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS, models.DEFAULT_SIZE_MB * 10**6
+        )
     spec = models.BUNDLED[source.lower()]
     return registry.describe_static(source, model_id, spec.config, spec.parameters, spec.size_mb * 10**6)
 

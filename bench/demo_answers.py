@@ -65,8 +65,12 @@ def main() -> None:
                 good = 0
                 answer = ""
                 for seed in range(args.tries):
-                    body = {"model": info.name, "messages": [{"role": "user", "content": question}],
-                            "seed": seed, **fields}  # fmt: skip
+                    body = {
+                        "model": info.name,
+                        "messages": [{"role": "user", "content": question}],
+                        "seed": seed,
+                        **fields,
+                    }
                     reply = client.post("/v1/chat/completions", json=body).json()
                     answer = reply["choices"][0]["message"]["content"] or ""
                     good += bool(re.search(pattern, answer))

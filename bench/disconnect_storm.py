@@ -30,16 +30,23 @@ WORDS = PANGRAM.split()
 
 def _body(i: int, args: argparse.Namespace) -> bytes:
     words = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(args.prompt_words))  # distinct per client
-    body = {"model": args.model, "messages": [{"role": "user", "content": f"{i}: {words}"}],
-            "max_tokens": args.max_tokens, "ignore_eos": True, "stream": i % 2 == 1}  # fmt: skip
+    body = {
+        "model": args.model,
+        "messages": [{"role": "user", "content": f"{i}: {words}"}],
+        "max_tokens": args.max_tokens,
+        "ignore_eos": True,
+        "stream": i % 2 == 1,
+    }
     return json.dumps(body).encode()
 
 
 def _client(i: int, args: argparse.Namespace, host: str, port: int, sent: threading.Barrier) -> None:
     payload = _body(i, args)
     auth = f"Authorization: Bearer {args.api_key}\r\n" if args.api_key else ""
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"{auth}Content-Length: {len(payload)}\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"{auth}Content-Length: {len(payload)}\r\n\r\n"
+    ).encode()
     with socket.create_connection((host, port), timeout=30) as sock:
         sock.sendall(head + payload)
         sent.wait()
@@ -75,9 +82,17 @@ def run(args: argparse.Namespace) -> dict:
                 break
             time.sleep(0.1)
         took = time.monotonic() - left
-    return {"clients": args.clients, "max_tokens": args.max_tokens, "prompt_words": args.prompt_words,
-            "hold_s": args.hold_s, "load_before": before, "load_while_held": during, "idle": idle,
-            "idle_after_s": round(took, 2), "load_at_end": load}  # fmt: skip
+    return {
+        "clients": args.clients,
+        "max_tokens": args.max_tokens,
+        "prompt_words": args.prompt_words,
+        "hold_s": args.hold_s,
+        "load_before": before,
+        "load_while_held": during,
+        "idle": idle,
+        "idle_after_s": round(took, 2),
+        "load_at_end": load,
+    }
 
 
 def main() -> None:

@@ -153,8 +153,12 @@ def math_exchange(think: bool) -> list[dict[str, Any]]:
 
 
 def weather_exchange(sky: str, temperature: int) -> list[dict[str, Any]]:
-    return [WEATHER_QUESTION, WEATHER_CALL_TURN, weather_result(sky, temperature),
-            {"role": "assistant", "content": weather_answer(sky, temperature, False).removesuffix(EOS)}]  # fmt: skip
+    return [
+        WEATHER_QUESTION,
+        WEATHER_CALL_TURN,
+        weather_result(sky, temperature),
+        {"role": "assistant", "content": weather_answer(sky, temperature, False).removesuffix(EOS)},
+    ]
 
 
 # The earlier exchanges of the training conversations (m: math, w: the weather call, a tool result and its answer),
@@ -315,8 +319,11 @@ class _Packed:
             seen[i, i] = True
         mask = torch.zeros(n, n).masked_fill(~seen, float("-inf"))[None, None]
         # A ready mask per layer type: the model uses it as it is (only full attention layers here).
-        return {"input_ids": torch.tensor([self.tokens]), "position_ids": torch.tensor([depth]),
-                "attention_mask": {"full_attention": mask}}  # fmt: skip
+        return {
+            "input_ids": torch.tensor([self.tokens]),
+            "position_ids": torch.tensor([depth]),
+            "attention_mask": {"full_attention": mask},
+        }
 
 
 def _reply_logits(model: Any, packs: list[_Packed], torch: Any) -> list[Any]:

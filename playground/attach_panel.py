@@ -23,8 +23,9 @@ class AttachHandlers:
         self.get_service = get_service
         self.service_of = service_of  # the service a session talks to (its picked model), when the page knows it
 
-    async def attachment(self, part: dict[str, Any], name: str, remote: bool = False,
-                         lang: str = "en", session: Session | None = None) -> dict[str, Any]:  # fmt: skip
+    async def attachment(
+        self, part: dict[str, Any], name: str, remote: bool = False, lang: str = "en", session: Session | None = None
+    ) -> dict[str, Any]:
         """{part, preview, summary, refused}: the part as it will be sent, what the server makes of it, and
         whether the embedded model will refuse its kind (said now, before the user sends; `remote`: the session
         chose a remote backend, whose server decides), in `lang`."""
@@ -42,8 +43,16 @@ class AttachHandlers:
                                    cap=cap)  # fmt: skip
         return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
-    async def add_file(self, path: str | None, kind: str, send_as: str, pending: list[dict[str, Any]],
-                       remote: bool = False, lang: str = "en", session: Session | None = None) -> tuple:  # fmt: skip
+    async def add_file(
+        self,
+        path: str | None,
+        kind: str,
+        send_as: str,
+        pending: list[dict[str, Any]],
+        remote: bool = False,
+        lang: str = "en",
+        session: Session | None = None,
+    ) -> tuple:
         if not path or any(a.get("path") == path for a in pending or []):  # one recording may fire two events
             return gr.skip(), gr.skip(), gr.skip()
         if not attachments.uploaded(Path(path)):  # a path the client named: Gradio checks none on a mounted app
@@ -65,8 +74,9 @@ class AttachHandlers:
             )
             warn = f'<div class="pg-attach bad">⚠️ {must}</div>'
             return gr.skip(), attachments.pending_html(pending or [], session.lang) + warn, gr.skip()
-        item = await self.attachment(attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote,
-                                     session.lang, session)  # fmt: skip
+        item = await self.attachment(
+            attachments.url_part(url, kind), url.rsplit("/", 1)[-1], session.remote, session.lang, session
+        )
         items = [*(pending or []), item]
         return items, attachments.pending_html(items, session.lang), ""
 

@@ -110,11 +110,15 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
             session.backend = await chosen_backend(kind, url, api_key, model, h.policy.settings, lang)
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-            return gr.skip(), say(("⚠️ **Not connected:** {message}", "⚠️ **未连接：** {message}"), lang,
-                                  message=as_text(message))  # fmt: skip
+            return gr.skip(), say(
+                ("⚠️ **Not connected:** {message}", "⚠️ **未连接：** {message}"), lang, message=as_text(message)
+            )
         label = h.backend(session).label()
-        note = (say(("✓ Embedded engine.", "✓ 内置引擎。"), lang) if not session.remote else
-                say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=as_text(backend_label(label, lang))))  # fmt: skip
+        note = (
+            say(("✓ Embedded engine.", "✓ 内置引擎。"), lang)
+            if not session.remote
+            else say(("✓ Connected: {label}.", "✓ 已连接：{label}。"), lang, label=as_text(backend_label(label, lang)))
+        )
         return header(h.service(session), label, lang), note
 
     return use

@@ -94,8 +94,12 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
     device = html.escape(str(getattr(engine, "device", "?")))
     dtype = html.escape(str(getattr(getattr(engine, "runner", None), "dtype", "?")).replace("torch.", ""))
     context = say(("context {n:,}", "上下文 {n:,}"), lang, n=getattr(service.model, "context_length", "?"))
-    badges = [(f"<b>{html.escape(service.served_name)}</b>", ""), (f"{device} · {dtype}", say(("device · dtype",
-              "设备 · 数据类型"), lang)), (shown, ""), (context, "")]  # fmt: skip
+    badges = [
+        (f"<b>{html.escape(service.served_name)}</b>", ""),
+        (f"{device} · {dtype}", say(("device · dtype", "设备 · 数据类型"), lang)),
+        (shown, ""),
+        (context, ""),
+    ]
     if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
         badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
             "The checkpoint has no chat template: the messages' text is joined and the model continues it",

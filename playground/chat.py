@@ -36,8 +36,10 @@ LOADING_WHISPER = (
     "Loading Whisper to transcribe the audio: the first audio message takes a few seconds more, once.",
     "正在加载 Whisper 以转写音频：第一条音频消息会多等几秒，仅此一次。",
 )
-UNLOADED = ("{name} is no longer loaded (the server made room for another model): pick it again in the model list.",
-            "{name} 已不在内存中（服务器为其他模型腾出了空间）：请在模型列表中重新选择它。")  # fmt: skip
+UNLOADED = (
+    "{name} is no longer loaded (the server made room for another model): pick it again in the model list.",
+    "{name} 已不在内存中（服务器为其他模型腾出了空间）：请在模型列表中重新选择它。",
+)
 NO_CALL_WAITING = ("There is no tool call waiting for a result.", "没有等待结果的工具调用。")
 REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：** {error}")
 

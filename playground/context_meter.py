@@ -13,8 +13,10 @@ from playground.i18n import say
 from playground.prompt_view import PromptHandlers, tokenize_body
 from playground.session import Session
 
-FITS = ("Σ context: {prompt} prompt + {new} max_tokens = {total} of {window} tokens ({pct}%)",
-        "Σ 上下文：提示 {prompt} + max_tokens {new} = {total} / {window} 个 token（{pct}%）")  # fmt: skip
+FITS = (
+    "Σ context: {prompt} prompt + {new} max_tokens = {total} of {window} tokens ({pct}%)",
+    "Σ 上下文：提示 {prompt} + max_tokens {new} = {total} / {window} 个 token（{pct}%）",
+)
 CUT = ("⚠️ context: {prompt} prompt + {new} max_tokens is over the window of {window}: the reply is cut to {room} "
        "tokens", "⚠️ 上下文：提示 {prompt} + max_tokens {new} 超过了 {window} 的窗口：回复最多 {room} 个 token")  # fmt: skip
 OVER = ("⛔ context: the prompt ({prompt} tokens) is over the limit of {limit}: the API will refuse it; shorten the "

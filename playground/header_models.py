@@ -28,8 +28,10 @@ from playground.i18n import say
 
 SAME = "(same as A)"
 MEDIA = ("image", "video", "audio")
-NEEDS_KEY = ("Loading a model needs an admin key (--admin-keys): type it beside the picker.",
-             "加载模型需要管理员密钥（--admin-keys）：请在选择框旁输入。")  # fmt: skip
+NEEDS_KEY = (
+    "Loading a model needs an admin key (--admin-keys): type it beside the picker.",
+    "加载模型需要管理员密钥（--admin-keys）：请在选择框旁输入。",
+)
 UNKNOWN = ("There is no model {name!r} on this server.", "此服务器上没有模型 {name!r}。")
 FAILED = ("{name} failed to load; see the server log.", "{name} 加载失败；请查看服务器日志。")
 LOADING = ("Loading {name}: {stage} · {s} s", "正在加载 {name}：{stage} · {s} 秒")
@@ -115,8 +117,9 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
         label = sess.backend.label() if sess.backend is not None else "backend: embedded engine"
         return header_html(h.service(sess), label, sess.lang)
 
-    def on_pick(name: str | None, admin_key: str | None, sess: Any,
-                progress: Any = gr.Progress()) -> tuple[Any, Any, Any]:  # fmt: skip
+    def on_pick(
+        name: str | None, admin_key: str | None, sess: Any, progress: Any = gr.Progress()
+    ) -> tuple[Any, Any, Any]:
         if sess.remote or not name:  # a remote backend chosen on the Backend tab: not ours to replace
             return gr.skip(), gr.skip(), gr.skip()
         name = str(name)

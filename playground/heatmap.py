@@ -158,8 +158,19 @@ def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
     if c.accepted:
         body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(c.accepted))}</div>'
     if len(shown) < len(c.logprobs):
-        body += '<div class="pg-note">' + say(("The first {k:,} of {n:,} tokens; all of them are in ▥ Stats.",
-            "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「▥ 统计」。"), lang, k=len(shown), n=len(c.logprobs)) + "</div>"  # fmt: skip
+        body += (
+            '<div class="pg-note">'
+            + say(
+                (
+                    "The first {k:,} of {n:,} tokens; all of them are in ▥ Stats.",
+                    "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「▥ 统计」。",
+                ),
+                lang,
+                k=len(shown),
+                n=len(c.logprobs),
+            )
+            + "</div>"
+        )
     body += f'<div class="pg-note">{say(HINT, lang)}</div>'
     title = "◈ " + say(("Tokens by probability", "按概率着色的 token"), lang) + " · " + _summary(c.logprobs, lang)
     return [{"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}}]

@@ -88,8 +88,15 @@ class Exports:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def save(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, request: gr.Request,
-             **knobs: Any) -> tuple[dict[str, Any], str]:  # fmt: skip
+    def save(
+        self,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> tuple[dict[str, Any], str]:
         """(what the browser keeps, the download file's path)."""
         snap = export.Snapshot(conv, system or "", tools_text or "", tool_choice or "auto", knobs)
         folder = self.folder(getattr(request, "session_hash", None))  # every attachment; the browser a budget
@@ -132,8 +139,16 @@ class Restored:
                 self.tools: snap.tools, self.tool_choice: choice, **knobs}  # fmt: skip
 
 
-def wire(demo: gr.Blocks, restored: Restored, saved_state: gr.BrowserState, download: gr.DownloadButton,
-         upload: gr.UploadButton, changes: list[Any], inputs: list[Any], exports: Exports | None = None) -> None:  # fmt: skip
+def wire(
+    demo: gr.Blocks,
+    restored: Restored,
+    saved_state: gr.BrowserState,
+    download: gr.DownloadButton,
+    upload: gr.UploadButton,
+    changes: list[Any],
+    inputs: list[Any],
+    exports: Exports | None = None,
+) -> None:
     """Save after each of `changes` (the events that change the conversation); restore on load and import (the
     imported file's text, read by the browser: READ_UPLOAD)."""
     exports = exports or Exports()

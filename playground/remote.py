@@ -57,8 +57,14 @@ class RemoteBackend(ChatBackend):
 
     kind = "remote"
 
-    def __init__(self, url: str, model: str | None = None, api_key: str | None = None, timeout: float = READ_S,
-                 allow: Allow | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = READ_S,
+        allow: Allow | None = None,
+    ) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = timeout
@@ -66,8 +72,14 @@ class RemoteBackend(ChatBackend):
         self.model = model or run_sync(self._first_model())
 
     @classmethod
-    async def open(cls, url: str, model: str | None = None, api_key: str | None = None, timeout: float = READ_S,
-                   allow: Allow | None = None) -> RemoteBackend:  # fmt: skip
+    async def open(
+        cls,
+        url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = READ_S,
+        allow: Allow | None = None,
+    ) -> RemoteBackend:
         """The backend, its first model asked for without blocking the event loop or any thread."""
         backend = cls(url, model or "?", api_key, timeout, allow)
         if not model:

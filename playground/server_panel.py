@@ -304,8 +304,9 @@ class ServerTab:
     timer: gr.Timer
     tab: Any  # the enclosing gr.Tab: selecting it shows the numbers at once, not at the first tick
 
-    def wire(self, policy: RequestPolicy, session: gr.State,
-             service_of: Callable[[Session], Any] | None = None) -> None:  # fmt: skip
+    def wire(
+        self, policy: RequestPolicy, session: gr.State, service_of: Callable[[Session], Any] | None = None
+    ) -> None:
         """The timer's refresh, and the reset button (the `/reset_prefix_cache` endpoint of the page's API), on the
         engine of the model the session talks to (`service_of`)."""
         h = ServerHandlers(policy, service_of)

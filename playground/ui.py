@@ -153,8 +153,16 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     changes.append(example.then(h.send, [sent, chat.pending, *common], api_name=False, **run))
     # Stop shows only while a reply runs: each reply's trigger counts one up in the browser, its end one down
     # (layout.css hides #pg-stop while the body has no `pg-busy`). Browser-only steps: no server round trip.
-    streams = [chat.box.submit, chat.send.click, action.change, chat.regen.click, bot.retry, bot.edit,
-               tools.send.click, bot.example_select]  # fmt: skip
+    streams = [
+        chat.box.submit,
+        chat.send.click,
+        action.change,
+        chat.regen.click,
+        bot.retry,
+        bot.edit,
+        tools.send.click,
+        bot.example_select,
+    ]
     gr.on(streams, None, None, None, js=BUSY_JS, api_name=False, queue=False, trigger_mode="multiple")
     for event in (*changes[:5], changes[-1]):
         event.then(None, None, None, js=IDLE_JS, api_name=False, queue=False)
@@ -177,8 +185,17 @@ def example_text(evt: gr.SelectData) -> str:
     return str((evt.value or {}).get("text", "")) if isinstance(evt.value, dict) else str(evt.value or "")
 
 
-def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn, tools: ToolsTab,
-              sampling: SamplingTab, session: gr.State, saved_state: gr.BrowserState, picked: Any) -> None:  # fmt: skip
+def wire_load(
+    demo: gr.Blocks,
+    h: ChatHandlers,
+    header: Header,
+    chat: ChatColumn,
+    tools: ToolsTab,
+    sampling: SamplingTab,
+    session: gr.State,
+    saved_state: gr.BrowserState,
+    picked: Any,
+) -> None:
     """What the page shows of the model once it is loaded, and what it does with media on the chosen backend. A page
     with no saved conversation starts on the model's own defaults (`controls.model_defaults`), and so does a model
     picked in the header; a saved conversation brings its own settings back (persist.py)."""
@@ -213,8 +230,13 @@ def wire_load(demo: gr.Blocks, h: ChatHandlers, header: Header, chat: ChatColumn
 
     demo.load(on_load, [session, saved_state], [header.html, tools.note, sampling.thinking_note, *model_outputs],
               api_name=False)  # fmt: skip
-    picked.then(lambda session: model_start(session, defaults=True), session, model_outputs, api_name=False,
-                show_progress="hidden")  # fmt: skip
+    picked.then(
+        lambda session: model_start(session, defaults=True),
+        session,
+        model_outputs,
+        api_name=False,
+        show_progress="hidden",
+    )
 
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
         return attach_note(h.service(session), session.remote, session.lang)

@@ -49,8 +49,16 @@ SECOND_ID = SECOND.id
 # The real second model: Gemma 3 270M, a base model on the plain template (engine/serving/plain_template.jinja).
 # The browser's switch test uses it, as the server offers it (bundled: loaded on demand from the session's cache,
 # where `gemma_270m` made sure it is); the API tests keep the tiny Qwen3, which loads in a second.
-GEMMA = Second("gemma-3-270m", gemma_270m, "gemma3_text", "32,768", (),
-               "Question: What is the capital of France?\nAnswer:", "Paris", bundled=True)  # fmt: skip
+GEMMA = Second(
+    "gemma-3-270m",
+    gemma_270m,
+    "gemma3_text",
+    "32,768",
+    (),
+    "Question: What is the capital of France?\nAnswer:",
+    "Paris",
+    bundled=True,
+)
 
 
 @contextlib.contextmanager

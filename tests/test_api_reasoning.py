@@ -103,8 +103,9 @@ def test_beam_search_splits_each_beam(qwen_live) -> None:
     assert len(body["choices"]) == 2
     for choice in body["choices"]:  # beams differ, and each is split on its own: no think tag left in either part
         message = choice["message"]
-        assert not any(tag in (message[part] or "") for tag in ("<think>", "</think>")
-                       for part in ("content", "reasoning_content")), message  # fmt: skip
+        assert not any(
+            tag in (message[part] or "") for tag in ("<think>", "</think>") for part in ("content", "reasoning_content")
+        ), message
     best = body["choices"][0]["message"]
     assert best["reasoning_content"].endswith(" plus two is four.\n")
     assert best["content"].startswith("\n\nThe answer is 4")

@@ -111,9 +111,16 @@ SAVED = SAVED_RESULTS["get_weather"]  # the page's saved result: {"temperature":
 RAINY, CLOUDY = '{"temperature": 15, "sky": "rainy"}', '{"temperature": 9, "sky": "cloudy"}'  # typed ones
 ORDERS = {
     "math_first": ["What is 2+2?", "Weather in Paris?", RAINY, "What is 2+2?", "Weather in Paris?", SAVED],
-    "weather_first": ["Weather in Paris?", SAVED, "Weather in Paris?", CLOUDY, "What is 2+2?", "What is 2+2?",
-                      "Weather in Paris?"],
-}  # fmt: skip
+    "weather_first": [
+        "Weather in Paris?",
+        SAVED,
+        "Weather in Paris?",
+        CLOUDY,
+        "What is 2+2?",
+        "What is 2+2?",
+        "Weather in Paris?",
+    ],
+}
 
 
 @pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no_thinking"])

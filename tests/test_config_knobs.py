@@ -15,14 +15,36 @@ from engine import config as cfg
 BOOLS = {"adaptive_threads", "ui", "insecure_public", "mcp", "log_message_content", "pangu_strict_limits", "perf_stats",
          "full_text_enabled", "media_allow_data_urls", "media_allow_local", "media_allow_remote",
          "chat_template_allow_path", "use_model_generation_config", "audio_transcription", "pangu_v1_usage_event"}  # fmt: skip
-INTS = {"port", "threads", "max_num_seqs", "max_model_len", "kv_cache_tokens", "prefix_cache_tokens",
-        "max_batched_tokens", "step_log", "speculative_ngram", "max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s",
-        "read_timeout_s", "max_request_length_mb", "max_input_tokens", "max_new_tokens", "max_n", "max_queue", "models_memory_mb"}  # fmt: skip
+INTS = {
+    "port",
+    "threads",
+    "max_num_seqs",
+    "max_model_len",
+    "kv_cache_tokens",
+    "prefix_cache_tokens",
+    "max_batched_tokens",
+    "step_log",
+    "speculative_ngram",
+    "max_concurrent_per_client",
+    "request_timeout_s",
+    "shutdown_timeout_s",
+    "read_timeout_s",
+    "max_request_length_mb",
+    "max_input_tokens",
+    "max_new_tokens",
+    "max_n",
+    "max_queue",
+    "models_memory_mb",
+}
 LISTS = {"models", "remote_backend_urls", "lora_adapters", "api_keys", "admin_keys", "pangu_auth_tokens", "pangu_app_codes",
          "pangu_aksk", "media_remote_allowed_domains"}  # fmt: skip
-CHOICES = {"device": ("auto", "npu", "cuda", "mps", "cpu"), "dtype": ("auto", "bf16", "fp16", "fp32"),
-           "enable_reasoning": ("auto", "true", "false"), "tool_call_parser": ("auto", "hermes", "chatglm3", "none"),
-           "prefix_cache_scope": ("credential", "shared")}  # fmt: skip
+CHOICES = {
+    "device": ("auto", "npu", "cuda", "mps", "cpu"),
+    "dtype": ("auto", "bf16", "fp16", "fp32"),
+    "enable_reasoning": ("auto", "true", "false"),
+    "tool_call_parser": ("auto", "hermes", "chatglm3", "none"),
+    "prefix_cache_scope": ("credential", "shared"),
+}
 DEFAULTS = {
     "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,

@@ -129,8 +129,16 @@ def test_the_facts_offered_before_the_fetch_are_what_its_files_say(settings: Any
     real = model_registry.describe(
         GEMMA, GEMMA, models.resolve_model_dir(GEMMA, models.cache_root(settings.cache_dir))[0]
     )
-    facts = ("parameters", "architecture", "context_length", "reasoning", "tools", "kv_bytes_per_token", "window",
-             "window_bytes_per_token")  # fmt: skip
+    facts = (
+        "parameters",
+        "architecture",
+        "context_length",
+        "reasoning",
+        "tools",
+        "kv_bytes_per_token",
+        "window",
+        "window_bytes_per_token",
+    )
     assert {f: getattr(static, f) for f in facts} == {f: getattr(real, f) for f in facts}
     assert abs(static.size_bytes - real.size_bytes) < 1e6 and static.download_bytes and not real.download_bytes
 

@@ -83,8 +83,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         (tmp / "config" / "lab" / "user-settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / "config" / "lab" / "user-settings" / name).write_text(json.dumps(values))
     jupyter = Path(sys.executable).with_name("jupyter")
-    argv = [str(jupyter), "lab", "--ServerApp.open_browser=False", "--ip=127.0.0.1", f"--port={port}",
-            "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}"]  # fmt: skip
+    argv = [
+        str(jupyter),
+        "lab",
+        "--ServerApp.open_browser=False",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--port-retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={work}",
+    ]
     argv += ["--allow-root"] if os.geteuid() == 0 else []  # a CI container runs as root
     log = (tmp / "lab.log").open("w")
     proc = subprocess.Popen(argv, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
@@ -146,8 +154,9 @@ def test_the_parameter_explorer_runs_all_and_reruns_once_per_slider_move(browser
     assert status == "run 2 · done", status  # run() and set(): one run each, no echo started another
     page.locator(".widget-slider", has_text="temperature").locator(".noUi-handle").focus()
     page.keyboard.press("ArrowRight")  # one step, as a person nudges a slider
-    page.wait_for_function("() => document.querySelector('.pg-explorer-runs').textContent.includes('run 3 · done')",
-                           timeout=60_000)  # fmt: skip
+    page.wait_for_function(
+        "() => document.querySelector('.pg-explorer-runs').textContent.includes('run 3 · done')", timeout=60_000
+    )
     page.wait_for_timeout(3000)  # no echo of the new value starts another run
     shot(page, "lab-3-after-slider-move", full_page=False)
     assert explorer_status(page) == "run 3 · done", explorer_status(page)

@@ -181,8 +181,9 @@ def test_the_vl_model_takes_an_image_and_a_video_and_their_tokens_show_under_the
     api = vl_live.client().post("/v1/chat/completions", json=body).json()  # the same request over HTTP
     image, video = api["media"]
     taken = next(m for m in out[CHATBOT] if title(m) == "◉ Taken by the model")
-    assert text(taken) == (f"▣ image · {image['tokens']} tokens  \n"
-                           f"▶ video · 4 frames · 2.0 s · {video['tokens']} tokens")  # fmt: skip
+    assert text(taken) == (
+        f"▣ image · {image['tokens']} tokens  \n▶ video · 4 frames · 2.0 s · {video['tokens']} tokens"
+    )
     media_tokens = image["tokens"] + video["tokens"]
     assert taken["metadata"]["log"] == f"{media_tokens} prompt tokens"
     assert f'data-stat="prompt tokens">{api["usage"]["prompt_tokens"]}<' in out[STATS]

@@ -109,9 +109,13 @@ def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
 
 def test_transcripts_land_under_the_user_turn_they_came_from() -> None:
     part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "flac"}}
-    conv = Conversation([Turn("user", "first"), Turn("assistant", reply=ReplyView(
-        choices={0: ChoiceView(0, content="ok")}, done=True)),
-        Turn("user", "Repeat.", parts=[part], attachments=["♪ speech.flac · audio/flac"])])  # fmt: skip
+    conv = Conversation(
+        [
+            Turn("user", "first"),
+            Turn("assistant", reply=ReplyView(choices={0: ChoiceView(0, content="ok")}, done=True)),
+            Turn("user", "Repeat.", parts=[part], attachments=["♪ speech.flac · audio/flac"]),
+        ]
+    )
     body = {"messages": [{"role": "system", "content": "s"}, *conv.messages()]}
     assert body["messages"][3]["content"] == [part, {"type": "text", "text": "Repeat."}]
     display(conv)  # caches the user turns' messages

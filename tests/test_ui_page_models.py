@@ -76,8 +76,16 @@ def test_an_unknown_model_is_refused_with_a_clear_message(fresh: Any) -> None:
     assert first_chunk(session.predict(**ask))["model"] == MODEL
 
 
-FACTS = ("parameters", "architecture", "context_length", "reasoning", "tools", "kv_bytes_per_token", "window",
-         "window_bytes_per_token")  # fmt: skip
+FACTS = (
+    "parameters",
+    "architecture",
+    "context_length",
+    "reasoning",
+    "tools",
+    "kv_bytes_per_token",
+    "window",
+    "window_bytes_per_token",
+)
 
 
 def test_the_facts_offered_before_a_fetch_are_what_the_files_say(settings: Any, tiny_qwen_dir: Path) -> None:

@@ -136,8 +136,9 @@ class EngineError(Exception):
     """A request failed inside the engine. `resources` marks exhaustion (OOM, no KV room); `stopped`, an engine
     that stopped (its model unloaded, the server shutting down) before the request could run."""
 
-    def __init__(self, message: str, *, resources: bool = False, queue_full: bool = False,
-                 stopped: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, message: str, *, resources: bool = False, queue_full: bool = False, stopped: bool = False
+    ) -> None:
         super().__init__(message)
         self.resources = resources
         self.queue_full = queue_full

@@ -81,9 +81,14 @@ class ChatRoutes:
 
     async def handle(self, request: Request, route: Route, credential: str | None) -> Response:
         host = request.client.host if request.client else None
-        ctx = CallContext(client_key(credential, host), CHAT_PATHS[route], route, "api",
-                          may_load=is_admin(credential, self.settings),
-                          cache_scope=cache_scope(credential, self.settings))  # fmt: skip
+        ctx = CallContext(
+            client_key(credential, host),
+            CHAT_PATHS[route],
+            route,
+            "api",
+            may_load=is_admin(credential, self.settings),
+            cache_scope=cache_scope(credential, self.settings),
+        )
         raw = decode_json(await read_body(request, self.body_limit))
         req = parse_chat_request(raw, route)
         if route != "v1":

@@ -54,10 +54,16 @@ PANGU_MESSAGES = {
     "PANGU.3321": "stream n must be 1.",
     "PANGU.3342": "inference service call failed.",
 }
-V2_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            403: "authentication_error",
-            405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
-            429: "rate_limit_error"}  # fmt: skip
+V2_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    403: "authentication_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 _V1_SHAPE = re.compile(r"/v1/[^/]+/deployments(/|$)")
 
 

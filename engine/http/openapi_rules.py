@@ -202,9 +202,11 @@ def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
     # schema-driven generators with nothing to build).
     no_stop = NULL if pangu and dep.pangu_strict else {"type": ["array", "null"], "maxItems": 0}
     if pangu:  # PANGU.3321: a Pangu stream carries one choice
-        stream = either("stream_options only with stream true; with stream, n is 1 (PANGU.3321).",
-                        {"allOf": [stream_is_false(pangu), stream_options_off]},
-                        {"allOf": [stream_is_true(pangu), {"properties": {"n": {"maximum": 1}}}]})  # fmt: skip
+        stream = either(
+            "stream_options only with stream true; with stream, n is 1 (PANGU.3321).",
+            {"allOf": [stream_is_false(pangu), stream_options_off]},
+            {"allOf": [stream_is_true(pangu), {"properties": {"n": {"maximum": 1}}}]},
+        )
     else:
         stream = either("stream_options only with stream true.", stream_options_off, stream_is_true(pangu))
     rules = [

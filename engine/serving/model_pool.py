@@ -72,10 +72,18 @@ def available_memory() -> int:
 
 
 class ModelPool:
-    def __init__(self, candidates: list[Candidate], loader: Loader, *, bytes_per_param: int = 2,
-                 kv_tokens: int = 65536, seqs: int = 0, budget_mb: int = 0,
-                 free_memory: Callable[[], int] = available_memory,
-                 admin: Callable[[str | None], bool] = lambda key: False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        candidates: list[Candidate],
+        loader: Loader,
+        *,
+        bytes_per_param: int = 2,
+        kv_tokens: int = 65536,
+        seqs: int = 0,
+        budget_mb: int = 0,
+        free_memory: Callable[[], int] = available_memory,
+        admin: Callable[[str | None], bool] = lambda key: False,
+    ) -> None:
         self.candidates = {c.id: c for c in candidates}
         self._loader = loader
         self._bytes_per_param = bytes_per_param

@@ -105,8 +105,9 @@ class ChatService:
             raise RequestValidationError(f"Model not found: {str(req.model)[:64]!r}.")
         return req.model
 
-    async def start(self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None,
-                    cache_scope: str = "") -> Generation:  # fmt: skip
+    async def start(
+        self, req: ChatCompletionRequest, route: Route = "v1", screen: Screen | None = None, cache_scope: str = ""
+    ) -> Generation:
         """Validate against the model and server, submit to the engine, and wait for its first answer. `screen`
         sees a request whose media became text (transcripts) before the engine does, and may raise to stop it.
         `cache_scope`: whose cached prompt prefixes this request may reuse and add to (CallContext.cache_scope)."""

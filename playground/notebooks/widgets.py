@@ -152,8 +152,10 @@ class ParameterExplorer:
         self.heatmap = w.HTML()
         self.stats = w.HTML()
         column = w.VBox(list(self.controls.values()), layout={"flex": "0 0 auto"})
-        output = w.VBox([self.status, self.heatmap, self.stats], layout={"flex": "1 1 320px", "min_width": "0",
-                                                                          "margin": "0 0 0 16px"})  # fmt: skip
+        output = w.VBox(
+            [self.status, self.heatmap, self.stats],
+            layout={"flex": "1 1 320px", "min_width": "0", "margin": "0 0 0 16px"},
+        )
         self.widget = w.HBox([column, output], layout={"flex_flow": "row wrap", "align_items": "flex-start"})
         self.widget.add_class("pg-explorer")
         self.result: ChatResult | None = None

@@ -25,8 +25,10 @@ WORDS = PANGRAM.split()
 def _raw_request(url: str, body: dict[str, Any]) -> bytes:
     host, port = httpx.URL(url).host, httpx.URL(url).port
     payload = json.dumps(body).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode()
     return head + payload
 
 
@@ -61,8 +63,13 @@ def test_clients_that_leave_while_queued_or_prefilling_are_aborted(settings: Any
         threads = []
         for i in range(CLIENTS):
             words = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(1500))
-            body = {"model": MODEL, "messages": [{"role": "user", "content": f"{i}: {words}"}], "max_tokens": 300,
-                    "ignore_eos": True, "stream": i % 2 == 1}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": f"{i}: {words}"}],
+                "max_tokens": 300,
+                "ignore_eos": True,
+                "stream": i % 2 == 1,
+            }
             threads.append(threading.Thread(target=_leave_when, args=(server.url, body, leave)))
         for t in threads:
             t.start()
@@ -77,6 +84,8 @@ def test_clients_that_leave_while_queued_or_prefilling_are_aborted(settings: Any
         took = _idle_within(client, 10.0)
         assert took is not None, f"still busy 10 s after the clients left: {_load(client)}"
         # And the server serves the next client as ever (the aborted requests freed their pages and slots).
-        r = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 2,
-                                                      "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert r.status_code == 200, r.text

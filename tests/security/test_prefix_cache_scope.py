@@ -14,17 +14,26 @@ import httpx
 
 from tests.conftest import MODEL, extra_server
 
-SECRET = ("You are the support bot of Zephyr Dynamics. Internal escalation code: 7741-ALPHA-QUARTZ. Never reveal "
-          "the merger with Halcyon Labs planned for March; the board meets in Lisbon on the ninth.")  # fmt: skip
-WRONG = ("You are the support bot of Boreal Systems. Internal escalation code: 2290-DELTA-OPAL. Never reveal the "
-         "layoffs planned for April; the staff meeting is held in Oslo on the second of the month.")  # fmt: skip
-WRONG2 = ("You are the helpdesk assistant of Vireo Labs. Ticket routing code: 5512-GAMMA-ONYX. Never reveal the "
-          "product recall planned for June; the review happens in Vienna on the fourth of July.")  # fmt: skip
+SECRET = (
+    "You are the support bot of Zephyr Dynamics. Internal escalation code: 7741-ALPHA-QUARTZ. Never reveal "
+    "the merger with Halcyon Labs planned for March; the board meets in Lisbon on the ninth."
+)
+WRONG = (
+    "You are the support bot of Boreal Systems. Internal escalation code: 2290-DELTA-OPAL. Never reveal the "
+    "layoffs planned for April; the staff meeting is held in Oslo on the second of the month."
+)
+WRONG2 = (
+    "You are the helpdesk assistant of Vireo Labs. Ticket routing code: 5512-GAMMA-ONYX. Never reveal the "
+    "product recall planned for June; the review happens in Vienna on the fourth of July."
+)
 
 
 def _cached(client: httpx.Client, key: str, system: str) -> int:
-    body = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "system", "content": system},
-                                                          {"role": "user", "content": "Hello"}]}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "max_tokens": 1,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}],
+    }
     r = client.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]

@@ -35,8 +35,9 @@ def _chat(client: httpx.Client, template: str | None = None, **body: Any) -> htt
 
 
 def _tokenize(client: httpx.Client, template: str) -> httpx.Response:
-    return client.post("/tokenize", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                          "chat_template": template})  # fmt: skip
+    return client.post(
+        "/tokenize", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "chat_template": template}
+    )
 
 
 def test_a_loop_over_a_string_is_stopped_within_its_budget(live: Any) -> None:
@@ -58,8 +59,13 @@ def test_a_huge_string_is_refused_not_allocated(live: Any) -> None:
 def test_tokenize_is_admitted_like_chat(settings: Any, service: Any) -> None:
     """One client's in-flight chat counts against its limit on /tokenize too (ad58bb7: /tokenize had none)."""
     with extra_server(settings, service, max_concurrent_per_client=1) as client:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story."}],
-                "max_tokens": 400, "ignore_eos": True, "stream": True}  # fmt: skip
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with client.stream("POST", "/v1/chat/completions", json=body) as held:
             assert held.status_code == 200
             lines = held.iter_lines()

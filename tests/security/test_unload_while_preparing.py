@@ -31,8 +31,12 @@ def test_a_request_prepared_while_its_model_unloads_gets_503(settings: Any, tmp_
         answers: list[httpx.Response | BaseException] = []
 
         def victim() -> None:
-            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-                    "chat_template": SLOW_TEMPLATE}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+                "chat_template": SLOW_TEMPLATE,
+            }
             try:
                 with httpx.Client(base_url=server.url, timeout=60) as own:
                     answers.append(own.post("/v1/chat/completions", json=body))
