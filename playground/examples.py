@@ -58,10 +58,10 @@ def examples(service: Any, lang: str = "en") -> list[dict[str, str]]:
     """The Chatbot's example messages for this model (`[{"text": ...}]`); none while no model is loaded."""
     if service is None:
         return []
-    model = service.model
+    model, can = service.model, capabilities(service)
     if getattr(model, "plain_template", False):
         texts = [say(pair, lang) for pair in BASE]
-    elif capabilities(service)["tools"] and capabilities(service)["reasoning"] and _small(model):
+    elif can["tools"] and can["reasoning"] and _small(model):
         texts = list(DEMO)
     elif _small(model):
         texts = list(SMALL_ENGLISH)

@@ -117,7 +117,7 @@ def default_system_prompt(render: Callable[[ChatCompletionRequest], str]) -> str
         marked = render(
             parse_chat_request({"model": "m", "messages": [{"role": "system", "content": SYSTEM_MARK}, user]})
         )
-    except Exception:  # a template that needs more than this (a model of its own kind): nothing to show
+    except RequestValidationError:  # the template refuses these messages (it needs more of them): nothing to show
         return ""
     if marked.count(SYSTEM_MARK) != 1:
         return ""
