@@ -254,10 +254,10 @@ def new_pool(settings: cfg.Settings) -> Any:
         cache, source, step = models.cache_root(settings.cache_dir), candidate.source, report
         if source == DEMO_QWEN_SOURCE:
             from demo_models.cache import FOLDER
-            from demo_models.tiny_qwen import build_tiny_qwen
+            from demo_models.tiny_qwen import build_tiny_qwen_apart
 
-            report(0.0, "building the tiny demo Qwen3 (once; under a minute on 2 cores)")
-            source = str(build_tiny_qwen(cache / FOLDER))
+            report(0.0, "building the tiny demo Qwen3 (once; two to three minutes on 2 cores)")
+            source = str(build_tiny_qwen_apart(cache / FOLDER))
             step = lambda f, s: report(0.3 + 0.7 * f, s)  # noqa: E731
         elif not models.on_disk(source, cache):
             models.resolve_model_dir(source, cache, lambda f, s: report(0.6 * f, s))

@@ -395,9 +395,27 @@ NAME = "tiny-qwen3"  # the directory's name, so the id it is served as without -
 
 
 def build_tiny_qwen(cache_dir: Path | None = None) -> Path:
-    """The model directory, built on first use (well under a minute on two cores) and reused afterwards: NAME
+    """The model directory, built on first use (two to three minutes on two cores) and reused afterwards: NAME
     inside a directory named by the source key, so a changed recipe builds anew and the model keeps its name."""
-    return built((cache_dir or default_cache_dir()) / f"tiny-qwen3-{source_key(SOURCES)}" / NAME, _build)
+    return built(tiny_qwen_dir(cache_dir or default_cache_dir()), _build)
+
+
+def tiny_qwen_dir(cache_dir: Path) -> Path:
+    """Where build_tiny_qwen(cache_dir) puts (or finds) the model, without building it."""
+    return cache_dir / f"tiny-qwen3-{source_key(SOURCES)}" / NAME
+
+
+def build_tiny_qwen_apart(cache_dir: Path) -> Path:
+    """build_tiny_qwen in a child process: a server builds the demo on a page's first pick without its training
+    (about 3.5 GB at its peak, torch's thread count set to one) touching the process that serves other pages."""
+    import subprocess
+    import sys
+
+    out = tiny_qwen_dir(cache_dir)
+    if not (out / "config.json").is_file():
+        cmd = [sys.executable, "-m", "demo_models.tiny_qwen", str(cache_dir)]
+        subprocess.run(cmd, check=True, cwd=HERE.parent, stdout=subprocess.DEVNULL)
+    return out
 
 
 def _build(out: Path) -> None:

@@ -109,12 +109,16 @@ def default_only_server(settings: Any, qwen_dir: Path, cache: Path) -> Iterator[
     import time
 
     from app import load_first, new_pool, serve_in_thread
+    from demo_models.tiny_qwen import tiny_qwen_dir
     from engine.models import cache_root, resolve_model_dir
 
     smol = resolve_model_dir("", cache_root(settings.cache_dir))[0]
     (cache / "models").mkdir()
     (cache / "models" / smol.name).symlink_to(smol, target_is_directory=True)
-    (cache / "demo-models").symlink_to(qwen_dir.parent, target_is_directory=True)
+    # The session's demo models, where the loader looks: a pick of the tiny Qwen3 must find it built (a link one
+    # level too deep made every run train it again inside the pick, 2-5 minutes, and CI's reply then timed out).
+    (cache / "demo-models").symlink_to(qwen_dir.parent.parent, target_is_directory=True)
+    assert tiny_qwen_dir(cache / "demo-models").resolve() == qwen_dir.resolve()
     cfg = settings.replace(cache_dir=str(cache))
     started = time.monotonic()
     pool = new_pool(cfg)
