@@ -197,7 +197,7 @@ def save_atomically(out: Path, *parts: Any) -> None:
 
 def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     started = time.perf_counter()
 
@@ -209,8 +209,14 @@ def _convert(gguf: Path, out_dir: Path, plain: bool = False) -> Path:
     if plain and not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = PLAIN_TEMPLATE.read_text(encoding="utf-8")
     stage("dequantizing its weights to bf16")
+    # Dequantized on purpose, said so: left to choose, transformers tells the user to "Pass dtype=torch.float32"
+    # (its packed-weights path) or that a `kernels` package is missing, neither of which applies to a conversion.
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
+        gguf.parent,
+        gguf_file=gguf.name,
+        dtype=torch.bfloat16,
+        local_files_only=True,
+        quantization_config=GgufConfig(dequantize=True),
     )
     # The GGUF quantizer stays attached after dequantizing; without clearing it save_pretrained refuses.
     model.hf_quantizer = None  # type: ignore[assignment]  # transformers types it as a module

@@ -43,7 +43,7 @@ API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_not
 MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
                  "test_mm_models", "test_media_transcribe", "test_constraints", "test_detokenizer", "test_sampler",
                  "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms", "test_npu_ops",
-                 "test_device_check", "test_lora")  # fmt: skip
+                 "test_device_check", "test_lora", "test_gguf_convert")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
