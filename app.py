@@ -125,15 +125,16 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         speculative_ngram=settings.speculative_ngram,
     )
     report(0.7, "starting the engine")
-    cache = PrefixCache(settings.prefix_cache_tokens)
-    # The pool has room for the budget plus a partly filled last page per sequence.
+    # The pool has room for the budget plus a partly filled last page per sequence (the device's page size).
+    page = devices.page_size(place.device)
     runner = make_runner(
         loaded.model,
         place.device,
-        settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1),
+        settings.kv_cache_tokens + page * (settings.max_num_seqs + 1),
         seqs=settings.max_num_seqs,
         step_tokens=settings.max_batched_tokens + STEP_ROWS,
     )
+    cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
     adapters = load_adapters(settings, runner)
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()

@@ -173,6 +173,19 @@ def device_name(device: str) -> str:
     return ""
 
 
+NPU_PAGE = 128  # tokens per KV page on an Ascend NPU
+
+
+def page_size(device: str) -> int:
+    """Tokens per KV page (and prefix-cache block) on `device`. Ascend's paged-attention kernels take a block size
+    that is a multiple of 16 with block_size x head_size <= 128 x 128, and recommend 128, which vLLM-Ascend runs;
+    CPU, CUDA and MPS keep engine/core/kv.py's PAGE (16), what the CPU kernels and the prefix cache were measured
+    with."""
+    from engine.core.kv import PAGE
+
+    return NPU_PAGE if device.split(":")[0] == "npu" else PAGE
+
+
 def device_ops(device: str, cpu_kernels: Any = None) -> Any:
     """The table of a decoder layer's device operations for `device` (engine/core/ops.py): the CPU kernels when
     the runner loaded them, torch_npu's fused operations on an NPU (each falling back to the reference on its
@@ -188,7 +201,7 @@ def device_ops(device: str, cpu_kernels: Any = None) -> Any:
 
         from engine.core import npu_ops
 
-        table = npu_ops.NpuOps(torch_npu)
+        table = npu_ops.NpuOps(torch_npu, page_size(device))
     else:
         table = ops.TorchOps()
     log.info("device ops on %s: %s", device, ", ".join(f"{k}={v}" for k, v in table.chosen.items()))
