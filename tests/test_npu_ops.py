@@ -94,7 +94,9 @@ def test_a_torch_npu_older_than_2_1_uses_the_reference_for_every_operation(
         table, fake = fake_table(version)
     assert set(table.chosen.values()) == {"torch"}
     lines = fallback_lines(caplog)
-    assert len(lines) == len(npu_ops.CANDIDATES) and all(f"(torch_npu {version} is older than 2.1.0, which" in m for m in lines)
+    assert len(lines) == len(npu_ops.CANDIDATES) and all(
+        f"(torch_npu {version} is older than 2.1.0, which" in m for m in lines
+    )
     check_op_by_op(table, fake)
     assert fake.calls == []
 
@@ -278,7 +280,8 @@ def test_a_runner_on_the_fused_table_matches_hf(arch: str, missing: tuple[str, .
     check_runner(runner, model)
     names = {c.name for c in fake.calls}
     assert names == {*ELEMENTWISE, "npu_fused_infer_attention_score", *attention_functions(missing)} - {
-        "npu_prompt_flash_attention"}  # prompt chunks go to prefill_attention (FIA in TND), not the dense op
+        "npu_prompt_flash_attention"
+    }  # prompt chunks go to prefill_attention (FIA in TND), not the dense op
     tnd = [c for c in fake.named("npu_fused_infer_attention_score") if c.bound["input_layout"] == "TND"]
     assert tnd and all(c.bound["block_size"] == PAGE and c.bound["sparse_mode"] == 3 for c in tnd)
 

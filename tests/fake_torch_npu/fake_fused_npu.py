@@ -29,9 +29,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-FUSED = ("npu_rms_norm", "npu_add_rms_norm", "npu_rotary_mul", "npu_swiglu", "_npu_reshape_and_cache",
-         "_npu_paged_attention", "npu_fused_infer_attention_score", "npu_incre_flash_attention",
-         "npu_prompt_flash_attention", "npu_weight_quant_batchmatmul", "npu_quant_matmul")  # fmt: skip
+FUSED = (
+    "npu_rms_norm",
+    "npu_add_rms_norm",
+    "npu_rotary_mul",
+    "npu_swiglu",
+    "_npu_reshape_and_cache",
+    "_npu_paged_attention",
+    "npu_fused_infer_attention_score",
+    "npu_incre_flash_attention",
+    "npu_prompt_flash_attention",
+    "npu_weight_quant_batchmatmul",
+    "npu_quant_matmul",
+)
 HALF = (torch.float16, torch.bfloat16)
 MAX_INT = 2147483647
 
@@ -61,8 +71,9 @@ def _info(x: Any) -> Any:
 class FakeTorchNpu(types.ModuleType):
     """FAKE: stands in for `import torch_npu` (sys.modules) or is passed to NpuOps directly."""
 
-    def __init__(self, version: str = "2.5.1", missing: tuple[str, ...] = (), half_only: bool = False,
-                 private_in_c: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, version: str = "2.5.1", missing: tuple[str, ...] = (), half_only: bool = False, private_in_c: bool = False
+    ) -> None:
         super().__init__("torch_npu")
         self.__version__ = version
         self.half_only = half_only
@@ -79,8 +90,14 @@ class FakeTorchNpu(types.ModuleType):
 
         def call(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(*args, **kwargs)  # TypeError on a wrong name or too many arguments, as the binding
-            self.calls.append(Call(name, [_info(a) for a in args], {k: _info(v) for k, v in kwargs.items()},
-                                   {k: _info(v) for k, v in bound.arguments.items()}))  # fmt: skip
+            self.calls.append(
+                Call(
+                    name,
+                    [_info(a) for a in args],
+                    {k: _info(v) for k, v in kwargs.items()},
+                    {k: _info(v) for k, v in bound.arguments.items()},
+                )
+            )
             if self.half_only and name in HALF_ONLY:
                 first = args[0] if args else next(iter(kwargs.values()))
                 assert first.dtype in HALF, f"{name} takes fp16 / bf16, got {first.dtype}"
@@ -94,8 +111,13 @@ class FakeTorchNpu(types.ModuleType):
         return [c for c in self.calls if c.name == name]
 
 
-HALF_ONLY = {"_npu_paged_attention", "npu_fused_infer_attention_score", "npu_incre_flash_attention",
-             "npu_prompt_flash_attention", "npu_weight_quant_batchmatmul"}  # fmt: skip
+HALF_ONLY = {
+    "_npu_paged_attention",
+    "npu_fused_infer_attention_score",
+    "npu_incre_flash_attention",
+    "npu_prompt_flash_attention",
+    "npu_weight_quant_batchmatmul",
+}
 
 
 # -- the documented semantics ------------------------------------------------------------------------------------
@@ -136,8 +158,13 @@ def fake_npu_swiglu(self: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return F.silu(a) * b
 
 
-def fake_npu_reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
-                               value_cache: torch.Tensor, slot_indices: torch.Tensor) -> None:  # fmt: skip
+def fake_npu_reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_indices: torch.Tensor,
+) -> None:
     """_npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices): in place, slot = block * bs + off"""
     assert slot_indices.dtype == torch.int32 and slot_indices.dim() == 1, "slot_indices: int32 [num_tokens]"
     assert key.dim() == 3 and key.shape == value.shape and key.shape[0] == slot_indices.shape[0], "key [T, KV, D]"
@@ -175,9 +202,17 @@ def _pages(cache: torch.Tensor, table_row: torch.Tensor, length: int, kv: int, d
     return cache[table_row[:blocks].long()].reshape(-1, kv, d)[:length].transpose(0, 1)
 
 
-def fake_npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                             num_kv_heads: int, num_heads: int, scale_value: float, block_table: torch.Tensor,
-                             context_lens: torch.Tensor, out: torch.Tensor) -> None:  # fmt: skip
+def fake_npu_paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    num_kv_heads: int,
+    num_heads: int,
+    scale_value: float,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
     """_npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads, scale_value, block_table,
     context_lens, out): query [B, H, D], caches [blocks, block_size, KV, D], context_lens int32 on the host."""
     b, h, d = query.shape
@@ -189,8 +224,10 @@ def fake_npu_paged_attention(query: torch.Tensor, key_cache: torch.Tensor, value
     _block_rules(key_cache.shape[1], d)
     for i in range(b):
         n = int(context_lens[i])
-        k, v = _pages(key_cache, block_table[i], n, num_kv_heads, d), _pages(value_cache, block_table[i], n,
-                                                                             num_kv_heads, d)  # fmt: skip
+        k, v = (
+            _pages(key_cache, block_table[i], n, num_kv_heads, d),
+            _pages(value_cache, block_table[i], n, num_kv_heads, d),
+        )
         out[i] = _attend(query[i].view(h, 1, d), k, v, scale_value, None).view(h, d)
 
 
@@ -217,8 +254,20 @@ def _compressed_mask(atten_mask) -> None:
     assert torch.equal(atten_mask.bool(), torch.ones(2048, 2048, dtype=torch.bool).triu(1)), "the documented mask"
 
 
-def _tnd_paged(query, key, value, atten_mask, block_table, block_size, actual_seq_lengths, actual_seq_lengths_kv,
-               num_heads, num_key_value_heads, scale, sparse_mode):  # fmt: skip
+def _tnd_paged(
+    query,
+    key,
+    value,
+    atten_mask,
+    block_table,
+    block_size,
+    actual_seq_lengths,
+    actual_seq_lengths_kv,
+    num_heads,
+    num_key_value_heads,
+    scale,
+    sparse_mode,
+):
     """TND with paged KV: query [T, N, D], key / value [blocks, block_size, KV * D], actual_seq_lengths the
     cumulative query ends, actual_seq_lengths_kv each sequence's KV length."""
     t, n, d = query.shape
@@ -264,51 +313,130 @@ def _dense(query, key, value, layout, num_heads, num_key_value_heads, scale, att
     return to_bnsd(out)
 
 
-def fake_npu_incre_flash_attention(query, key, value, *, padding_mask=None, pse_shift=None, atten_mask=None,
-                                   actual_seq_lengths=None, antiquant_scale=None, antiquant_offset=None,
-                                   block_table=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
-                                   quant_scale2=None, quant_offset2=None, kv_padding_size=None, num_heads=1,
-                                   scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0,
-                                   inner_precise=1):  # fmt: skip
+def fake_npu_incre_flash_attention(
+    query,
+    key,
+    value,
+    *,
+    padding_mask=None,
+    pse_shift=None,
+    atten_mask=None,
+    actual_seq_lengths=None,
+    antiquant_scale=None,
+    antiquant_offset=None,
+    block_table=None,
+    dequant_scale1=None,
+    quant_scale1=None,
+    dequant_scale2=None,
+    quant_scale2=None,
+    quant_offset2=None,
+    kv_padding_size=None,
+    num_heads=1,
+    scale_value=1.0,
+    input_layout="BSH",
+    num_key_value_heads=0,
+    block_size=0,
+    inner_precise=1,
+):
     assert input_layout == "BSH" and block_table is not None, "the engine's paged BSH form"
-    return _paged_decode(query, key, value, actual_seq_lengths, block_table, block_size, num_heads,
-                         num_key_value_heads, scale_value)  # fmt: skip
+    return _paged_decode(
+        query, key, value, actual_seq_lengths, block_table, block_size, num_heads, num_key_value_heads, scale_value
+    )
 
 
-def fake_npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None,
-                                         actual_seq_lengths=None, actual_seq_lengths_kv=None, dequant_scale1=None,
-                                         quant_scale1=None, dequant_scale2=None, quant_scale2=None,
-                                         quant_offset2=None, antiquant_scale=None, antiquant_offset=None,
-                                         block_table=None, query_padding_size=None, kv_padding_size=None,
-                                         key_antiquant_scale=None, key_antiquant_offset=None,
-                                         value_antiquant_scale=None, value_antiquant_offset=None,
-                                         key_shared_prefix=None, value_shared_prefix=None,
-                                         actual_shared_prefix_len=None, query_rope=None, key_rope=None,
-                                         key_rope_antiquant_scale=None, num_heads=1, scale=1.0,
-                                         pre_tokens=MAX_INT, next_tokens=MAX_INT, input_layout="BSH",
-                                         num_key_value_heads=0, sparse_mode=0, inner_precise=0, block_size=0,
-                                         antiquant_mode=0, softmax_lse_flag=False, key_antiquant_mode=0,
-                                         value_antiquant_mode=0):  # fmt: skip
+def fake_npu_fused_infer_attention_score(
+    query,
+    key,
+    value,
+    *,
+    pse_shift=None,
+    atten_mask=None,
+    actual_seq_lengths=None,
+    actual_seq_lengths_kv=None,
+    dequant_scale1=None,
+    quant_scale1=None,
+    dequant_scale2=None,
+    quant_scale2=None,
+    quant_offset2=None,
+    antiquant_scale=None,
+    antiquant_offset=None,
+    block_table=None,
+    query_padding_size=None,
+    kv_padding_size=None,
+    key_antiquant_scale=None,
+    key_antiquant_offset=None,
+    value_antiquant_scale=None,
+    value_antiquant_offset=None,
+    key_shared_prefix=None,
+    value_shared_prefix=None,
+    actual_shared_prefix_len=None,
+    query_rope=None,
+    key_rope=None,
+    key_rope_antiquant_scale=None,
+    num_heads=1,
+    scale=1.0,
+    pre_tokens=MAX_INT,
+    next_tokens=MAX_INT,
+    input_layout="BSH",
+    num_key_value_heads=0,
+    sparse_mode=0,
+    inner_precise=0,
+    block_size=0,
+    antiquant_mode=0,
+    softmax_lse_flag=False,
+    key_antiquant_mode=0,
+    value_antiquant_mode=0,
+):
     if input_layout == "TND":
         assert block_table is not None, "the engine's TND form is paged"
-        out = _tnd_paged(query, key, value, atten_mask, block_table, block_size, actual_seq_lengths,
-                         actual_seq_lengths_kv, num_heads, num_key_value_heads, scale, sparse_mode)  # fmt: skip
+        out = _tnd_paged(
+            query,
+            key,
+            value,
+            atten_mask,
+            block_table,
+            block_size,
+            actual_seq_lengths,
+            actual_seq_lengths_kv,
+            num_heads,
+            num_key_value_heads,
+            scale,
+            sparse_mode,
+        )
     elif block_table is not None:
         assert input_layout == "BSH"
-        out = _paged_decode(query, key, value, actual_seq_lengths_kv, block_table, block_size, num_heads,
-                            num_key_value_heads, scale)  # fmt: skip
+        out = _paged_decode(
+            query, key, value, actual_seq_lengths_kv, block_table, block_size, num_heads, num_key_value_heads, scale
+        )
     else:
         out = _dense(query, key, value, input_layout, num_heads, num_key_value_heads, scale, atten_mask, sparse_mode)
     return out, torch.zeros(1)
 
 
-def fake_npu_prompt_flash_attention(query, key, value, *, pse_shift=None, padding_mask=None, atten_mask=None,
-                                    actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None,
-                                    quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0,
-                                    pre_tokens=2147473647, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
-                                    actual_seq_lengths_kv=None, sparse_mode=0):  # fmt: skip
-    return _dense(query, key, value, input_layout, num_heads, num_key_value_heads, scale_value, atten_mask,
-                  sparse_mode)  # fmt: skip
+def fake_npu_prompt_flash_attention(
+    query,
+    key,
+    value,
+    *,
+    pse_shift=None,
+    padding_mask=None,
+    atten_mask=None,
+    actual_seq_lengths=None,
+    deq_scale1=None,
+    quant_scale1=None,
+    deq_scale2=None,
+    quant_scale2=None,
+    quant_offset2=None,
+    num_heads=1,
+    scale_value=1.0,
+    pre_tokens=2147473647,
+    next_tokens=0,
+    input_layout="BSH",
+    num_key_value_heads=0,
+    actual_seq_lengths_kv=None,
+    sparse_mode=0,
+):
+    return _dense(query, key, value, input_layout, num_heads, num_key_value_heads, scale_value, atten_mask, sparse_mode)
 
 
 def _unpack_int4(packed: torch.Tensor) -> torch.Tensor:
@@ -319,8 +447,17 @@ def _unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.where(nib >= 8, nib - 16, nib).flatten(-2).to(torch.int8)
 
 
-def fake_npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
-                                      quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0):  # fmt: skip
+def fake_npu_weight_quant_batchmatmul(
+    x,
+    weight,
+    antiquant_scale,
+    antiquant_offset=None,
+    quant_scale=None,
+    quant_offset=None,
+    bias=None,
+    antiquant_group_size=0,
+    inner_precise=0,
+):
     """npu_weight_quant_batchmatmul(Tensor x, Tensor weight, Tensor antiquant_scale, Tensor? antiquant_offset=None,
     Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? bias=None, int antiquant_group_size=0,
     int inner_precise=0) -> Tensor: x @ ((weight + antiquant_offset) * antiquant_scale) (+ bias)"""
@@ -330,8 +467,9 @@ def fake_npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offs
     k, n = w.shape
     assert x.shape[1] == k
     assert antiquant_scale.dtype == x.dtype, "antiquant_scale in x's dtype"
-    assert antiquant_offset is None or (antiquant_offset.dtype == x.dtype
-                                        and antiquant_offset.shape == antiquant_scale.shape)  # fmt: skip
+    assert antiquant_offset is None or (
+        antiquant_offset.dtype == x.dtype and antiquant_offset.shape == antiquant_scale.shape
+    )
     assert quant_scale is None and quant_offset is None, "the engine asks for x's dtype out"
     g = antiquant_group_size
     if g:
