@@ -173,6 +173,49 @@ def device_name(device: str) -> str:
     return ""
 
 
+class _DeviceGraphs:
+    """engine/core/graphs.py's GraphApi on CUDA (torch.cuda.CUDAGraph) or an Ascend NPU (torch_npu's NPUGraph, as
+    torch.npu.NPUGraph): warm-up runs on a side stream, then the capture; every graph of a runner shares one
+    memory pool."""
+
+    def __init__(self, kind: str) -> None:
+        import torch
+
+        self.kind = kind
+        self.mod: Any = torch.cuda if kind == "cuda" else torch.npu  # type: ignore[attr-defined]  # torch_npu's
+        self.pool: Any = None
+
+    def new(self) -> Any:
+        return self.mod.CUDAGraph() if self.kind == "cuda" else self.mod.NPUGraph()
+
+    def capture(self, graph: Any, fn: Any) -> Any:
+        mod = self.mod
+        if self.pool is None:
+            self.pool = mod.graph_pool_handle()
+        side = mod.Stream()
+        side.wait_stream(mod.current_stream())
+        with mod.stream(side):
+            for _ in range(2):  # warm-up: lazy initialisation and allocator growth stay out of the graph
+                fn()
+        mod.current_stream().wait_stream(side)
+        with mod.graph(graph, pool=self.pool):
+            out = fn()
+        mod.synchronize()
+        return out
+
+
+def graph_api(device: str) -> Any:
+    """The device's graphs for engine/core/graphs.py, or a start-up error where there are none (`--graph-capture`
+    on a CPU or MPS)."""
+    kind = device.split(":")[0]
+    if kind not in ("cuda", "npu"):
+        raise RuntimeError(
+            f"--graph-capture: decode graphs need a CUDA GPU or an Ascend NPU, and this server runs on {device}; "
+            "leave --graph-capture off"
+        )
+    return _DeviceGraphs(kind)
+
+
 NPU_PAGE = 128  # tokens per KV page on an Ascend NPU
 
 

@@ -23,6 +23,7 @@ import torch
 
 from engine import device as devices
 from engine.core import cpu_kernels, gemma
+from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
 from engine.core.lora import LoraAdapter, LoraSet, LoraStep
@@ -190,7 +191,63 @@ class DecoderRunner:
         process: a runner, and its pool, belong to one engine thread."""
         other = copy.copy(self)
         other._own_pool(kv_tokens)
+        other.graphs = None  # captured over this runner's pool: the sibling would capture its own
         return other
+
+    graphs: DecodeGraphs | None = None  # decode steps captured and replayed (enable_graphs); None: eager
+
+    def enable_graphs(self, api: GraphApi, max_seqs: int, max_context: int) -> DecodeGraphs:
+        """Capture decode steps of up to `max_seqs` sequences of up to `max_context` tokens per batch-size bucket,
+        and replay them (engine/core/graphs.py); each bucket is captured on its first batch."""
+        if self.gemma is not None or self.lora is not None or self.window is not None:
+            raise ValueError("--graph-capture: decode graphs are for the lean Llama-family runner without LoRA")
+        self.graphs = DecodeGraphs(
+            self._graph_step,
+            api,
+            self.device,
+            buckets_up_to(max_seqs),
+            -(-max_context // self.page),
+            pad_slot=0,
+            refresh=self._graph_refresh,
+        )
+        return self.graphs
+
+    def _graph_step(self, inputs: StaticInputs) -> torch.Tensor:
+        """A decode step on a bucket's static buffers -> logits [B, vocab]: the eager step's layers, with no
+        host-side work left inside (no lists, no indexing by Python lists)."""
+        h = self.inner.embed_tokens(inputs.ids).to(self.dtype)
+        cos, sin = self.inner.rotary_emb(h, position_ids=inputs.positions[None])
+        rows = DecodeRows(inputs.ids, inputs.table, inputs.lens)  # cols unused: every row decodes
+        hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), inputs.slots, [], [], {}, rows, slice(None))
+        return self.lm_head(hidden).float()
+
+    def _graph_refresh(self, inputs: StaticInputs, n: int) -> None:
+        """Before each replay: the ops table's captured attention tasks, where its kernel reads the lengths from
+        the host (the NPU's `refresh_lengths`), get this step's; the reference reads the static buffer."""
+        refresh = getattr(self.ops, "refresh_lengths", None)
+        if refresh is not None:
+            refresh(inputs.lens)
+
+    def _graph_batch(self, segments: list[Segment]) -> DecodeBatch | None:
+        """The step as a DecodeBatch when a captured graph can run it: every segment one decode token that wants
+        its logits, on the base model, within the buckets and the page-table width."""
+        if self.graphs is None or not all(
+            len(s.token_ids) == 1 and s.want_logits and not s.all_logits and not s.adapter and s.mm is None
+            for s in segments
+        ):
+            return None
+        page = self.page
+        for seg in segments:
+            self.pool.reserve(seg.cache, seg.cache.length + 1)
+        starts = [seg.cache.length for seg in segments]
+        batch = DecodeBatch(
+            ids=[seg.token_ids[0] for seg in segments],
+            positions=starts,
+            slots=[seg.cache.pages[p // page] * page + p % page for seg, p in zip(segments, starts)],
+            tables=[seg.cache.pages[: p // page + 1] for seg, p in zip(segments, starts)],
+            lens=[p + 1 for p in starts],
+        )
+        return batch if self.graphs.fits(batch) else None
 
     padding = 0  # KV the runner holds beyond the sequences' own tokens (HFRunner's cohort rows): none, pages
 
@@ -218,6 +275,12 @@ class DecoderRunner:
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them (at every token of an all_logits
         segment), in segment order."""
+        batch = self._graph_batch(segments) if self.graphs is not None else None
+        if batch is not None and self.graphs is not None:  # a captured decode step (engine/core/graphs.py)
+            logits = self.graphs.run(batch).clone()  # the static output is overwritten by the next replay
+            for seg in segments:
+                seg.cache.length += 1
+            return logits
         ids: list[int] = []
         pos: list[int] = []
         bounds: list[tuple[int, int, int]] = []  # per segment: its rows [a, b) and its first position
