@@ -72,7 +72,7 @@ def test_a_batch_replays_the_graph_of_its_bucket_with_padded_rows_and_fresh_leng
         seen.append({k: getattr(inputs, k).tolist() for k in ("ids", "positions", "slots", "table", "lens")})
         return (inputs.ids * 10 + inputs.lens).float()[:, None].repeat(1, 3)
 
-    refreshed: list[tuple[list[int], int]] = []
+    refreshed: list[tuple[list[int], list[int]]] = []
     api = FakeGraphApi()
     graphs = DecodeGraphs(
         step,
@@ -81,7 +81,7 @@ def test_a_batch_replays_the_graph_of_its_bucket_with_padded_rows_and_fresh_leng
         (1, 2, 4),
         max_pages=3,
         pad_slot=5,
-        refresh=lambda inputs, n: refreshed.append((inputs.lens.tolist(), n)),
+        refresh=lambda inputs, lens: refreshed.append((inputs.lens.tolist(), lens)),
     )
     assert [graphs.bucket(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 4, None]
 
@@ -97,7 +97,9 @@ def test_a_batch_replays_the_graph_of_its_bucket_with_padded_rows_and_fresh_leng
         "table": [[6, 2, 0], [3, 0, 0], [5, 4, 1], [0, 0, 0]],
         "lens": [21, 4, 41, 1],
     }
-    assert refreshed == [([21, 4, 41, 1], 3)]  # lengths written before the replay, and the refresh told of them
+    assert refreshed == [
+        ([21, 4, 41, 1], [21, 4, 41, 1])
+    ]  # lengths written before the replay, and the refresh told of them
     assert out.tolist() == [[91.0] * 3, [84.0] * 3, [131.0] * 3]  # the batch's rows only
 
     # The next step of the same bucket: no new capture; every buffer refreshed, the old rows gone.
@@ -188,3 +190,66 @@ def test_graph_capture_is_off_by_default() -> None:
 
     assert cfg.Settings().graph_capture is False
     assert DecoderRunner.graphs is None
+
+
+class FakeNpuGraphApi(FakeGraphApi):
+    """FAKE NPUGraph capture: the fake torch_npu reports a capture under way while the step is recorded."""
+
+    def __init__(self, fake_npu: Any) -> None:
+        super().__init__()
+        self.fake_npu = fake_npu
+
+    def capture(self, graph: FakeGraph, fn: Any) -> torch.Tensor:
+        fn()  # warm-up, as engine/device.py does: not inside the capture
+        self.fake_npu.npu.capturing = True
+        try:
+            return super().capture(graph, fn)
+        finally:
+            self.fake_npu.npu.capturing = False
+
+
+def test_the_npu_tables_captured_paged_attention_gets_each_steps_lengths_before_a_replay() -> None:
+    """On the NPU table, a captured _npu_paged_attention is a graph task group per layer, re-issued with the step's
+    host lengths (graph_task_update_begin / _end) before every replay; the runner's tokens stay the eager ones."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.core import npu_ops
+    from tests.fake_torch_npu.fake_fused_npu import FakeTorchNpu
+
+    model = tiny(LlamaConfig, LlamaForCausalLM)
+    eager = DecoderRunner(model, "cpu", kv_tokens=1024, use_kernels=False)
+    graphed = eager.sibling(1024)
+    fake = FakeTorchNpu()
+    graphed.ops = npu_ops.NpuOps(fake, graphed.page)
+    graphed.ops.attention_dtypes = (torch.float32, *npu_ops.HALF)  # the fake computes float32 too
+    issued: list[list[int]] = []  # the lengths of each call re-issued as a task update
+    paged = fake._npu_paged_attention
+
+    def record(**kw: Any) -> None:
+        if fake.npu.events and fake.npu.events[-1][0] == "update_begin":
+            issued.append(kw["context_lens"].tolist())
+        paged(**kw)
+
+    fake._npu_paged_attention = record
+    graphed.ops.fn["decode_attention"] = ("_npu_paged_attention", record)
+    graphs = graphed.enable_graphs(FakeNpuGraphApi(fake), max_seqs=2, max_context=128)
+    assert graphed.ops.graph_mode
+    layers = len(graphed.layers)
+    with torch.inference_mode():
+        tokens = {}
+        for name, runner in (("eager", eager), ("graphed", graphed)):
+            caches = [KVCache(), KVCache()]
+            out = runner.forward([Segment(caches[0], [1, 17, 300]), Segment(caches[1], [5, 6, 7, 8, 9])])
+            seqs = [[int(o.argmax())] for o in out]
+            for _ in range(4):
+                out = runner.forward([Segment(c, [s[-1]]) for c, s in zip(caches, seqs)])
+                for s, o in zip(seqs, out):
+                    s.append(int(o.argmax()))
+            tokens[name] = seqs
+    assert tokens["graphed"] == tokens["eager"]
+    assert graphs.replays == 4 and list(graphs.graphs) == [2]
+    events = [e for e, _ in fake.npu.events]
+    assert events[: 2 * layers] == ["group_begin", "group_end"] * layers  # one task group per layer, captured once
+    assert events[2 * layers :] == ["update_begin", "update_end"] * (4 * layers)  # every layer, before every replay
+    # the step's lengths (prompts of 3 and 5, one more a step), for every layer
+    assert issued == [lens for lens in ([4, 6], [5, 7], [6, 8], [7, 9]) for _ in range(layers)]

@@ -101,11 +101,11 @@ class DecodeGraphs:
         buckets: Sequence[int],
         max_pages: int,
         pad_slot: int = 0,
-        refresh: Callable[[StaticInputs, int], None] | None = None,
+        refresh: Callable[[StaticInputs, list[int]], None] | None = None,
     ) -> None:
         """`step(inputs)`: the decode step on static buffers -> logits [B, vocab]; `max_pages`: the page-table width
-        (the longest context in pages); `pad_slot`: the KV slot padding rows write (page 0's); `refresh(inputs, n)`:
-        called before each replay with the batch's real row count."""
+        (the longest context in pages); `pad_slot`: the KV slot padding rows write (page 0's); `refresh(inputs,
+        lens)`: called before each replay with the lengths just written (host ints, padding rows' included)."""
         if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
             raise ValueError(f"graph buckets must be increasing positive sizes, got {list(buckets)}")
         self.step = step
@@ -160,7 +160,11 @@ class DecodeGraphs:
         inputs.slots.copy_(torch.tensor(batch.slots + [self.pad_slot] * pad, dtype=torch.long), non_blocking=True)
         rows = [t + [0] * (self.max_pages - len(t)) for t in batch.tables] + [[0] * self.max_pages] * pad
         inputs.table.copy_(torch.tensor(rows, dtype=torch.int32), non_blocking=True)
-        inputs.lens.copy_(torch.tensor(batch.lens + [1] * pad, dtype=torch.int32), non_blocking=True)
+        inputs.lens.copy_(torch.tensor(self.padded_lens(batch, size), dtype=torch.int32), non_blocking=True)
+
+    @staticmethod
+    def padded_lens(batch: DecodeBatch, size: int) -> list[int]:
+        return batch.lens + [1] * (size - len(batch.lens))
 
     def run(self, batch: DecodeBatch) -> torch.Tensor:
         """The batch's logits [n, vocab] from the replayed graph of its bucket."""
@@ -171,7 +175,7 @@ class DecodeGraphs:
         held = self.capture(size)
         self.fill(held.inputs, batch)
         if self.refresh is not None:
-            self.refresh(held.inputs, n)
+            self.refresh(held.inputs, self.padded_lens(batch, size))
         held.graph.replay()
         self.replays += 1
         return held.out[:n]

@@ -201,6 +201,8 @@ class DecoderRunner:
         and replay them (engine/core/graphs.py); each bucket is captured on its first batch."""
         if self.gemma is not None or self.lora is not None or self.window is not None:
             raise ValueError("--graph-capture: decode graphs are for the lean Llama-family runner without LoRA")
+        if hasattr(self.ops, "begin_graphs"):
+            self.ops.begin_graphs()
         self.graphs = DecodeGraphs(
             self._graph_step,
             api,
@@ -221,12 +223,12 @@ class DecoderRunner:
         hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), inputs.slots, [], [], {}, rows, slice(None))
         return self.lm_head(hidden).float()
 
-    def _graph_refresh(self, inputs: StaticInputs, n: int) -> None:
+    def _graph_refresh(self, inputs: StaticInputs, lens: list[int]) -> None:
         """Before each replay: the ops table's captured attention tasks, where its kernel reads the lengths from
         the host (the NPU's `refresh_lengths`), get this step's; the reference reads the static buffer."""
         refresh = getattr(self.ops, "refresh_lengths", None)
         if refresh is not None:
-            refresh(inputs.lens)
+            refresh(lens)
 
     def _graph_batch(self, segments: list[Segment]) -> DecodeBatch | None:
         """The step as a DecodeBatch when a captured graph can run it: every segment one decode token that wants

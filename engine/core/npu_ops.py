@@ -145,6 +145,11 @@ class NpuOps(TorchOps):
         if "rope_store" in self.fn and self.kv_write is not None:
             self.chosen["rope_store"] += f" + torch_npu.{KV_WRITE}"
         self.paged_prefill = "prefill_attention" in self.fn
+        # Decode graphs (engine/core/graphs.py, begin_graphs): per batch size, the host lengths the captured paged
+        # attention reads and its captured tasks (graph task handle, arguments), updated before each replay.
+        self.graph_mode = False
+        self._graph_lens: dict[int, torch.Tensor] = {}
+        self._graph_tasks: dict[int, list[tuple[Any, dict[str, Any]]]] = {}
         self._lens: tuple[torch.Tensor | None, list[int]] = (None, [])  # the last lens tensor and its host copy
         self._host_lens_t: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
         self._masks: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
@@ -313,7 +318,7 @@ class NpuOps(TorchOps):
         _check(h % kv == 0, fn_name, f"{h} query heads are not a multiple of {kv} KV heads")
         if fn_name == "_npu_paged_attention":
             out = torch.empty_like(q)
-            fn(
+            kw = dict(
                 query=q.contiguous(),
                 key_cache=k_pool,
                 value_cache=v_pool,
@@ -321,9 +326,12 @@ class NpuOps(TorchOps):
                 num_heads=h,
                 scale_value=d**-0.5,
                 block_table=table,
-                context_lens=self._host_lens_tensor(lens),
                 out=out,
             )
+            if self.graph_mode:
+                self._graph_paged(fn, b, kw, lens)
+            else:
+                fn(**kw, context_lens=self._host_lens_tensor(lens))
             return out
         query = q.reshape(b, 1, h * d)  # BSH, S = 1
         key, value = k_pool.view(pages, page, kv * d), v_pool.view(pages, page, kv * d)  # (blocknum, blocksize, H)
@@ -424,6 +432,47 @@ class NpuOps(TorchOps):
         else:  # npu_fused_infer_attention_score
             out = fn(query, key, value, scale=d**-0.5, **kw)[0]
         return out[0].transpose(0, 1)  # [H, T, D]
+
+    # -- decode graphs -----------------------------------------------------------------------------------------
+
+    def begin_graphs(self) -> None:
+        """Decode steps will be captured (engine/core/graphs.py): the paged attention then reads its lengths from a
+        host tensor per batch size, which no device-to-host copy fills inside a capture, and each captured call is a
+        graph task group whose lengths `refresh_lengths` updates before a replay (torch_npu's
+        graph_task_group_begin / _end and graph_task_update_begin / _end, as vLLM-Ascend updates its captured
+        paged attention). The other ops read only device tensors: the static buffers carry their new values."""
+        if "decode_attention" in self.fn and self.fn["decode_attention"][0] != "_npu_paged_attention":
+            raise NpuCallError(
+                f"torch_npu.{self.fn['decode_attention'][0]}: decode graphs need _npu_paged_attention, whose lengths "
+                "a captured graph can update; this torch_npu lacks it"
+            )
+        self.graph_mode = "decode_attention" in self.fn
+
+    def _graph_paged(self, fn: Callable[..., Any], b: int, kw: dict[str, Any], lens: torch.Tensor) -> None:
+        graphs = self.npu.npu
+        if not graphs.is_current_stream_capturing():  # warm-up, or an eager step: a plain call
+            fn(**kw, context_lens=self._host_lens_tensor(lens))
+            return
+        host = self._graph_lens.setdefault(b, torch.ones(b, dtype=torch.int32))
+        stream = graphs.current_stream()
+        graphs.graph_task_group_begin(stream)
+        fn(**kw, context_lens=host)
+        self._graph_tasks.setdefault(b, []).append((graphs.graph_task_group_end(stream), kw))
+
+    def refresh_lengths(self, lens: list[int]) -> None:
+        """Before a replay of the graph of len(lens) rows: its host lengths, and every captured paged-attention task
+        re-issued with them."""
+        host = self._graph_lens.setdefault(len(lens), torch.ones(len(lens), dtype=torch.int32))
+        host.copy_(torch.tensor(lens, dtype=torch.int32))
+        tasks = self._graph_tasks.get(len(lens), [])
+        if not tasks:
+            return
+        graphs, fn = self.npu.npu, self.fn["decode_attention"][1]
+        stream = graphs.current_stream()
+        for handle, kw in tasks:
+            graphs.graph_task_update_begin(stream, handle)
+            fn(**kw, context_lens=host)
+            graphs.graph_task_update_end(stream)
 
     # -- quantized matmuls -------------------------------------------------------------------------------------
 

@@ -68,6 +68,38 @@ def _info(x: Any) -> Any:
     return x
 
 
+class FakeNpuGraphTasks:
+    """FAKE `torch_npu.npu`'s graph-task calls (what torch.npu.graph_task_group_begin / _end and
+    graph_task_update_begin / _end are): `capturing` says whether a capture is under way; each call is recorded."""
+
+    def __init__(self) -> None:
+        self.capturing = False
+        self.events: list[tuple[str, Any]] = []
+        self._next = 0
+
+    def current_stream(self) -> str:
+        return "stream"
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
+    def graph_task_group_begin(self, stream: Any) -> None:
+        assert self.capturing, "a task group is recorded inside a capture"
+        self.events.append(("group_begin", stream))
+
+    def graph_task_group_end(self, stream: Any) -> int:
+        self._next += 1
+        self.events.append(("group_end", self._next))
+        return self._next
+
+    def graph_task_update_begin(self, stream: Any, handle: Any) -> None:
+        assert not self.capturing, "tasks are updated between replays"
+        self.events.append(("update_begin", handle))
+
+    def graph_task_update_end(self, stream: Any) -> None:
+        self.events.append(("update_end", stream))
+
+
 class FakeTorchNpu(types.ModuleType):
     """FAKE: stands in for `import torch_npu` (sys.modules) or is passed to NpuOps directly."""
 
@@ -79,6 +111,7 @@ class FakeTorchNpu(types.ModuleType):
         self.half_only = half_only
         self.calls: list[Call] = []
         self._C = types.SimpleNamespace()
+        self.npu = FakeNpuGraphTasks()
         for name in FUSED:
             if name in missing:
                 continue
