@@ -229,6 +229,15 @@ def page_size(device: str) -> int:
     return NPU_PAGE if device.split(":")[0] == "npu" else PAGE
 
 
+def backend_version(device: str) -> str | None:
+    """The device bridge's version where one is imported beside torch: "torch_npu 2.5.1" on an NPU, else None."""
+    if device.split(":")[0] != "npu":
+        return None
+    import torch_npu
+
+    return f"torch_npu {getattr(torch_npu, '__version__', 'unknown')}"
+
+
 def device_ops(device: str, cpu_kernels: Any = None) -> Any:
     """The table of a decoder layer's device operations for `device` (engine/core/ops.py): the CPU kernels when
     the runner loaded them, torch_npu's fused operations on an NPU (each falling back to the reference on its
