@@ -4,9 +4,9 @@
                                  [--bandwidth-gbs GBS] [--sections logits,ops,graphs,smoke,throughput] [--wheels]
 
 On a lent Ascend machine: `python bench/device_check.py --device npu` (a few minutes). Its first two sections are
-the ones written for it: `ops` calls every fused torch_npu op of the table once, synchronised op by op, against the
+the ones written for it: `ops` calls every fused op of the NPU table once, synchronised op by op, against the
 reference on the NPU (a kernel that rejects a call shows up against that op, not at a later step), and `graphs`
-replays decode steps through NPUGraph against eager decoding. On an NPU the JSON's env carries the torch_npu
+replays decode steps through NPUGraph against eager decoding. On an NPU the JSON's env carries the NPU bridge's
 version and the page size (128).
 
 Made to run from a plain checkout in under 8 minutes on one GPU with no network; `--device cpu --short` is the
@@ -670,7 +670,7 @@ def graphs_section(device: str, short: bool, seconds: float) -> dict[str, Any]:
 def ops_section(device: str) -> dict[str, Any]:
     """The device's ops table (engine/device.py device_ops) against the torch reference on the same device, op by
     op, in bf16 with the NPU's 128-token pages, each op synchronised on its own so that an asynchronous kernel
-    error is reported against the op that caused it. On an NPU this is the first contact of every fused torch_npu
+    error is reported against the op that caused it. On an NPU this is the first contact of every fused NPU
     call (npu_add_rms_norm, _npu_reshape_and_cache, _npu_paged_attention, npu_fused_infer_attention_score in TND,
     the quantized matmuls); elsewhere the table is the reference or the CPU kernels and the check is cheap."""
     import torch

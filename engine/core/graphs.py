@@ -16,7 +16,7 @@ What a graph is comes from engine/device.py `graph_api(device)` (`GraphApi`: a n
 function into it, which warms up first where the device wants it); the seam itself imports no device library, so
 that a test can hand it a fake graph that records and replays eagerly (tests/test_graph_seam.py). `refresh`, when
 given, runs after the lengths are written and before each replay: for attention kernels that read the lengths
-from the host (torch_npu's paged attention takes them as a host tensor), the place to update the captured task's
+from the host (the NPU's paged attention takes them as a host tensor), the place to update the captured task's
 arguments; the torch reference and CUDA read them from the static device buffer and need none.
 
 Off by default (`--graph-capture`), and refused with a start-up error on a device without graphs (CPU, MPS): see
