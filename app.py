@@ -126,7 +126,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     )
     report(0.7, "starting the engine")
     # The pool has room for the budget plus a partly filled last page per sequence (the device's page size).
-    page = devices.page_size(place.device)
+    page = devices.page_size(place.device)  # at most the runner's (smaller for a head_dim above 128)
     runner = make_runner(
         loaded.model,
         place.device,

@@ -219,14 +219,16 @@ def graph_api(device: str) -> Any:
 NPU_PAGE = 128  # tokens per KV page on an Ascend NPU
 
 
-def page_size(device: str) -> int:
+def page_size(device: str, head_dim: int = 128) -> int:
     """Tokens per KV page (and prefix-cache block) on `device`. Ascend's paged-attention kernels take a block size
-    that is a multiple of 16 with block_size x head_size <= 128 x 128, and recommend 128, which vLLM-Ascend runs;
-    CPU, CUDA and MPS keep engine/core/kv.py's PAGE (16), what the CPU kernels and the prefix cache were measured
-    with."""
+    that is a multiple of 16 with block_size x head_size <= 128 x 128, and recommend 128, which vLLM-Ascend runs:
+    128 up to head_dim 128, less above (64 for Gemma 3's 256). CPU, CUDA and MPS keep engine/core/kv.py's PAGE
+    (16), what the CPU kernels and the prefix cache were measured with."""
     from engine.core.kv import PAGE
 
-    return NPU_PAGE if device.split(":")[0] == "npu" else PAGE
+    if device.split(":")[0] != "npu":
+        return PAGE
+    return max(16, min(NPU_PAGE, 128 * 128 // max(1, head_dim)) // 16 * 16)
 
 
 def backend_version(device: str) -> str | None:

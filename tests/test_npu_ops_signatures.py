@@ -282,7 +282,8 @@ def test_quant_matmul_w8a8() -> None:
 
 
 def test_page_size_is_a_property_of_the_device() -> None:
-    assert devices.page_size("npu:0") == 128
+    assert devices.page_size("npu:0") == devices.page_size("npu:0", 64) == 128
+    assert devices.page_size("npu:0", 256) == 64  # block_size x head_size <= 128 x 128
     assert devices.page_size("cpu") == devices.page_size("cuda:0") == devices.page_size("mps") == PAGE == 16
     pool = PagePool(2, 300, KV, D, torch.float32, "cpu", page=128)
     assert pool.k.shape == (2, 1 + 3, 128, KV, D) and pool.page == 128

@@ -158,7 +158,9 @@ class DecoderRunner:
         )
         self.window_room = (seqs, step_tokens)  # what sizes the sliding layers' pool (make_runner)
         # Tokens per KV page: the device's (engine/device.py page_size); a sliding-window pool keeps kv.PAGE.
-        self.page = PAGE if any(self.sliding) else devices.page_size(str(device))
+        self.page = PAGE if any(self.sliding) else devices.page_size(str(device), self.head_dim)
+        if hasattr(self.ops, "page"):  # the NPU table's KV write views the pool's pages with this block size
+            self.ops.page = self.page
         self._own_pool(kv_tokens)
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
