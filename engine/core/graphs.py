@@ -10,7 +10,9 @@ padding row reads and writes only page 0), the sequence lengths refreshed, and t
 of the static output are the batch's logits.
 
 The page table is [bucket, max_pages] for every bucket: a captured kernel cannot change its shapes, so it covers
-the longest context the engine admits; the lengths mask what each row does not own.
+the longest context the engine admits; the lengths mask what each row does not own. A paged kernel reads only the
+pages a length covers; the torch reference (CUDA today) gathers the whole width every layer, which is right but
+grows with max_model_len: graphs there suit short contexts until CUDA gets a paged decode kernel.
 
 What a graph is comes from engine/device.py `graph_api(device)` (`GraphApi`: a new graph object, a capture of a
 function into it, which warms up first where the device wants it); the seam itself imports no device library, so
