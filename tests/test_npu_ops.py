@@ -27,11 +27,14 @@ from tests.test_model_runner import check_runner, tiny
 
 H, KV, D = 4, 2, 16
 ALL_FUSED = {
-    "add_rmsnorm": "torch_npu.npu_rms_norm",
-    "rope_store": "torch_npu.npu_rotary_mul",
+    "add_rmsnorm": "torch_npu.npu_add_rms_norm",
+    "rope_store": "torch_npu.npu_rotary_mul + torch_npu._npu_reshape_and_cache",
     "silu_mul": "torch_npu.npu_swiglu",
-    "decode_attention": "torch_npu.npu_fused_infer_attention_score",
+    "decode_attention": "torch_npu._npu_paged_attention",
     "prompt_attention": "torch_npu.npu_prompt_flash_attention",
+    "prefill_attention": "torch_npu.npu_fused_infer_attention_score",
+    "weight_quant_matmul": "torch_npu.npu_weight_quant_batchmatmul",
+    "quant_matmul": "torch_npu.npu_quant_matmul",
     "gelu_tanh_mul": "torch",  # no fused function: the reference
 }
 
@@ -40,7 +43,7 @@ def fake_table(version: str = "2.5.1", missing: tuple[str, ...] = ()) -> tuple[n
     """A table over the FAKE torch_npu, its attention ops let through float32 (the fake computes any dtype; the
     real ones take fp16 / bf16 only)."""
     fake = FakeTorchNpu(version, missing)
-    table = npu_ops.NpuOps(fake)
+    table = npu_ops.NpuOps(fake, PAGE)
     table.attention_dtypes = (torch.float32, torch.float16, torch.bfloat16)
     return table, fake
 
@@ -57,7 +60,7 @@ def test_every_operation_takes_its_fused_function_when_torch_npu_has_it(caplog: 
 
 
 @pytest.mark.parametrize(("missing", "op", "expect"), [
-    (("npu_fused_infer_attention_score",), "decode_attention", "torch_npu.npu_incre_flash_attention"),
+    (("_npu_paged_attention",), "decode_attention", "torch_npu.npu_fused_infer_attention_score"),
     (("npu_prompt_flash_attention",), "prompt_attention", "torch_npu.npu_fused_infer_attention_score"),
 ])  # fmt: skip
 def test_an_attention_op_takes_the_next_fused_function(missing: tuple[str, ...], op: str, expect: str) -> None:
@@ -67,11 +70,11 @@ def test_an_attention_op_takes_the_next_fused_function(missing: tuple[str, ...],
 
 @pytest.mark.parametrize(("missing", "op", "line"), [
     (("npu_swiglu",), "silu_mul", "npu op silu_mul: torch reference (torch_npu 2.5.1 has no npu_swiglu)"),
-    (("npu_rms_norm",), "add_rmsnorm", "npu op add_rmsnorm: torch reference (torch_npu 2.5.1 has no npu_rms_norm)"),
+    (("npu_add_rms_norm", "npu_rms_norm"), "add_rmsnorm",
+     "npu op add_rmsnorm: torch reference (torch_npu 2.5.1 has no npu_add_rms_norm or npu_rms_norm)"),
     (("npu_rotary_mul",), "rope_store", "npu op rope_store: torch reference (torch_npu 2.5.1 has no npu_rotary_mul)"),
-    (("npu_fused_infer_attention_score", "npu_incre_flash_attention"), "decode_attention",
-     "npu op decode_attention: torch reference (torch_npu 2.5.1 has no npu_fused_infer_attention_score or "
-     "npu_incre_flash_attention)"),
+    (("npu_quant_matmul",), "quant_matmul",
+     "npu op quant_matmul: torch reference (torch_npu 2.5.1 has no npu_quant_matmul)"),
 ])  # fmt: skip
 def test_a_missing_function_falls_back_to_the_reference_with_one_log_line(
     caplog: pytest.LogCaptureFixture, missing: tuple[str, ...], op: str, line: str
@@ -91,7 +94,9 @@ def test_a_torch_npu_older_than_2_1_uses_the_reference_for_every_operation(
         table, fake = fake_table(version)
     assert set(table.chosen.values()) == {"torch"}
     lines = fallback_lines(caplog)
-    assert len(lines) == 5 and all(f"(torch_npu {version} is older than 2.1.0, which" in m for m in lines)
+    assert len(lines) == len(npu_ops.CANDIDATES) and all(
+        f"(torch_npu {version} is older than 2.1.0, which" in m for m in lines
+    )
     check_op_by_op(table, fake)
     assert fake.calls == []
 
@@ -151,22 +156,21 @@ def check_op_by_op(table: ops.TorchOps, fake: FakeTorchNpu, rows: int = 5) -> No
 
 def attention_functions(missing: tuple[str, ...]) -> set[str]:
     """The (decode, prompt) functions a table over a fake without `missing` calls."""
-    decode = "npu_incre_flash_attention" if "npu_fused_infer_attention_score" in missing else \
-        "npu_fused_infer_attention_score"  # fmt: skip
+    decode = "npu_fused_infer_attention_score" if "_npu_paged_attention" in missing else "_npu_paged_attention"
     prompt = "npu_fused_infer_attention_score" if "npu_prompt_flash_attention" in missing else \
         "npu_prompt_flash_attention"  # fmt: skip
     return {decode, prompt}
 
 
-PATHS = [(), ("npu_fused_infer_attention_score",), ("npu_prompt_flash_attention",)]
+PATHS = [(), ("_npu_paged_attention",), ("npu_prompt_flash_attention",)]
+ELEMENTWISE = {"npu_add_rms_norm", "npu_rms_norm", "npu_rotary_mul", "_npu_reshape_and_cache", "npu_swiglu"}
 
 
 @pytest.mark.parametrize("missing", PATHS)
 def test_the_fused_table_matches_the_reference_op_by_op(missing: tuple[str, ...]) -> None:
     table, fake = fake_table(missing=missing)
     check_op_by_op(table, fake)
-    assert {c.name for c in fake.calls} == {"npu_rms_norm", "npu_rotary_mul", "npu_swiglu",
-                                            *attention_functions(missing)}  # fmt: skip
+    assert {c.name for c in fake.calls} == {*ELEMENTWISE, *attention_functions(missing)}
 
 
 def test_the_arguments_passed_are_the_documented_layouts() -> None:
@@ -175,7 +179,7 @@ def test_the_arguments_passed_are_the_documented_layouts() -> None:
     x, delta, w, gate_up, qkv, cos, sin, slots, norm, k_pool, v_pool, pages, lens, q = inputs(rows)
     f32 = torch.float32
 
-    table.add_rmsnorm(x, delta, w, 1e-6)
+    table.add_rmsnorm(x, None, w, 1e-6)
     (call,) = fake.named("npu_rms_norm")
     assert call.args == [TensorInfo((rows, 96), f32, True), TensorInfo((96,), f32, True)]
     assert call.kwargs == {"epsilon": 1e-6}
@@ -189,16 +193,10 @@ def test_the_arguments_passed_are_the_documented_layouts() -> None:
                          TensorInfo((1, rows, 1, D), f32, True)]  # fmt: skip
     fake.calls.clear()
     table.rope_store(qkv, cos, sin, slots, torch.zeros(64, KV, D), torch.zeros(64, KV, D), H, norm)
-    assert [c.name for c in fake.calls] == ["npu_rms_norm", "npu_rms_norm", "npu_rotary_mul", "npu_rotary_mul"]
-    assert [c.args[0].shape for c in fake.calls] == [(rows, H, D), (rows, KV, D), (1, rows, H, D), (1, rows, KV, D)]
-
-    table.decode_attention(q, k_pool, v_pool, pages, lens)
-    (call,) = fake.named("npu_fused_infer_attention_score")
-    assert call.args == [TensorInfo((rows, 1, H * D), f32, True), TensorInfo((12, PAGE, KV * D), f32, True),
-                         TensorInfo((12, PAGE, KV * D), f32, True)]  # fmt: skip
-    assert call.kwargs == {"block_table": TensorInfo(tuple(pages.shape), torch.int32, True), "block_size": PAGE,
-                           "num_heads": H, "num_key_value_heads": KV, "input_layout": "BSH",
-                           "actual_seq_lengths_kv": lens.tolist(), "scale": D**-0.5}  # fmt: skip
+    assert [c.name for c in fake.calls] == ["npu_rms_norm", "npu_rms_norm", "npu_rotary_mul", "npu_rotary_mul",
+                                            "_npu_reshape_and_cache"]  # fmt: skip
+    assert [c.args[0].shape for c in fake.calls[:4]] == [(rows, H, D), (rows, KV, D), (1, rows, H, D),
+                                                         (1, rows, KV, D)]  # fmt: skip
 
     fake.calls.clear()
     qp, kp, vp = torch.randn(H, 4, D), torch.randn(KV, 9, D), torch.randn(KV, 9, D)
@@ -211,16 +209,18 @@ def test_the_arguments_passed_are_the_documented_layouts() -> None:
     table.prompt_attention(qp[:, :1], kp[:, :6], vp[:, :6], 5)  # one row: no mask
     assert "atten_mask" not in fake.calls[-1].kwargs and "sparse_mode" not in fake.calls[-1].kwargs
 
-    ifa, ifa_fake = fake_table(missing=("npu_fused_infer_attention_score",))
-    ifa.decode_attention(q, k_pool, v_pool, pages, lens)
-    (call,) = ifa_fake.calls
-    assert call.name == "npu_incre_flash_attention"
-    assert call.kwargs["actual_seq_lengths"] == lens.tolist() and call.kwargs["scale_value"] == D**-0.5
-    assert call.kwargs["block_size"] == PAGE and call.kwargs["input_layout"] == "BSH"
+    fia, fia_fake = fake_table(missing=("_npu_paged_attention",))  # decode on FIA in BSH
+    fia.decode_attention(q, k_pool, v_pool, pages, lens)
+    (call,) = fia_fake.calls
+    assert call.args == [TensorInfo((rows, 1, H * D), f32, True), TensorInfo((12, PAGE, KV * D), f32, True),
+                         TensorInfo((12, PAGE, KV * D), f32, True)]  # fmt: skip
+    assert call.kwargs == {"block_table": TensorInfo(tuple(pages.shape), torch.int32, True), "block_size": PAGE,
+                           "num_heads": H, "num_key_value_heads": KV, "input_layout": "BSH",
+                           "actual_seq_lengths_kv": lens.tolist(), "scale": D**-0.5}  # fmt: skip
 
 
 def test_the_lengths_go_to_the_host_once_per_step() -> None:
-    table, fake = fake_table()
+    table, fake = fake_table(missing=("_npu_paged_attention",))
     *_, k_pool, v_pool, pages, lens, q = inputs(3)
     for _ in range(3):  # three layers of one step: the same lens tensor
         table.decode_attention(q, k_pool, v_pool, pages, lens)
@@ -234,7 +234,7 @@ def test_the_lengths_go_to_the_host_once_per_step() -> None:
 
 def test_float32_attention_runs_the_reference_as_the_real_ops_take_fp16_bf16(caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeTorchNpu()
-    table = npu_ops.NpuOps(fake)  # the real dtype rule
+    table = npu_ops.NpuOps(fake, PAGE)  # the real dtype rule
     assert table.attention_dtypes == (torch.float16, torch.bfloat16)
     *_, k_pool, v_pool, pages, lens, q = inputs(2)
     ref = ops.TorchOps()
@@ -244,10 +244,10 @@ def test_float32_attention_runs_the_reference_as_the_real_ops_take_fp16_bf16(cap
     torch.testing.assert_close(out, ref.decode_attention(q, k_pool, v_pool, pages, lens))
     assert fake.calls == []
     assert fallback_lines(caplog) == ["npu op decode_attention: torch reference for torch.float32 "
-                                      "(torch_npu.npu_fused_infer_attention_score takes torch.float16 / "
+                                      "(torch_npu._npu_paged_attention takes torch.float16 / "
                                       "torch.bfloat16)"]  # fmt: skip
     table.decode_attention(q.bfloat16(), k_pool.bfloat16(), v_pool.bfloat16(), pages, lens)  # bf16: the fused op
-    assert [c.name for c in fake.calls] == ["npu_fused_infer_attention_score"]
+    assert [c.name for c in fake.calls] == ["_npu_paged_attention"]
 
 
 def test_device_ops_on_an_npu_imports_torch_npu_and_logs_the_choice(
@@ -258,9 +258,10 @@ def test_device_ops_on_an_npu_imports_torch_npu_and_logs_the_choice(
     with caplog.at_level(logging.INFO):
         table = devices.device_ops("npu:0", None)
     assert isinstance(table, npu_ops.NpuOps) and table.npu is fake and table.version == "2.1.0.post3"
+    assert table.page == devices.page_size("npu:0") == 128
     assert table.chosen == {**ALL_FUSED, "silu_mul": "torch"}
-    assert "device ops on npu:0: add_rmsnorm=torch_npu.npu_rms_norm, rope_store=torch_npu.npu_rotary_mul, " \
-           "silu_mul=torch, " in caplog.text  # fmt: skip
+    assert "device ops on npu:0: add_rmsnorm=torch_npu.npu_add_rms_norm, rope_store=torch_npu.npu_rotary_mul + " \
+           "torch_npu._npu_reshape_and_cache, silu_mul=torch, " in caplog.text  # fmt: skip
     assert "npu op silu_mul: torch reference (torch_npu 2.1.0.post3 has no npu_swiglu)" in caplog.text
 
 
@@ -277,12 +278,12 @@ def test_a_runner_on_the_fused_table_matches_hf(arch: str, missing: tuple[str, .
     runner = DecoderRunner(model, "cpu", use_kernels=False)
     runner.ops, fake = fake_table(missing=missing)
     check_runner(runner, model)
-    assert {c.name for c in fake.calls} == {"npu_rms_norm", "npu_rotary_mul", "npu_swiglu",
-                                            *attention_functions(missing)}  # fmt: skip
-    paged = [c for c in fake.calls if "block_table" in c.kwargs]
-    assert paged and all(c.kwargs["block_size"] == PAGE for c in paged)
-    prompts = [c for c in fake.calls if c.kwargs.get("input_layout") == "BSND"]
-    assert prompts and all(c.kwargs["sparse_mode"] == 3 for c in prompts if c.args[0].shape[1] > 1)
+    names = {c.name for c in fake.calls}
+    assert names == {*ELEMENTWISE, "npu_fused_infer_attention_score", *attention_functions(missing)} - {
+        "npu_prompt_flash_attention"
+    }  # prompt chunks go to prefill_attention (FIA in TND), not the dense op
+    tnd = [c for c in fake.named("npu_fused_infer_attention_score") if c.bound["input_layout"] == "TND"]
+    assert tnd and all(c.bound["block_size"] == PAGE and c.bound["sparse_mode"] == 3 for c in tnd)
 
 
 @pytest.mark.skipif(devices.ascend_drivers_present(), reason="this host has Ascend drivers")

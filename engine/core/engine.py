@@ -127,7 +127,7 @@ class Engine:
         used, total = (
             (pool.total_pages - pool.free_pages, pool.total_pages) if isinstance(pool, PagePool) else (None, None)
         )
-        kv = {"pages_used": used, "pages_total": total, "page_tokens": PAGE, "tokens_used": load["kv_tokens_used"],
+        kv = {"pages_used": used, "pages_total": total, "page_tokens": pool.page if isinstance(pool, PagePool) else PAGE, "tokens_used": load["kv_tokens_used"],
               "tokens_capacity": self.limits.kv_cache_tokens}  # fmt: skip
         window = getattr(self.runner, "window", None)  # sliding-window layers' own pool (core/window_kv.py)
         if isinstance(window, WindowPages):
@@ -136,7 +136,7 @@ class Engine:
         cache = self.prefix_cache
         prefix: dict[str, Any] = {"enabled": cache is not None and cache.capacity_blocks > 0}
         if cache is not None:
-            prefix |= {"blocks": cache.blocks, "capacity_blocks": cache.capacity_blocks, "block_tokens": PAGE,
+            prefix |= {"blocks": cache.blocks, "capacity_blocks": cache.capacity_blocks, "block_tokens": cache.block,
                        "hit_tokens": cache.hits, "query_tokens": cache.queries,
                        "hit_rate": cache.hits / cache.queries if cache.queries else 0.0, "lookups": cache.lookups,
                        "hit_lookups": cache.hit_lookups, "resets": cache.resets}  # fmt: skip
@@ -290,7 +290,7 @@ class Engine:
         floor = (roof.weight_bytes + kv) / roof.bandwidth * 1000
         record = StepRecord(self.steps, t0, ms, len(batch.segments), batch.decodes, batch.prompt_tokens,
                             batch.prompt_chunks, tuple(r.short_id for r in batch.in_step), batch.preempted,
-                            batch.prefix_tokens, batch.prefix_tokens // PAGE, roof.weight_bytes, kv, floor,
+                            batch.prefix_tokens, batch.prefix_tokens // (self.prefix_cache.block if self.prefix_cache else PAGE), roof.weight_bytes, kv, floor,
                             100 * floor / ms if ms > 0 else 0.0)  # fmt: skip
         self.step_log.add(record)
         return record

@@ -5,6 +5,10 @@ A sequence's keys and values live in pages of PAGE tokens. `PagePool` is Decoder
 the scheduler admits, grows and preempts against: a number of tokens, whichever runner holds them (pool pages for
 DecoderRunner, a DynamicCache for HFRunner), with the prefix cache beside it. PAGE is also the prefix cache's
 block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages (app.py).
+
+PAGE is the default: the page size is a property of the device (engine/device.py `page_size`: 128 tokens on an
+Ascend NPU, whose paged-attention kernels want it, PAGE elsewhere), which DecoderRunner hands to its pool
+(`PagePool.page`) and the prefix cache its block (app.py); a sliding-window pool (window_kv.py) keeps PAGE.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ PAGE = 16  # tokens per KV page, and per prefix-cache block
 KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
 
 
-def pages_for(tokens: int) -> int:
-    """Pages that hold `tokens` tokens."""
-    return -(-tokens // PAGE)
+def pages_for(tokens: int, page: int = PAGE) -> int:
+    """Pages of `page` tokens that hold `tokens` tokens."""
+    return -(-tokens // page)
 
 
 @dataclass
@@ -71,10 +75,20 @@ class PagePool:
     sequence owns a list of pages. Allocated empty, and pages are zeroed when handed out, so resident memory
     follows the pages in use, not the budget. Page 0 stays zero: the padding of ragged decode batches."""
 
-    def __init__(self, layers: int, tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: str):
+    def __init__(
+        self,
+        layers: int,
+        tokens: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: str,
+        page: int = PAGE,
+    ):
         self.device = device
-        pages = 1 + pages_for(tokens)
-        shape = (layers, pages, PAGE, kv_heads, head_dim)
+        self.page = page  # tokens per page
+        pages = 1 + pages_for(tokens, page)
+        shape = (layers, pages, page, kv_heads, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.k[:, 0].zero_()
@@ -108,7 +122,7 @@ class PagePool:
 
     def reserve(self, cache: KVCache, tokens: int) -> None:
         """Make room for `tokens` tokens in total."""
-        cache.pages.extend(self.take(pages_for(tokens) - len(cache.pages)))
+        cache.pages.extend(self.take(pages_for(tokens, self.page) - len(cache.pages)))
 
     def release(self, cache: KVCache) -> None:
         self.give(cache.pages)
@@ -116,7 +130,7 @@ class PagePool:
 
     def fork(self, cache: KVCache) -> KVCache:
         new = KVCache()
-        self.reserve(new, cache.capacity)
+        self.reserve(new, len(cache.pages) * self.page)
         src, dst = torch.tensor(cache.pages, device=self.device), torch.tensor(new.pages, device=self.device)
         self.k[:, dst] = self.k[:, src]
         self.v[:, dst] = self.v[:, src]

@@ -23,6 +23,7 @@ import torch
 
 from engine import device as devices
 from engine.core import cpu_kernels, gemma
+from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
 from engine.core.lora import LoraAdapter, LoraSet, LoraStep
@@ -48,6 +49,17 @@ class DecodeRows:
     table: torch.Tensor
     lens: torch.Tensor
     starts: torch.Tensor | None = None
+
+
+@dataclass
+class PrefillRows:
+    """The prompt chunks of a step for a table with `paged_prefill` (the NPU's): their rows on the token axis (chunk
+    after chunk), their page tables ([chunks, width], zero-padded), each chunk's rows and KV length."""
+
+    cols: torch.Tensor
+    table: torch.Tensor
+    q_lens: list[int]
+    kv_lens: list[int]
 
 
 def make_runner(
@@ -145,6 +157,10 @@ class DecoderRunner:
             self.gemma.sliding if self.gemma is not None and self.gemma.window else [False] * len(self.layers)
         )
         self.window_room = (seqs, step_tokens)  # what sizes the sliding layers' pool (make_runner)
+        # Tokens per KV page: the device's (engine/device.py page_size); a sliding-window pool keeps kv.PAGE.
+        self.page = PAGE if any(self.sliding) else devices.page_size(str(device), self.head_dim)
+        if hasattr(self.ops, "page"):  # the NPU table's KV write views the pool's pages with this block size
+            self.ops.page = self.page
         self._own_pool(kv_tokens)
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
@@ -157,7 +173,7 @@ class DecoderRunner:
         own pool; `layer_kv[li]` is layer li's keys and values [pages, PAGE, kv_heads, head_dim] in its pool."""
         full = [li for li, s in enumerate(self.sliding) if not s]
         sliding = [li for li, s in enumerate(self.sliding) if s]
-        self.pool = PagePool(len(full), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device)
+        self.pool = PagePool(len(full), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device, self.page)
         self.pages: PagePool | SplitPages = self.pool  # what the prefix cache copies pages out of and into
         self.k, self.v = self.pool.k, self.pool.v
         where = {li: (self.pool.k[j], self.pool.v[j]) for j, li in enumerate(full)}
@@ -177,7 +193,65 @@ class DecoderRunner:
         process: a runner, and its pool, belong to one engine thread."""
         other = copy.copy(self)
         other._own_pool(kv_tokens)
+        other.graphs = None  # captured over this runner's pool: the sibling would capture its own
         return other
+
+    graphs: DecodeGraphs | None = None  # decode steps captured and replayed (enable_graphs); None: eager
+
+    def enable_graphs(self, api: GraphApi, max_seqs: int, max_context: int) -> DecodeGraphs:
+        """Capture decode steps of up to `max_seqs` sequences of up to `max_context` tokens per batch-size bucket,
+        and replay them (engine/core/graphs.py); each bucket is captured on its first batch."""
+        if self.gemma is not None or self.lora is not None or self.window is not None:
+            raise ValueError("--graph-capture: decode graphs are for the lean Llama-family runner without LoRA")
+        if hasattr(self.ops, "begin_graphs"):
+            self.ops.begin_graphs()
+        self.graphs = DecodeGraphs(
+            self._graph_step,
+            api,
+            self.device,
+            buckets_up_to(max_seqs),
+            -(-max_context // self.page),
+            pad_slot=0,
+            refresh=self._graph_refresh,
+        )
+        return self.graphs
+
+    def _graph_step(self, inputs: StaticInputs) -> torch.Tensor:
+        """A decode step on a bucket's static buffers -> logits [B, vocab]: the eager step's layers, with no
+        host-side work left inside (no lists, no indexing by Python lists)."""
+        h = self.inner.embed_tokens(inputs.ids).to(self.dtype)
+        cos, sin = self.inner.rotary_emb(h, position_ids=inputs.positions[None])
+        rows = DecodeRows(inputs.ids, inputs.table, inputs.lens)  # cols unused: every row decodes
+        hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), inputs.slots, [], [], {}, rows, slice(None))
+        return self.lm_head(hidden).float()
+
+    def _graph_refresh(self, inputs: StaticInputs, lens: list[int]) -> None:
+        """Before each replay: the ops table's captured attention tasks, where its kernel reads the lengths from
+        the host (the NPU's `refresh_lengths`), get this step's; the reference reads the static buffer."""
+        refresh = getattr(self.ops, "refresh_lengths", None)
+        if refresh is not None:
+            refresh(lens)
+
+    def _graph_batch(self, segments: list[Segment]) -> DecodeBatch | None:
+        """The step as a DecodeBatch when a captured graph can run it: every segment one decode token that wants
+        its logits, on the base model, within the buckets and the page-table width."""
+        if self.graphs is None or not all(
+            len(s.token_ids) == 1 and s.want_logits and not s.all_logits and not s.adapter and s.mm is None
+            for s in segments
+        ):
+            return None
+        page = self.page
+        for seg in segments:
+            self.pool.reserve(seg.cache, seg.cache.length + 1)
+        starts = [seg.cache.length for seg in segments]
+        batch = DecodeBatch(
+            ids=[seg.token_ids[0] for seg in segments],
+            positions=starts,
+            slots=[seg.cache.pages[p // page] * page + p % page for seg, p in zip(segments, starts)],
+            tables=[seg.cache.pages[: p // page + 1] for seg, p in zip(segments, starts)],
+            lens=[p + 1 for p in starts],
+        )
+        return batch if self.graphs.fits(batch) else None
 
     padding = 0  # KV the runner holds beyond the sequences' own tokens (HFRunner's cohort rows): none, pages
 
@@ -205,11 +279,18 @@ class DecoderRunner:
     def forward(self, segments: list[Segment]) -> torch.Tensor:
         """Logits (float32) at the last token of each segment that wants them (at every token of an all_logits
         segment), in segment order."""
+        batch = self._graph_batch(segments) if self.graphs is not None else None
+        if batch is not None and self.graphs is not None:  # a captured decode step (engine/core/graphs.py)
+            logits = self.graphs.run(batch).clone()  # the static output is overwritten by the next replay
+            for seg in segments:
+                seg.cache.length += 1
+            return logits
         ids: list[int] = []
         pos: list[int] = []
         bounds: list[tuple[int, int, int]] = []  # per segment: its rows [a, b) and its first position
         slots: list[int] = []
         window_slots: list[int] = []  # the same positions in the sliding layers' pool
+        page = self.page
         for seg in segments:
             start, end = seg.cache.length, seg.cache.length + len(seg.token_ids)
             self.pool.reserve(seg.cache, end)
@@ -217,7 +298,7 @@ class DecoderRunner:
             ids.extend(seg.token_ids)
             pos.extend(range(start, end))
             pages = seg.cache.pages
-            slots.extend(pages[p // PAGE] * PAGE + p % PAGE for p in range(start, end))
+            slots.extend(pages[p // page] * page + p % page for p in range(start, end))
             if self.window is not None:
                 self.window.drop(seg.cache, start)  # what none of this step's queries sees any more
                 self.window.write(seg.cache, start, end)
@@ -235,8 +316,11 @@ class DecoderRunner:
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1 or segments[i].all_logits]
         single = [i for i in range(len(segments)) if i not in set(decode)]
         rows = self._decode_rows(segments, bounds, decode) if decode else None
-        chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // PAGE)])
+        chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // page)])
                        for i in single}  # fmt: skip
+        prefill = None
+        if single and self.ops.paged_prefill and self.gemma is None:  # every prompt chunk in one call per layer
+            prefill = self._prefill_rows(segments, bounds, single)
         last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
         if any(seg.all_logits for seg in segments):  # speculative drafts: a row for each of their tokens
             last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
@@ -245,7 +329,7 @@ class DecoderRunner:
         if self.gemma is None:
             cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
             hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages,
-                                  rows, last, lora)  # fmt: skip
+                                  rows, last, lora, prefill)  # fmt: skip
         else:
             hidden = self.gemma.layers(self, h, position_ids, slot, window_slot, bounds, single, chunk_pages, rows,
                                        last, segments, lora)  # fmt: skip
@@ -261,7 +345,7 @@ class DecoderRunner:
         return logits if self.gemma is None else self.gemma.logits(logits)
 
     def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
-                lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
+                lora: LoraStep | None = None, prefill: PrefillRows | None = None) -> torch.Tensor:  # fmt: skip
         """Every layer through the device ops: ~9 calls a layer (norms with the residual adds, rotary embedding
         with the KV write, SiLU gating, attention) around the four projections, each projection's output plus the
         LoRA delta of its rows' adapters when the step has adapter rows (`lora`, lora.LoraSet.add; else the output
@@ -282,11 +366,13 @@ class DecoderRunner:
             qk_norm = self.qk_norm[li] if self.qk_norm is not None else None
             qkv = delta(li, 0, normed, p_qkv(normed))
             q = ops.rope_store(qkv, cos, sin, slot, flat_k, flat_v, self.n_heads, qk_norm)  # [N, H, hd]
-            out = self._attention(pool_k, pool_v, q, bounds, single, chunk_pages, rows).reshape(n_tok, -1)
-            normed = ops.add_rmsnorm(h, delta(li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
+            out = self._attention(pool_k, pool_v, q, bounds, single, chunk_pages, rows, prefill).reshape(n_tok, -1)
+            # the norm and the new residual: the reference adds into h in place and hands h back; a fused
+            # backend (the NPU's add-and-norm op) returns its own sum
+            normed, h = ops.norm_residual(h, delta(li, 1, out, p_o(out)), self.norm_w[2 * li + 1], eps)
             gated = ops.silu_mul(delta(li, 2, normed, p_gate_up(normed)))
             nxt = self.norm_w[2 * li + 2]  # the next layer's input norm, after the last layer the model's
-            normed = ops.add_rmsnorm(h, delta(li, 3, gated, p_down(gated)), nxt, eps)
+            normed, h = ops.norm_residual(h, delta(li, 3, gated, p_down(gated)), nxt, eps)
         return normed[last]
 
     def _decode_rows(
@@ -300,27 +386,45 @@ class DecoderRunner:
         cols = [r for i in decode for r in range(bounds[i][0], bounds[i][1])]
         ends = [start + 1 + r - a for i in decode for a, b, start in (bounds[i],) for r in range(a, b)]
         owner = [i for i in decode for _ in range(bounds[i][1] - bounds[i][0])]
-        first = [max(0, e - window) // PAGE if window else 0 for e in ends]  # each table's first page
-        tables = [(segments[i].cache.window if window else segments[i].cache.pages)[f : -(-e // PAGE)]
+        page = PAGE if window else self.page  # the sliding layers' pool keeps kv.PAGE
+        first = [max(0, e - window) // page if window else 0 for e in ends]  # each table's first page
+        tables = [(segments[i].cache.window if window else segments[i].cache.pages)[f : -(-e // page)]
                   for i, e, f in zip(owner, ends, first)]  # fmt: skip
         width = max(len(t) for t in tables)
         as_int = {"device": self.device, "dtype": torch.int32}
         table = torch.tensor([t + [0] * (width - len(t)) for t in tables], **as_int)  # type: ignore[arg-type]
-        lens = torch.tensor([e - f * PAGE for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
+        lens = torch.tensor([e - f * page for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
         starts = None
         if window:
-            starts = torch.tensor([max(0, e - window) - f * PAGE for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
+            starts = torch.tensor([max(0, e - window) - f * page for e, f in zip(ends, first)], **as_int)  # type: ignore[arg-type]
         return DecodeRows(torch.tensor(cols, device=self.device), table, lens, starts)
+
+    def _prefill_rows(
+        self, segments: list[Segment], bounds: list[tuple[int, int, int]], single: list[int]
+    ) -> PrefillRows:
+        """The prompt chunks `single` for one prefill_attention call: chunk i's rows a..b at positions start.. see
+        its first start + (b - a) positions, whose KV rope_store has written before attention runs."""
+        cols = [r for i in single for r in range(bounds[i][0], bounds[i][1])]
+        q_lens = [bounds[i][1] - bounds[i][0] for i in single]
+        kv_lens = [bounds[i][2] + t for i, t in zip(single, q_lens)]
+        tables = [segments[i].cache.pages[: -(-n // self.page)] for i, n in zip(single, kv_lens)]
+        width = max(len(t) for t in tables)
+        table = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device=self.device)
+        return PrefillRows(torch.tensor(cols, device=self.device), table, q_lens, kv_lens)
 
     def _attention(
         self, pool_k: torch.Tensor, pool_v: torch.Tensor, q: torch.Tensor, bounds, single, chunk_pages,
-        rows: DecodeRows | None,
+        rows: DecodeRows | None, prefill: PrefillRows | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """A layer's attention for q [N, H, hd] over its keys and values [pages, PAGE, kv, hd] in the pool (this
         step's already written) -> [N, H, hd]: prompt chunks one by one, decode rows in one call."""
         if rows is not None and not single:  # every row decodes: no row selection either way
             return self.ops.decode_attention(q, pool_k, pool_v, rows.table, rows.lens)
         out = torch.empty_like(q)
+        if prefill is not None:  # every prompt chunk in one call (ops.paged_prefill)
+            p = prefill
+            out[p.cols] = self.ops.prefill_attention(q[p.cols], pool_k, pool_v, p.table, p.q_lens, p.kv_lens)
+            single = []
         qh = q.transpose(0, 1)  # [H, N, hd]
         for i in single:
             (a, b, start), end = bounds[i], bounds[i][2] + bounds[i][1] - bounds[i][0]

@@ -20,6 +20,20 @@ D head size, pools of [pages, PAGE, KV, D]):
 - `prompt_attention(q, k, v, start, window=0)`: a prompt chunk q [H, T, D] at positions start.. against its keys
   and values k / v [KV, start + T, D], causal -> [H, T, D]; with a window, a query sees only the `window` latest
   positions up to its own (Gemma 3's sliding layers; positions are relative to k's first row).
+- `prefill_attention(q, k_pool, v_pool, table, q_lens, kv_lens)`: every prompt chunk of a step at once, q [N, H, D]
+  (the chunks' rows one after another, q_lens[s] rows for chunk s), each chunk's last q_lens[s] positions of its
+  kv_lens[s] causal against the pages table[s] lists -> [N, H, D]. Only a table with `paged_prefill` set gets it
+  from the runner (the NPU's, one fused call per layer); the reference runs `prompt_attention` chunk by chunk.
+- `norm_residual(x, delta, w, eps)`: (RMSNorm(x + delta) * w, x + delta); the reference adds in place and hands x
+  back as the new residual, a fused backend returns its own sum (the NPU's add-and-norm op).
+- `weight_quant_matmul(x, weight, scale, offset=None, group_size=0, bias=None)`: W8A16 / W4A16, x [M, K] in the
+  model's dtype against an int8 weight [K, N] (int4: int32 [K, N / 8], eight values per int32, lowest nibble
+  first), dequantised as (w + offset) * scale, per channel (scale [N]) or per group of `group_size` rows of K
+  (scale [K / group_size, N]) -> [M, N] in x's dtype.
+- `quant_matmul(x, weight, scale, pertoken_scale=None, bias=None, out_dtype=torch.bfloat16)`: W8A8, int8 x [M, K]
+  and weight [K, N], int32 accumulation, times scale [N] (and pertoken_scale [M]) -> [M, N] in out_dtype.
+  No model path calls the two quantized entries yet (the quantization work adds one); they are here so that the
+  NPU's table and its fake can be held to the documented calls.
 """
 
 from __future__ import annotations
@@ -29,7 +43,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-OPS = ("add_rmsnorm", "rope_store", "silu_mul", "gelu_tanh_mul", "decode_attention", "prompt_attention")
+OPS = (
+    "add_rmsnorm",
+    "rope_store",
+    "silu_mul",
+    "gelu_tanh_mul",
+    "decode_attention",
+    "prompt_attention",
+    "prefill_attention",
+    "weight_quant_matmul",
+    "quant_matmul",
+)
 QKNorm = tuple[torch.Tensor, torch.Tensor, float]  # Qwen3's per-head q and k norm weights, and their eps
 
 
@@ -37,9 +61,15 @@ class TorchOps:
     """The reference implementation: what runs anywhere (CPU without the kernels, CUDA, MPS, an NPU's fallback)."""
 
     name = "torch"
+    paged_prefill = False  # whether the runner hands every prompt chunk of a step to one prefill_attention call
 
     def __init__(self) -> None:
         self.chosen: dict[str, str] = {op: "torch" for op in OPS}  # operation -> the implementation used
+
+    def norm_residual(
+        self, x: torch.Tensor, delta: torch.Tensor, w: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.add_rmsnorm(x, delta, w, eps), x
 
     def add_rmsnorm(self, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
         if delta is not None:
@@ -105,6 +135,82 @@ class TorchOps:
         o = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                            is_causal=causal, enable_gqa=q.shape[0] != k.shape[0])  # fmt: skip
         return o[0]
+
+    def prefill_attention(
+        self,
+        q: torch.Tensor,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+        table: torch.Tensor,
+        q_lens: list[int],
+        kv_lens: list[int],
+    ) -> torch.Tensor:
+        out = torch.empty_like(q)
+        page, a = k_pool.shape[1], 0
+        for s, (t, total) in enumerate(zip(q_lens, kv_lens)):
+            pages = table[s, : -(-total // page)].long()
+            k = k_pool[pages].flatten(0, 1)[:total].transpose(0, 1)  # [KV, total, D]
+            v = v_pool[pages].flatten(0, 1)[:total].transpose(0, 1)
+            out[a : a + t] = self.prompt_attention(q[a : a + t].transpose(0, 1), k, v, total - t).transpose(0, 1)
+            a += t
+        return out
+
+    def weight_quant_matmul(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        offset: torch.Tensor | None = None,
+        group_size: int = 0,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        w = unpack_int4(weight) if weight.dtype == torch.int32 else weight
+        w = w.to(x.dtype)
+        if group_size:
+            scale = scale.repeat_interleave(group_size, 0)[: w.shape[0]]
+            offset = offset.repeat_interleave(group_size, 0)[: w.shape[0]] if offset is not None else None
+        if offset is not None:
+            w = w + offset.to(x.dtype)
+        out = x @ (w * scale.to(x.dtype))
+        return out + bias.to(out.dtype) if bias is not None else out
+
+    def quant_matmul(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        pertoken_scale: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        out_dtype: torch.dtype = torch.bfloat16,
+    ) -> torch.Tensor:
+        acc = (x.to(torch.int64) @ weight.to(torch.int64)).to(torch.float32)  # exact int32 accumulation
+        out = acc * scale.float()
+        if pertoken_scale is not None:
+            out = out * pertoken_scale.float()[:, None]
+        if bias is not None:
+            out = out + bias.float()
+        return out.to(out_dtype)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """int32 [K, N / 8], eight signed 4-bit values per int32 with the lowest nibble first -> int8 [K, N]."""
+    shifts = torch.arange(0, 32, 4, device=packed.device, dtype=torch.int32)
+    nibbles = (packed.unsqueeze(-1) >> shifts) & 0xF  # [K, N / 8, 8]
+    nibbles = torch.where(nibbles >= 8, nibbles - 16, nibbles)
+    return nibbles.flatten(-2).to(torch.int8)
+
+
+def pack_int4(w: torch.Tensor) -> torch.Tensor:
+    """int8 [K, N] of values in [-8, 7] -> int32 [K, N / 8], `unpack_int4`'s inverse."""
+    k, n = w.shape
+    nibbles = (w.to(torch.int32) & 0xF).view(k, n // 8, 8)
+    shifts = torch.arange(0, 32, 4, device=w.device, dtype=torch.int64)
+    return _to_int32((nibbles.to(torch.int64) << shifts).sum(-1))
+
+
+def _to_int32(v: torch.Tensor) -> torch.Tensor:
+    """int64 values in [0, 2**32) -> their two's-complement int32."""
+    return torch.where(v >= 2**31, v - 2**32, v).to(torch.int32)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -29,18 +29,20 @@ def _partial(page: tuple[Any, ...]) -> bool:
     return any(part is None for part in page)
 
 
-def _digests(tokens: list[int], salt: bytes, blocks: int) -> list[bytes]:
+def _digests(tokens: list[int], salt: bytes, blocks: int, block: int = BLOCK) -> list[bytes]:
     out, prev = [], salt
     for i in range(blocks):
-        chunk = tokens[i * BLOCK : (i + 1) * BLOCK]
+        chunk = tokens[i * block : (i + 1) * block]
         prev = hashlib.blake2b(prev + b"".join(t.to_bytes(4, "little") for t in chunk), digest_size=16).digest()
         out.append(prev)
     return out
 
 
 class PrefixCache:
-    def __init__(self, capacity_tokens: int) -> None:
-        self.capacity_blocks = max(0, capacity_tokens // BLOCK)
+    def __init__(self, capacity_tokens: int, block: int = BLOCK) -> None:
+        """`block`: tokens per block, the runner's page (engine/device.py `page_size`)."""
+        self.block = block
+        self.capacity_blocks = max(0, capacity_tokens // block)
         self._blocks: OrderedDict[bytes, _Block] = OrderedDict()
         # Counters for metrics and the page's Server tab (plain ints, bumped on the engine thread, read anywhere).
         self.hits = 0  # tokens served from the cache
@@ -55,11 +57,11 @@ class PrefixCache:
 
     @property
     def tokens(self) -> int:
-        return len(self._blocks) * BLOCK
+        return len(self._blocks) * self.block
 
     @property
     def capacity_tokens(self) -> int:
-        return self.capacity_blocks * BLOCK
+        return self.capacity_blocks * self.block
 
     def match(self, tokens: list[int], salt: bytes = b"", pages: PageStore | None = None) -> list[_Block]:
         """Longest cached chain of whole blocks, leaving at least one token to compute (it gives the logits), and
@@ -69,7 +71,7 @@ class PrefixCache:
         self.lookups += 1
         self.queries += len(tokens)
         chain, keys = [], []
-        for key in _digests(tokens, salt, (len(tokens) - 1) // BLOCK):
+        for key in _digests(tokens, salt, (len(tokens) - 1) // self.block, self.block):
             block = self._blocks.get(key)
             if block is None:
                 break
@@ -89,14 +91,14 @@ class PrefixCache:
     def load(self, chain: list[_Block], cache: Any, pages: PageStore) -> int:
         """Copy a matched chain into the first pages of a sequence's cache; returns the tokens loaded."""
         pages.write_pages(cache, [block.page for block in chain])
-        self.hits += len(chain) * BLOCK
-        return len(chain) * BLOCK
+        self.hits += len(chain) * self.block
+        return len(chain) * self.block
 
     def store(self, tokens: list[int], cache: Any, pages: PageStore, salt: bytes = b"") -> None:
         """Keep the whole blocks of `tokens`, whose KV fills the first pages of `cache`."""
         if not self.capacity_blocks:
             return
-        keys = _digests(tokens, salt, min(len(tokens) // BLOCK, self.capacity_blocks))
+        keys = _digests(tokens, salt, min(len(tokens) // self.block, self.capacity_blocks), self.block)
         for i, key in enumerate(keys):
             block = self._blocks.get(key)
             if block is None or _partial(block.page):  # a block stored without a sliding window's page: a fuller
