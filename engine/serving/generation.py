@@ -29,6 +29,7 @@ from engine.protocol.response import (
     Usage,
 )
 from engine.serving.logprobs import TokenFormatter
+from engine.serving.step_times import decode_times, queue_waits
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class Generation:
         u.prompt_tokens_details.cached_tokens = self.stats.cached_tokens
         if self.split:
             u.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=st.reasoning_tokens or 0)
-        u.batch_size, u.queue_wait_time = list(st.batch_sizes), list(st.queue_waits_us)
+        u.batch_size, u.queue_wait_time = list(st.batch_sizes), queue_waits(st.times_ms, st.queue_waits_us)
         if st.speculative:
             u.speculative = {"drafted": st.drafted, "accepted": st.accepted}
         return u
@@ -182,13 +183,9 @@ class Generation:
         self._closed.add(d.index)
         if called and d.finish_reason in ("stop", "length"):
             choice.finish_reason = "tool_calls"
-        ms = [round(t) for t in st.times_ms]
+        prefill, decode = decode_times(st.times_ms)
         return self._chunk(
-            [choice],
-            usage=self._usage(st.tokens, st),
-            timeline=timeline,
-            prefill_time=ms[0] if ms else 0,
-            decode_time_arr=[max(0, b - a) for a, b in zip(ms, ms[1:])],
+            [choice], usage=self._usage(st.tokens, st), timeline=timeline, prefill_time=prefill, decode_time_arr=decode
         )
 
     def _parse_tools(self, index: int, text: str, final: bool) -> tuple[str, list[ToolCallItem], bool]:
@@ -216,9 +213,8 @@ class Generation:
                                  "accepted": sum(s.accepted for s in self._choices.values())}  # fmt: skip
         if usage.completion_tokens_details is not None:  # for n > 1, choice 0's count (MindIE-faithful)
             usage.completion_tokens_details.reasoning_tokens = self._choices.get(0, longest).reasoning_tokens or 0
-        ms = [round(t) for t in longest.times_ms]
-        decode = [max(0, b - a) for a, b in zip(ms, ms[1:])]
-        return self._chunk([], usage=usage, prefill_time=ms[0] if ms else 0, decode_time_arr=decode)
+        prefill, decode = decode_times(longest.times_ms)
+        return self._chunk([], usage=usage, prefill_time=prefill, decode_time_arr=decode)
 
     async def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         try:
