@@ -131,6 +131,9 @@ class ChatCompletionRequest(StrictModel):
     # this request, overriding the server's --speculative-ngram; absent = the server's choice. Greedy output is
     # the same either way; the usage then reports `speculative: {drafted, accepted}`.
     speculative: bool | None = None
+    # Extension (vLLM's): each prompt token's logprob given the tokens before it, its rank and up to k others;
+    # the response's top-level `prompt_logprobs` (engine/serving/logprobs.py prompt_entries).
+    prompt_logprobs: Annotated[int, _range("[0, 20]")] | None = None
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -89,6 +89,7 @@ class Generation:
         self._choices: dict[int, _ChoiceStats] = {}
         self._closed: set[int] = set()  # choices whose closing chunk has been yielded
         self._shed = False
+        self._prompt_logprobs = stats.prompt_logprobs is not None or facts.params.prompt_logprobs is not None
 
     async def first_answer(self) -> None:
         """Wait for the engine's first answer, so that failures before the first token are raised here (and become
@@ -175,17 +176,26 @@ class Generation:
             delta.content = text or ("" if final else None)
             delta.reasoning_content = d.reasoning_text or ("" if final else None)
         choice = ChunkChoice(index=d.index, delta=delta, logprobs=logprobs)
+        extra: dict[str, Any] = {}
+        if self._prompt_logprobs and d.token_ids:  # once, after the prefill that scored the prompt
+            self._prompt_logprobs = False
+            extra["prompt_logprobs"] = self._formatter.prompt_entries(self.stats.prompt_logprobs or [])
         if d.finish_reason is None:
             if not d.text and not d.reasoning_text and logprobs is None and not d.token_ids:
                 return None
-            return self._chunk([choice], timeline=timeline)
+            return self._chunk([choice], timeline=timeline, **extra)
         choice.finish_reason, choice.stop_reason = d.finish_reason, d.stop_reason
         self._closed.add(d.index)
         if called and d.finish_reason in ("stop", "length"):
             choice.finish_reason = "tool_calls"
         prefill, decode = decode_times(st.times_ms)
         return self._chunk(
-            [choice], usage=self._usage(st.tokens, st), timeline=timeline, prefill_time=prefill, decode_time_arr=decode
+            [choice],
+            usage=self._usage(st.tokens, st),
+            timeline=timeline,
+            prefill_time=prefill,
+            decode_time_arr=decode,
+            **extra,
         )
 
     def _parse_tools(self, index: int, text: str, final: bool) -> tuple[str, list[ToolCallItem], bool]:
