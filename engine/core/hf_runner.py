@@ -296,8 +296,9 @@ class HFRunner:
             hidden = self.model.model(input_ids=ids, **kwargs).last_hidden_state
             logits = self.model.lm_head(hidden if seg.prompt_logits else hidden[:, -1:])
         else:
-            logits = self.model(input_ids=ids, logits_to_keep=1, **kwargs).logits \
-                if self._keep_last and not seg.prompt_logits else self.model(input_ids=ids, **kwargs).logits  # fmt: skip
+            last_only = self._keep_last and not seg.prompt_logits
+            keep = {"logits_to_keep": 1} if last_only else {}
+            logits = self.model(input_ids=ids, **keep, **kwargs).logits
         if seg.prompt_logits:  # every token's row (`prompt_logprobs`)
             seg.prompt_rows = logits[0].float()
         seg.cache.length = start + len(seg.token_ids)

@@ -267,8 +267,9 @@ class DecoderRunner:
         return logits[:kept]
 
     @staticmethod
-    def _prompt_rows(segments: list[Segment], bounds: list[tuple[int, int, int]],
-                     last: list[int]) -> tuple[int, dict[int, tuple[int, int]]]:  # fmt: skip
+    def _prompt_rows(
+        segments: list[Segment], bounds: list[tuple[int, int, int]], last: list[int]
+    ) -> tuple[int, dict[int, tuple[int, int]]]:
         """Rows for every token of the prompt chunks that want them (`prompt_logprobs`), appended to `last`:
         (how many rows forward() returns, each such segment's [a, b) among the projected rows)."""
         kept, extra = len(last), {}

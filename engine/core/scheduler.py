@@ -159,8 +159,8 @@ class Scheduler:
                 batch.prompted.append(r)
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
                 scored = r.req.params.prompt_logprobs is not None and not resumed
-                seg = Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed, mm=r.req.mm,
-                              adapter=r.req.adapter, prompt_logits=scored)  # fmt: skip
+                want = r.prefill_done and not resumed
+                seg = Segment(r.seqs[0].cache, chunk, want, mm=r.req.mm, adapter=r.req.adapter, prompt_logits=scored)
                 batch.segments.append(seg)
                 if scored:
                     batch.prompt_rows.append((r, seg, r.prefilled - len(chunk)))
