@@ -57,8 +57,12 @@ def test_max_tokens_defaults_to_16(http: httpx.Client) -> None:
 def test_no_chat_template_is_applied(http: httpx.Client) -> None:
     """The prompt is tokenized as it is: its token count is the tokenizer's, far below a chat-rendered one."""
     body = ok(complete(http, prompt="hi", max_tokens=1))
-    chat = ok(http.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                                       "max_tokens": 1}))  # fmt: skip
+    chat = ok(
+        http.post(
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+        )
+    )
     assert body["usage"]["prompt_tokens"] < chat["usage"]["prompt_tokens"]
     assert body["usage"]["prompt_tokens"] <= 2
 
@@ -112,8 +116,10 @@ def test_prompt_logprobs_per_choice(http: httpx.Client) -> None:
 def test_several_prompts_and_n_number_choices_as_vllm(http: httpx.Client) -> None:
     body = ok(complete(http, prompt=["Red, green and", "One, two,"], n=2, max_tokens=2, temperature=0.8, seed=1))
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
-    alone = [ok(complete(http, prompt=p, max_tokens=2, temperature=0, echo=True))["choices"][0]["text"]
-             for p in ("Red, green and", "One, two,")]  # fmt: skip
+    alone = [
+        ok(complete(http, prompt=p, max_tokens=2, temperature=0, echo=True))["choices"][0]["text"]
+        for p in ("Red, green and", "One, two,")
+    ]
     greedy = ok(complete(http, prompt=["Red, green and", "One, two,"], max_tokens=2, temperature=0, echo=True))
     assert [c["text"] for c in greedy["choices"]] == alone  # prompt i is choice i
     usage = greedy["usage"]
@@ -215,8 +221,10 @@ def test_missing_fields_and_bad_json(http: httpx.Client) -> None:
 def test_a_prompt_longer_than_the_context_is_the_chat_routes_4xx(http: httpx.Client, live: Any) -> None:
     ctx = live.service.model.context_length
     r = complete(http, prompt=[5] * (ctx + 10), max_tokens=1)
-    chat = http.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 1,
-                                                    "messages": [{"role": "user", "content": "hi " * (ctx + 10)}]})  # fmt: skip
+    chat = http.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "hi " * (ctx + 10)}]},
+    )
     assert r.status_code == chat.status_code == 422
     assert_422(r, "token length")
 
@@ -250,8 +258,16 @@ def test_openai_sdk_echo_and_logprobs(oai: Any) -> None:
 
 
 def test_openai_sdk_stream(oai: Any) -> None:
-    stream = oai.completions.create(model=MODEL, prompt=PROMPT, max_tokens=3, temperature=0, echo=True, logprobs=1,
-                                    stream=True, stream_options={"include_usage": True})  # fmt: skip
+    stream = oai.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=3,
+        temperature=0,
+        echo=True,
+        logprobs=1,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text.startswith(PROMPT)

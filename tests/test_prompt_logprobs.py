@@ -54,8 +54,9 @@ def test_the_prefix_cache_does_not_swallow_the_prompts_logits(http: httpx.Client
     first = ok(chat(http, messages=PROMPT, max_tokens=1, temperature=0, prompt_logprobs=1))
     again = ok(chat(http, messages=PROMPT, max_tokens=1, temperature=0, prompt_logprobs=1))
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert [None if e is None else sorted(e) for e in again["prompt_logprobs"]] == \
-        [None if e is None else sorted(e) for e in first["prompt_logprobs"]]  # fmt: skip
+    assert [None if e is None else sorted(e) for e in again["prompt_logprobs"]] == [
+        None if e is None else sorted(e) for e in first["prompt_logprobs"]
+    ]
     for a, b in zip(first["prompt_logprobs"][1:], again["prompt_logprobs"][1:]):
         for key in a:
             assert a[key]["logprob"] == pytest.approx(b[key]["logprob"], abs=1e-3)
