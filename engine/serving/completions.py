@@ -67,11 +67,11 @@ class CompletionStream:
         prompts: list[Prompt],
         n: int,
         first: PolicedRun,
-        access: dict[str, Any],
+        access: dict[str, Any] | None,
     ) -> None:
         self.policy, self.ctx, self.prompts, self.n = policy, ctx, prompts, n
         self.current: PolicedRun | None = first
-        self.access = access
+        self.access = access  # the caller's access line (HTTP); None: the policy writes one per prompt
         self.prompt_logprobs: dict[int, list[Any]] = {}  # by prompt, as the engine's first chunk carried them
         self._closed = False
 
@@ -114,10 +114,10 @@ class CompletionStream:
                     yield chunk
             finally:
                 run.close()
-            finishes += self.access.get("finish_reasons", [])
+            finishes += (self.access or {}).get("finish_reasons", [])
         assert head is not None and finals
         final = _merge(head, finals)
-        if len(self.prompts) > 1 and final.usage is not None:
+        if len(self.prompts) > 1 and final.usage is not None and self.access is not None:
             self.access.update(
                 finish_reasons=finishes,
                 prompt_tokens=final.usage.prompt_tokens,
