@@ -85,3 +85,17 @@ def test_access_line_and_metrics(settings: Any, service: Any, caplog: pytest.Log
         metrics = http.get("/metrics").text
         counted = [m for m in metrics.splitlines() if m.startswith("playground_chat_requests") and PATH in m]
         assert counted and 'entry="api"' in counted[0] and 'status="200"' in counted[0]
+
+
+def test_a_client_that_leaves_aborts_its_prompts(live: Any) -> None:
+    """A non-stream request of three long prompts whose client gives up after a second: the running prompt is
+    aborted and the later ones never start, so the engine is idle within a few seconds (not after 3 x 400
+    tokens)."""
+    engine = live.service.engine
+    wait_for(lambda: engine.load()["running"] == 0 and engine.load()["waiting"] == 0, 30, "an idle engine")
+    steps = engine.steps
+    body = {"model": MODEL, "prompt": ["a b c", "d e f", "g h i"], "max_tokens": 400, "ignore_eos": True}
+    with httpx.Client(base_url=live.url, timeout=1.0) as http, pytest.raises(httpx.ReadTimeout):
+        http.post(PATH, json=body)
+    wait_for(lambda: engine.load()["running"] == 0 and engine.load()["waiting"] == 0, 5, "the engine to go idle")
+    assert engine.steps - steps < 400  # far fewer steps than one prompt's 400 tokens, let alone three

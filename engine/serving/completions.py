@@ -74,12 +74,14 @@ class CompletionStream:
         self.access = access  # the caller's access line (HTTP); None: the policy writes one per prompt
         self.prompt_logprobs: dict[int, list[Any]] = {}  # by prompt, as the engine's first chunk carried them
         self._closed = False
+        self._aborted = False  # the client left: no later prompt starts
 
     @property
     def prompt_tokens(self) -> int:
         return sum(len(p.ids) for p in self.prompts)
 
     def abort(self) -> None:
+        self._aborted = True
         if self.current is not None:
             self.current.abort()
 
@@ -95,9 +97,13 @@ class CompletionStream:
         for i, prompt in enumerate(self.prompts):
             if self._closed:
                 return
+            if self._aborted:  # the usage of the prompts that ran still closes the stream
+                break
             run = self.current if i == 0 else await self.policy.run(prompt.request, self.ctx, self.access)
             assert run is not None
             self.current = run
+            if self._aborted:  # it left while this prompt was starting
+                run.abort()
             try:
                 async for chunk in run:
                     if head is None:
