@@ -83,3 +83,35 @@ def test_a_prompt_prefilled_in_chunks_is_scored_whole(http: httpx.Client) -> Non
     check_entries(body["prompt_logprobs"], body["usage"]["prompt_tokens"], 1)
     counted = [e for e in body["prompt_logprobs"][100:300] if e is not None]
     assert sum(next(iter(e.values()))["rank"] == 1 for e in counted) > 100  # counting is easy to predict
+
+
+@pytest.mark.parametrize("runner_kind", ["lean", "hf"])
+def test_runners_leave_every_prompt_tokens_logits(runner_kind: str) -> None:
+    """Both runners, a prompt in two chunks beside a decoding sequence: the chunk's rows (`prompt_rows`) are the HF
+    forward's logits at each of its positions, and forward() returns the same rows as without them."""
+    import torch
+
+    from engine.core.hf_runner import HFRunner
+    from engine.core.kv import KVCache
+    from engine.core.model_runner import make_runner
+    from engine.core.runner import Segment
+    from tests.family_fixture import tiny_model
+
+    model = tiny_model("llama")
+    runner = make_runner(model, "cpu") if runner_kind == "lean" else HFRunner(model, "cpu")
+    assert isinstance(runner, HFRunner) == (runner_kind == "hf")
+    prompt, other = [5, 17, 42, 8, 99, 3, 77], [11, 12, 13]
+    with torch.inference_mode():
+        full = model(torch.tensor([prompt])).logits[0].float()
+        side = KVCache()
+        runner.forward([Segment(side, other)])
+        mine = KVCache()
+        first = Segment(mine, prompt[:4], want_logits=False, prompt_logits=True)
+        out = runner.forward([first, Segment(side, [14])])
+        assert out.shape[0] == 1  # the decode row only: the prompt rows ride beside
+        last = Segment(mine, prompt[4:], prompt_logits=True)
+        out = runner.forward([Segment(side, [15]), last])
+        assert out.shape[0] == 2
+    torch.testing.assert_close(first.prompt_rows, full[:4], atol=1e-4, rtol=0)
+    torch.testing.assert_close(last.prompt_rows, full[4:], atol=1e-4, rtol=0)
+    torch.testing.assert_close(out[1], full[-1], atol=1e-4, rtol=0)
