@@ -115,3 +115,17 @@ def test_runners_leave_every_prompt_tokens_logits(runner_kind: str) -> None:
     torch.testing.assert_close(first.prompt_rows, full[:4], atol=1e-4, rtol=0)
     torch.testing.assert_close(last.prompt_rows, full[4:], atol=1e-4, rtol=0)
     torch.testing.assert_close(out[1], full[-1], atol=1e-4, rtol=0)
+
+
+def test_media_prompts_refuse_prompt_logprobs(vl_live: Any) -> None:
+    """A media prompt is prefilled whole, so its every row's logits would be one tensor of prompt x vocabulary:
+    refused with a clear 422, and the same request without the field is served."""
+    from tests import media_samples as ms
+    from tests.conftest import VL
+
+    image = {"type": "image_url", "image_url": {"url": ms.data_url("image/png", ms.image_bytes("PNG"))}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+    with vl_live.client() as http:
+        body = {"model": VL, "messages": messages, "max_tokens": 1}
+        assert_422(http.post("/v1/chat/completions", json={**body, "prompt_logprobs": 1}), "prompt_logprobs", "media")
+        ok(http.post("/v1/chat/completions", json=body))

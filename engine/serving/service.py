@@ -176,6 +176,8 @@ class ChatService:
                                        self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
+        if media.kept and req.prompt_logprobs is not None:  # prefilled whole: every row of a long media prompt
+            raise RequestValidationError("Parameter prompt_logprobs is not supported with media input.")
         if media.kept:
             ids, mm, report = await asyncio.to_thread(
                 self.media.model_inputs, ids, media, self.processors, self.model.context_length
