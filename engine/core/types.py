@@ -44,13 +44,13 @@ class SamplingParams:
     use_beam_search: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob, rank and this many top others
     sampler_logprobs: bool = False  # also record the top candidates after the samplers (TokenLogprob.processed)
     think_ids: tuple[int, int] | None = None  # (<think>, </think>) ids when the reasoning split is active
     thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
     think_stop_ids: tuple[int, ...] = ()  # forced when the budget is spent; ends with the </think> id
     return_progress: bool = False  # hand the caller a PromptProgress after each chunk of the prompt's prefill
     speculative: int | None = None  # n-gram drafts a step (core/speculative.py): 0 = off, None = the engine's default
-    prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob, rank and this many top others
 
     @property
     def greedy(self) -> bool:
