@@ -82,6 +82,11 @@ def test_access_line_and_metrics(settings: Any, service: Any, caplog: pytest.Log
         assert line["path"] == PATH and line["route"] == PATH and line["status"] == 200 and line["id"] == body["id"]
         assert line["prompt_tokens"] == body["usage"]["prompt_tokens"] and line["completion_tokens"] == 3
         assert line["finish_reasons"] == ["length"]
+        several = ok(complete(http, headers={"X-Request-Id": "cmpl-trace-2"}, prompt=["a", "b"], max_tokens=2))
+        wait_for(lambda: "cmpl-trace-2" in {rec["request_id"] for rec in lines()}, 5)
+        (line,) = [rec for rec in lines() if rec["request_id"] == "cmpl-trace-2"]
+        assert line["id"] == several["id"] and line["prompts"] == 2 and len(line["finish_reasons"]) == 2
+        assert line["completion_tokens"] == several["usage"]["completion_tokens"]
         metrics = http.get("/metrics").text
         counted = [m for m in metrics.splitlines() if m.startswith("playground_chat_requests") and PATH in m]
         assert counted and 'entry="api"' in counted[0] and 'status="200"' in counted[0]

@@ -121,10 +121,12 @@ class CompletionStream:
             finally:
                 run.close()
             finishes += (self.access or {}).get("finish_reasons", [])
-        assert head is not None and finals
+        if head is None or not finals:  # left before its first prompt ran: nothing to sum
+            return
         final = _merge(head, finals)
         if len(self.prompts) > 1 and final.usage is not None and self.access is not None:
             self.access.update(
+                id=head.id,  # the response's id (each prompt's run wrote its own)
                 finish_reasons=finishes,
                 prompt_tokens=final.usage.prompt_tokens,
                 completion_tokens=final.usage.completion_tokens,
