@@ -113,6 +113,8 @@ class ChatBackend(ABC):
         result object as a chat: `text`, logprobs, statistics, and `prompt_logprobs` when asked for."""
         from playground.notebooks.result import ChatResult
 
+        if params.get("echo"):
+            raise ValueError("complete() returns the continuation; the prompt is yours already (no echo)")
         run, body = await self.start_completion(prompt, ctx, **params)
         result = ChatResult.of(self)
         result.request = body

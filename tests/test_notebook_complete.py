@@ -48,3 +48,16 @@ def test_complete_refuses_what_the_route_refuses(local: LocalBackend) -> None:
         local.complete(PROMPT, suffix="x")
     with pytest.raises(ApiError, match="vocabulary"):
         local.complete([10**9])
+
+
+def test_remote_complete_reads_the_routes_stream(local: LocalBackend, live: Any) -> None:
+    from playground.remote import RemoteBackend
+
+    remote = RemoteBackend(live.url, model=MODEL)
+    params = {"max_tokens": 4, "temperature": 0, "logprobs": 1, "prompt_logprobs": 1}
+    there, here = remote.complete(PROMPT, **params), local.complete(PROMPT, **params)
+    assert there.reply == here.reply and there.completion_tokens == here.completion_tokens
+    assert [e.token for e in there.logprobs] == [e.token for e in here.logprobs]
+    assert there.prompt_logprobs is not None and len(there.prompt_logprobs) == len(here.prompt_logprobs or [])
+    with pytest.raises(ValueError, match="echo"):
+        remote.complete(PROMPT, echo=True)
