@@ -102,6 +102,32 @@ class ChatBackend(ABC):
     def chat(self, messages: Messages, **params: Any) -> ChatResult:
         return run_sync(self.achat(messages, **params))
 
+    async def start_completion(
+        self, prompt: Any, ctx: CallContext | None = None, **params: Any
+    ) -> tuple[Running, dict[str, Any]]:
+        """A legacy completion running (/v1/completions' fields, docs/completions.md), and its body."""
+        raise NotImplementedError(f"{type(self).__name__} has no text completion; use the embedded engine")
+
+    async def acomplete(self, prompt: Any, ctx: CallContext | None = None, **params: Any) -> ChatResult:
+        """A text completion of `prompt` (a text, texts, token ids; no chat template), folded into the same
+        result object as a chat: `text`, logprobs, statistics, and `prompt_logprobs` when asked for."""
+        from playground.notebooks.result import ChatResult
+
+        if params.get("echo"):
+            raise ValueError("complete() returns the continuation; the prompt is yours already (no echo)")
+        run, body = await self.start_completion(prompt, ctx, **params)
+        result = ChatResult.of(self)
+        result.request = body
+        try:
+            async for chunk in run:
+                result.add(chunk)
+        finally:
+            run.close()
+        return result
+
+    def complete(self, prompt: Any, **params: Any) -> ChatResult:
+        return run_sync(self.acomplete(prompt, **params))
+
     async def abranch(self, result: ChatResult, pos: int, alt: int = 0, choice: int = 0) -> ChatResult:
         """The reply of `result` continued from its token `pos` with that token's alternative `alt` (0: the most
         likely) instead, with the same settings: the page's branch (playground/branch.py). Needs a result asked
@@ -149,6 +175,27 @@ class LocalBackend(ChatBackend):
     async def start(self, req: ChatCompletionRequest, ctx: CallContext | None = None) -> Running:
         # A notebook holds the engine in its own process: its operator may load the models its pool offers.
         return await self.policy.run(req, ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True))
+
+    async def start_completion(
+        self, prompt: Any, ctx: CallContext | None = None, **params: Any
+    ) -> tuple[Running, dict[str, Any]]:
+        """The route's own path (engine/http/completions.py does the same): each prompt through the policy."""
+        from engine.protocol.completions import parse_completion_request
+        from engine.serving.completions import CompletionStream, prompts_for
+
+        given = {k: v for k, v in params.items() if v is not None}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            **given,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        creq = parse_completion_request(body)
+        ctx = ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True)
+        prompts = await asyncio.to_thread(prompts_for, creq, self.policy.service_for(creq, ctx))
+        first = await self.policy.run(prompts[0].request, ctx)
+        return CompletionStream(self.policy, ctx, prompts, creq.n, first, None), body
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The same code POST /tokenize runs (engine/serving/tokenize.py), on the loaded service."""

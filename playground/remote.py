@@ -108,14 +108,30 @@ class RemoteBackend(ChatBackend):
         applies its own limits; `ctx` is not sent."""
         return await RemoteRun(self._chunks(req)).prime()
 
-    async def _chunks(self, req: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
-        body = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        if not self.allows(f"{self.url}/v1/chat/completions"):
-            raise RemoteError("the server's chat route is outside the allowed base URL", 400)
-        parser = SSEChunks()
+    async def start_completion(
+        self, prompt: Any, ctx: CallContext | None = None, **params: Any
+    ) -> tuple[RemoteRun, dict[str, Any]]:
+        """The server's /v1/completions stream as chat chunks (`completion_chunk`): the same result object."""
+        given = {k: v for k, v in params.items() if v is not None}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            **given,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        return await RemoteRun(self._chunks(body, "/v1/completions")).prime(), body
+
+    async def _chunks(
+        self, req: ChatCompletionRequest | dict[str, Any], path: str = "/v1/chat/completions"
+    ) -> AsyncIterator[ChatCompletionChunk]:
+        body = req if isinstance(req, dict) else req.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        if not self.allows(f"{self.url}{path}"):
+            raise RemoteError(f"the server's {path} route is outside the allowed base URL", 400)
+        parser = SSEChunks(completions=path.endswith("/v1/completions"))
         async with (
             httpx.AsyncClient(timeout=timeouts(self.timeout), headers=self.headers) as client,
-            client.stream("POST", f"{self.url}/v1/chat/completions", json=body) as r,
+            client.stream("POST", f"{self.url}{path}", json=body) as r,
         ):
             if r.status_code != 200:
                 raise RemoteError(error_message((await r.aread()).decode("utf-8", "replace")), r.status_code)
@@ -194,9 +210,10 @@ class SSEChunks:
     up to the usage's completion_tokens when it carries usage (engines may pack several tokens per chunk).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, completions: bool = False) -> None:
         self.started = time.perf_counter()
         self.count = 0
+        self.completions = completions  # text_completion chunks (/v1/completions), read as chat chunks
 
     def line(self, line: str) -> ChatCompletionChunk | None:
         if not line.startswith("data:"):
@@ -211,6 +228,9 @@ class SSEChunks:
 
     def chunk(self, obj: dict[str, Any]) -> ChatCompletionChunk:
         now = (time.perf_counter() - self.started) * 1000
+        prompt_logprobs = None
+        if self.completions:
+            obj, prompt_logprobs = completion_chunk(obj)
         usage = obj.get("usage")
         if usage and usage.get("prompt_tokens_details") is None:
             usage.pop("prompt_tokens_details", None)  # vLLM sends null
@@ -220,6 +240,7 @@ class SSEChunks:
                 for top in entry.get("top_logprobs") or []:
                     top["bytes"] = top.get("bytes") or []
         chunk = ChatCompletionChunk.model_validate(obj)
+        chunk.prompt_logprobs = prompt_logprobs
         chunk.replaces = obj.get("suggestion") == "block"  # an interception chunk: its reply replaces the choice's text
         if not chunk.choices or chunk.choices[0].index != 0:
             return chunk  # the timeline follows choice 0, as the UI's does
@@ -234,6 +255,39 @@ class SSEChunks:
             self.count += count
             chunk.timeline = TokenTimeline(token_times_ms=[now] * count)
         return chunk
+
+
+def completion_chunk(obj: dict[str, Any]) -> tuple[dict[str, Any], list[Any] | None]:
+    """A text_completion chunk as a chat chunk (each choice's `text` its delta's content, the completions logprobs
+    object as logprob entries) and the first `prompt_logprobs` it carries. Without `echo` (ChatBackend.complete
+    refuses it) every position is a generated token."""
+    choices, prompt_logprobs = [], None
+    for c in obj.get("choices") or []:
+        prompt_logprobs = prompt_logprobs or c.get("prompt_logprobs")
+        lp = c.get("logprobs") or None
+        content = None
+        if lp is not None:
+            tops = lp.get("top_logprobs") or [None] * len(lp.get("tokens") or [])
+            content = [
+                {
+                    "token": t,
+                    "logprob": v,
+                    "bytes": [],
+                    "top_logprobs": [{"token": k, "logprob": x, "bytes": []} for k, x in (top or {}).items()],
+                }
+                for t, v, top in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], tops)
+                if v is not None
+            ]
+        choices.append(
+            {
+                "index": c.get("index", 0),
+                "delta": {"role": "assistant", "content": c.get("text") or ""},
+                "logprobs": {"content": content} if content is not None else None,
+                "finish_reason": c.get("finish_reason"),
+                "stop_reason": c.get("stop_reason"),
+            }
+        )
+    return {**obj, "choices": choices}, prompt_logprobs
 
 
 async def remote_tokenize(backend: Any, body: dict[str, Any]) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from engine.protocol.response import (
     Usage,
 )
 from engine.serving.fold import merge_tool_call
+from engine.serving.step_times import decode_times
 
 RAW_CHUNKS_KEPT = 400  # the raw view shows the tail of a long stream
 
@@ -119,9 +120,9 @@ class ChoiceView:
 
     @property
     def decode_time_arr(self) -> list[int]:
-        """MindIE's `decode_time_arr`: whole ms per later token, rounded before the difference, as the engine's."""
-        ms = [round(t) for t in self.times_ms]
-        return [max(0, b - a) for a, b in zip(ms, ms[1:])]
+        """MindIE's `decode_time_arr`: whole ms per later token, rounded before the difference, a speculative
+        step's time spread over its tokens, as the engine's (engine/serving/step_times.py)."""
+        return decode_times(self.times_ms)[1]
 
     @property
     def reasoning_tokens(self) -> int:

@@ -41,7 +41,7 @@ def test_greedy_reply_is_identical_and_usage_reports_the_drafts(http: httpx.Clie
     assert tokens == off["usage"]["completion_tokens"]
     assert len(on["usage"]["batch_size"]) == len(on["usage"]["queue_wait_time"]) == tokens
     assert len(on["decode_time_arr"]) == tokens - 1
-    assert 0 in on["decode_time_arr"]  # tokens accepted in one step share its time
+    assert min(on["decode_time_arr"]) > 0  # a step's time is spread over the tokens it accepted (issue 33)
 
 
 def test_explicit_false_is_the_same_as_off(http: httpx.Client) -> None:

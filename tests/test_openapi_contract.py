@@ -52,6 +52,7 @@ def test_every_route_documents_the_statuses_it_answers(doc: dict[str, Any]) -> N
     paths = doc["paths"]
     expected = {("/v1/models", "get"): {"200", "401", "503"}, ("/v1/models/{model_id}", "get"): {"200", "401", "404", "503"},
                 (V1, "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
+                ("/v1/completions", "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
                 (V2, "post"): {"200", "400", "401", "403", "413", "429", "500"},
                 (PV1, "post"): {"200", "400", "401", "404", "413", "429", "500"}}  # fmt: skip
     assert {(p, m) for p, ops in paths.items() for m in ops} == set(expected)
@@ -76,7 +77,7 @@ def test_model_routes_answer_as_documented(doc: dict[str, Any], http: httpx.Clie
 def test_credential_failures_answer_as_documented(doc: dict[str, Any], live: Any) -> None:
     with extra_server(live.settings, live.service, api_keys=["right"], pangu_auth_tokens=["right"]) as http:
         for path, method in (("/v1/models", "get"), ("/v1/models/{model_id}", "get"), (V1, "post"), (V2, "post"),
-                             (PV1, "post")):  # fmt: skip
+                             (PV1, "post"), ("/v1/completions", "post")):  # fmt: skip
             url = path.format(model_id=MODEL, project_id="p", deployment_id="d")
             for headers in ({}, {"Authorization": "Bearer wrong", "X-Auth-Token": "wrong"}):
                 r = http.request(method, url, headers=headers, json={"model": MODEL, "messages": HI})

@@ -26,7 +26,7 @@ from engine.core.kv import PAGE, KVBudget, PagePool
 from engine.core.prefix_cache import PrefixCache
 from engine.core.roofline import Roofline
 from engine.core.roofline import measure as measure_roofline
-from engine.core.runner import Runner
+from engine.core.runner import Runner, Segment
 from engine.core.sampler import Row, sample_rows
 from engine.core.scheduler import Batch, RequestState, Scheduler
 from engine.core.sequence import Sequence
@@ -40,6 +40,7 @@ from engine.core.types import (
     EngineLimits,
     EngineRequest,
     PromptProgress,
+    PromptTokenLogprob,
     RequestStats,
     Sink,
 )
@@ -258,6 +259,8 @@ class Engine:
         if ran is None:
             return
         logits, stats = ran
+        for r, seg, start in batch.prompt_rows:
+            self._score_prompt(r, seg, start)
         self._progress(batch.chunked, stats["step_end"])
         self.scheduler.prompts_done(batch)
         for r, seqs, rows in batch.rows(logits):
@@ -294,6 +297,29 @@ class Engine:
                             100 * floor / ms if ms > 0 else 0.0)  # fmt: skip
         self.step_log.add(record)
         return record
+
+    @staticmethod
+    def _score_prompt(r: RequestState, seg: Segment, start: int) -> None:
+        """The logprobs of the prompt tokens a chunk's rows predict (row j, at position start + j, predicts the
+        token at start + j + 1; the prompt's last row predicts the first output token, not scored here): each
+        token's logprob, its rank (1 + the tokens more likely) and the k most likely tokens (vLLM's
+        `prompt_logprobs`)."""
+        rows, seg.prompt_rows = seg.prompt_rows, None
+        prompt, k = r.req.prompt_ids, r.req.params.prompt_logprobs or 0
+        entries = r.stats.prompt_logprobs
+        if entries is None:
+            entries = r.stats.prompt_logprobs = [None]  # the first token: nothing precedes it
+        targets = prompt[start + 1 : start + 1 + len(seg.token_ids)]
+        if rows is None or not targets:
+            return
+        lp = torch.log_softmax(rows[: len(targets)].float(), dim=-1)
+        ids = torch.tensor(targets, device=lp.device)
+        chosen = lp.gather(1, ids[:, None])
+        ranks = (lp > chosen).sum(dim=1) + 1
+        top = torch.topk(lp, k, dim=-1) if k else None
+        for j, tok in enumerate(targets):
+            best = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []
+            entries.append(PromptTokenLogprob(tok, float(chosen[j, 0]), int(ranks[j]), best))
 
     @staticmethod
     def _progress(chunked: list[RequestState], now: float) -> None:

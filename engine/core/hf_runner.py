@@ -294,10 +294,13 @@ class HFRunner:
             kwargs.update({k: self._media_tensor(v) for k, v in seg.mm.items()})
         if self._split_head:
             hidden = self.model.model(input_ids=ids, **kwargs).last_hidden_state
-            logits = self.model.lm_head(hidden[:, -1:])
+            logits = self.model.lm_head(hidden if seg.prompt_logits else hidden[:, -1:])
         else:
-            logits = self.model(input_ids=ids, logits_to_keep=1, **kwargs).logits if self._keep_last else \
-                self.model(input_ids=ids, **kwargs).logits  # fmt: skip
+            last_only = self._keep_last and not seg.prompt_logits
+            keep = {"logits_to_keep": 1} if last_only else {}
+            logits = self.model(input_ids=ids, **keep, **kwargs).logits
+        if seg.prompt_logits:  # every token's row (`prompt_logprobs`)
+            seg.prompt_rows = logits[0].float()
         seg.cache.length = start + len(seg.token_ids)
         return logits[0, -1:].float()
 
@@ -305,7 +308,11 @@ class HFRunner:
         """Logits (float32) at the last token of each segment that wants them, in segment order. Prompts and
         prompt chunks run alone; with `batched`, the single-token segments of sequences with a cache run as one
         batch through the cohort."""
-        decode = [i for i, s in enumerate(segments) if self.batched and len(s.token_ids) == 1 and s.cache.length]
+        decode = [
+            i
+            for i, s in enumerate(segments)
+            if self.batched and len(s.token_ids) == 1 and s.cache.length and not s.prompt_logits
+        ]
         out: dict[int, torch.Tensor] = {}
         alone = [i for i in range(len(segments)) if i not in set(decode)]
         if self.cohort is not None:  # a member with a prompt chunk (never in practice) runs it alone

@@ -325,6 +325,7 @@ class DecoderRunner:
         if any(seg.all_logits for seg in segments):  # speculative drafts: a row for each of their tokens
             last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
                     for r in (range(a, b) if seg.all_logits else (b - 1,))]  # fmt: skip
+        kept, prompt_rows = self._prompt_rows(segments, bounds, last)
         lora = self.lora.step([s.adapter for s in segments], bounds, dev) if self.lora is not None else None
         if self.gemma is None:
             cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
@@ -342,7 +343,25 @@ class DecoderRunner:
         if not last:
             return torch.empty(0)
         logits = self.lm_head(hidden).float()
-        return logits if self.gemma is None else self.gemma.logits(logits)
+        logits = logits if self.gemma is None else self.gemma.logits(logits)
+        if not prompt_rows:
+            return logits
+        for i, (a, b) in prompt_rows.items():
+            segments[i].prompt_rows = logits[a:b]
+        return logits[:kept]
+
+    @staticmethod
+    def _prompt_rows(
+        segments: list[Segment], bounds: list[tuple[int, int, int]], last: list[int]
+    ) -> tuple[int, dict[int, tuple[int, int]]]:
+        """Rows for every token of the prompt chunks that want them (`prompt_logprobs`), appended to `last`:
+        (how many rows forward() returns, each such segment's [a, b) among the projected rows)."""
+        kept, extra = len(last), {}
+        for i, (seg, (a, b, _)) in enumerate(zip(segments, bounds)):
+            if seg.prompt_logits:
+                extra[i] = (len(last), len(last) + b - a)
+                last.extend(range(a, b))
+        return kept, extra
 
     def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
                 lora: LoraStep | None = None, prefill: PrefillRows | None = None) -> torch.Tensor:  # fmt: skip

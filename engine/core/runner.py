@@ -28,6 +28,10 @@ class Segment:
     # and holds every media placeholder: multimodal models embed them on this call only.
     mm: dict[str, Any] | None = None
     adapter: int = 0  # the LoRA adapter its rows run with (engine/core/lora.py): 0 = the base model
+    # A prompt chunk whose every token's logits are wanted (`prompt_logprobs`): the runner leaves them here,
+    # [tokens, vocab] float32, beside the rows forward() returns (which stay as they are).
+    prompt_logits: bool = False
+    prompt_rows: Any = None
 
 
 @runtime_checkable

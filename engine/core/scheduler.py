@@ -93,6 +93,8 @@ class Batch:
     preempted: int = 0
     prefix_tokens: int = 0
     drafted: int = 0  # speculative draft tokens in the decode segments (core/speculative.py)
+    # Prompt chunks whose every token's logits were asked for (`prompt_logprobs`): request, segment, first position.
+    prompt_rows: list[tuple[RequestState, Segment, int]] = field(default_factory=list)
 
     @property
     def decode_rows(self) -> int | None:
@@ -156,8 +158,12 @@ class Scheduler:
                 batch.prompting = True
                 batch.prompted.append(r)
                 resumed = r.recompute is not None  # its next token is already sampled: no logits wanted
-                batch.segments.append(Segment(r.seqs[0].cache, chunk, want_logits=r.prefill_done and not resumed,
-                                              mm=r.req.mm, adapter=r.req.adapter))  # fmt: skip
+                scored = r.req.params.prompt_logprobs is not None and not resumed
+                want = r.prefill_done and not resumed
+                seg = Segment(r.seqs[0].cache, chunk, want, mm=r.req.mm, adapter=r.req.adapter, prompt_logits=scored)
+                batch.segments.append(seg)
+                if scored:
+                    batch.prompt_rows.append((r, seg, r.prefilled - len(chunk)))
                 if r.prefill_done:
                     if not resumed:
                         batch.plan.append((r, r.seqs[:1]))
@@ -235,7 +241,10 @@ class Scheduler:
                 first.constraint = r.req.constraint
                 r.seqs = [first]
             self.kv.reserve(first.cache, want // cands)
-            loaded = self.kv.load_prefix(r.req, r.context, first.cache)
+            # A request that asks for its prompt's logprobs computes every prompt token: a cached prefix would skip
+            # the logits of the tokens it holds (it still leaves its prompt to the cache for others).
+            scored = r.req.params.prompt_logprobs is not None and r.recompute is None
+            loaded = None if scored else self.kv.load_prefix(r.req, r.context, first.cache)
             if loaded is not None:
                 self._prefix_loaded += loaded
                 first.cache.length = loaded

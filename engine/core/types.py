@@ -44,6 +44,7 @@ class SamplingParams:
     use_beam_search: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob, rank and this many top others
     sampler_logprobs: bool = False  # also record the top candidates after the samplers (TokenLogprob.processed)
     think_ids: tuple[int, int] | None = None  # (<think>, </think>) ids when the reasoning split is active
     thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
@@ -100,6 +101,17 @@ class ChoiceDelta:
     accepted: list[int] = field(default_factory=list)
 
 
+@dataclass
+class PromptTokenLogprob:
+    """A prompt token's logprob given the tokens before it (vLLM's `prompt_logprobs`): its rank among the
+    vocabulary (1 = the most likely) and the `top` others, (token id, logprob) best first."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]
+
+
 @dataclass(frozen=True)
 class PromptProgress:
     """How far a request's prompt is prefilled, handed out after each of its prompt chunks (llama.cpp's
@@ -117,6 +129,9 @@ class RequestStats:
     cached_tokens: int = 0
     arrival: float = 0.0  # time.perf_counter() when the engine accepted the request
     short_id: str = ""  # the request's anonymous id in step records (step_log.short_id), set at submit
+    # With `prompt_logprobs`: one entry per prompt token, None for the first (nothing precedes it); filled by the
+    # engine thread while the prompt is prefilled, complete before the first token is handed out.
+    prompt_logprobs: list[PromptTokenLogprob | None] | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ from engine.config import PATH_SEGMENT, Settings
 from engine.http import openapi, server_routes, tokenize
 from engine.http.auth import PanguV1Auth, api_bearer, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
+from engine.http.completions import COMPLETIONS_PATH, CompletionRoutes
 from engine.http.error_bodies import ERROR_TYPES, error_response, family_of
 from engine.http.middleware import ApiRouting, RequestContext
 from engine.http.slow_clients import BodyReadDeadline
@@ -154,6 +155,13 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
                 raise NotFoundError("The inference service does not exist.")
         credential = await pangu_v1_auth.check(request, body_limit)
         return await chat.handle(request, "pangu_v1", credential)
+
+    completions = CompletionRoutes(settings, policy, body_limit)
+
+    @app.post(COMPLETIONS_PATH, openapi_extra=openapi.completions_extra())
+    async def legacy_completions(request: Request) -> Response:
+        credential = api_bearer(request.headers, settings)
+        return await completions.handle(request, credential)
 
     tokenize.install(app, settings, policy, body_limit)
     server_routes.install(app, settings, policy)

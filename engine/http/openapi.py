@@ -19,7 +19,9 @@ from typing import Any
 from engine.config import Settings
 from engine.http.openapi_responses import (
     CHAT_ERROR_SCHEMAS,
+    COMPLETION_SCHEMAS,
     ERROR_SCHEMAS,
+    SSE_EVENT,
     SUCCESS_SCHEMAS,
     chat_responses,
     model_responses,
@@ -32,6 +34,7 @@ from engine.http.openapi_rules import (
     tighten_defs,
     tighten_request,
 )
+from engine.protocol.completions import DEFAULT_MAX_TOKENS, MAX_LOGPROBS, MAX_PROMPTS, SHARED_FIELDS
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 
@@ -102,9 +105,56 @@ def request_schemas(settings: Settings, service: Any = None) -> dict[str, Any]:
     for route, schema in (("v1", v1), ("pangu_v2", v2), ("pangu_v1", pv1)):
         tighten_request(schema, dep, pangu=route != "v1")
         defs[SCHEMA_NAMES[route]] = schema  # type: ignore[index]
+    defs["CompletionRequest"] = completion_schema(v1)
     for one in defs.values():
         null_means_absent(one)
-    return {**defs, **ERROR_SCHEMAS, **SUCCESS_SCHEMAS}
+    return {**defs, **ERROR_SCHEMAS, **SUCCESS_SCHEMAS, **COMPLETION_SCHEMAS}
+
+
+def completion_schema(v1: dict[str, Any]) -> dict[str, Any]:
+    """/v1/completions' request (docs/completions.md): the chat request's sampling fields as they are, and its own."""
+    ids = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
+    text = {"type": "string", "minLength": 1}
+    props = {k: copy.deepcopy(v1["properties"][k]) for k in SHARED_FIELDS if k in v1["properties"]}
+    props["max_tokens"]["default"] = DEFAULT_MAX_TOKENS
+    props["prompt"] = {
+        "anyOf": [
+            text,
+            {"type": "array", "minItems": 1, "maxItems": MAX_PROMPTS, "items": text},
+            ids,
+            {"type": "array", "minItems": 1, "maxItems": MAX_PROMPTS, "items": ids},
+        ],
+        "description": "A text (tokenized with the model's special tokens, no chat template), texts, token ids "
+        "(each below the vocabulary size) or token-id arrays: one choice per prompt (times n), in order.",
+    }
+    props["echo"] = {"type": "boolean", "default": False, "description": "The prompt in front of the text."}
+    props["logprobs"] = {
+        "anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}, {"type": "null"}],
+        "description": "The completions logprobs object with this many top tokens.",
+    }
+    props["suffix"] = {"type": "null", "description": "Refused (422): no fill-in-the-middle."}
+    return {"title": "CompletionRequest", "type": "object", "required": ["model", "prompt"], "properties": props}
+
+
+def completions_extra() -> dict[str, Any]:
+    """`openapi_extra` of POST /v1/completions: the chat route's credentials and statuses, its own bodies."""
+    responses = chat_responses("v1")
+    responses["200"] = {
+        "description": "A text_completion object, or with `stream` an SSE stream of text_completion events.",
+        "content": {
+            "application/json": {"schema": {"$ref": REF.format(model="Completion")}},
+            "text/event-stream": {"schema": SSE_EVENT},
+        },
+    }
+    return {
+        "summary": "Completion (legacy; vLLM's /v1/completions)",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model="CompletionRequest")}}},
+        },
+        "responses": responses,
+        "security": SECURITY["v1"],
+    }
 
 
 def route_extra(route: Route, summary: str) -> dict[str, Any]:

@@ -130,6 +130,36 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
         },  # fmt: skip
     },
 }
+COMPLETION_SCHEMAS: dict[str, Any] = {
+    "Completion": {
+        "type": "object",
+        "description": "POST /v1/completions' non-stream answer (docs/completions.md), with MindIE's timing fields.",
+        "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^cmpl-"},
+            "object": {"const": "text_completion"},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["index", "text", "logprobs", "finish_reason"],
+                    "properties": {
+                        "index": {"type": "integer"},
+                        "text": {"type": "string"},
+                        "logprobs": {"type": ["object", "null"]},
+                        "finish_reason": {"type": ["string", "null"]},
+                        "prompt_logprobs": {"type": ["array", "null"]},
+                    },
+                },
+            },
+            "usage": {"type": "object"},
+            "prefill_time": {"type": "integer"},
+            "decode_time_arr": {"type": "array", "items": {"type": "integer"}},
+        },
+    },
+}
 SSE_EVENT = {
     "type": "object",
     "description": "One server-sent event: a chat.completion.chunk, an error body after the stream started (§6.4), "

@@ -46,7 +46,7 @@ def response_json(resp: ChatCompletionResponse, perf_stats: bool) -> dict[str, A
         "model": resp.model,
         "choices": choices,
         "usage": usage_json(resp.usage, perf_stats),
-        "prompt_logprobs": None,
+        "prompt_logprobs": resp.prompt_logprobs,
     }
     if resp.transcription is not None:
         out["transcription"] = resp.transcription
@@ -80,6 +80,8 @@ class V1StreamWriter:
             head["transcription"] = chunk.transcription
         if chunk.media is not None:
             head["media"] = chunk.media
+        if chunk.prompt_logprobs is not None:
+            head["prompt_logprobs"] = chunk.prompt_logprobs
         if chunk.prompt_progress is not None:
             return {**head, "choices": [], "prompt_progress": chunk.prompt_progress.model_dump()}
         if not chunk.choices:

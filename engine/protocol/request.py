@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -110,6 +111,12 @@ class ChatCompletionRequest(StrictModel):
     use_beam_search: bool = False
     logprobs: bool | None = None
     top_logprobs: Annotated[int, _range("[0, 20]")] | None = None
+    # Extension (vLLM's): each prompt token's logprob given the tokens before it, its rank and up to k others;
+    # the response's top-level `prompt_logprobs` (engine/serving/logprobs.py prompt_entries).
+    prompt_logprobs: Annotated[int, _range("[0, 20]")] | None = None
+    # A legacy completion's prompt (engine/serving/completions.py): its token ids as they are, no chat template;
+    # the messages then only say what the prompt reads (moderation, the access line). Never from a request body.
+    _prompt_ids: list[int] | None = PrivateAttr(default=None)
     chat_template: Annotated[str, StringConstraints(min_length=1)] | None = None
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     tools: list[Tool] | None = None

@@ -129,6 +129,8 @@ class ChatCompletionChunk(BaseModel):
     replaces: bool = Field(default=False, exclude=True)
     moderation_result: dict[str, Any] | None = Field(default=None, exclude=True)
     prompt_progress: PromptProgressInfo | None = Field(default=None, exclude=True)  # a chunk with no choices
+    # `prompt_logprobs` (vLLM's), as the wire sends it: on the first chunk that carries tokens, once a request.
+    prompt_logprobs: list[Any] | None = Field(default=None, exclude=True)
 
 
 class ResponseMessage(BaseModel):

@@ -30,9 +30,10 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
     choices: dict[int, ResponseChoice] = {}
     head: ChatCompletionChunk | None = None
     final: ChatCompletionChunk | None = None
-    transcription = media = None
+    transcription = media = prompt_logprobs = None
     async for chunk in chunks:
         head = head or chunk
+        prompt_logprobs = prompt_logprobs or chunk.prompt_logprobs
         transcription = transcription or chunk.transcription
         media = media or chunk.media
         if chunk.prompt_progress is not None:
@@ -66,4 +67,5 @@ async def fold(chunks: AsyncIterable[ChatCompletionChunk]) -> ChatCompletionResp
         transcription=transcription,
         media=media,
         moderation_result=final.moderation_result,
+        prompt_logprobs=prompt_logprobs,
     )

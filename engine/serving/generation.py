@@ -29,6 +29,7 @@ from engine.protocol.response import (
     Usage,
 )
 from engine.serving.logprobs import TokenFormatter
+from engine.serving.step_times import decode_times, queue_waits
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Generation:
         self._choices: dict[int, _ChoiceStats] = {}
         self._closed: set[int] = set()  # choices whose closing chunk has been yielded
         self._shed = False
+        self._prompt_logprobs = stats.prompt_logprobs is not None or facts.params.prompt_logprobs is not None
 
     async def first_answer(self) -> None:
         """Wait for the engine's first answer, so that failures before the first token are raised here (and become
@@ -138,7 +140,7 @@ class Generation:
         u.prompt_tokens_details.cached_tokens = self.stats.cached_tokens
         if self.split:
             u.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=st.reasoning_tokens or 0)
-        u.batch_size, u.queue_wait_time = list(st.batch_sizes), list(st.queue_waits_us)
+        u.batch_size, u.queue_wait_time = list(st.batch_sizes), queue_waits(st.times_ms, st.queue_waits_us)
         if st.speculative:
             u.speculative = {"drafted": st.drafted, "accepted": st.accepted}
         return u
@@ -174,21 +176,26 @@ class Generation:
             delta.content = text or ("" if final else None)
             delta.reasoning_content = d.reasoning_text or ("" if final else None)
         choice = ChunkChoice(index=d.index, delta=delta, logprobs=logprobs)
+        extra: dict[str, Any] = {}
+        if self._prompt_logprobs and d.token_ids:  # once, after the prefill that scored the prompt
+            self._prompt_logprobs = False
+            extra["prompt_logprobs"] = self._formatter.prompt_entries(self.stats.prompt_logprobs or [])
         if d.finish_reason is None:
             if not d.text and not d.reasoning_text and logprobs is None and not d.token_ids:
                 return None
-            return self._chunk([choice], timeline=timeline)
+            return self._chunk([choice], timeline=timeline, **extra)
         choice.finish_reason, choice.stop_reason = d.finish_reason, d.stop_reason
         self._closed.add(d.index)
         if called and d.finish_reason in ("stop", "length"):
             choice.finish_reason = "tool_calls"
-        ms = [round(t) for t in st.times_ms]
+        prefill, decode = decode_times(st.times_ms)
         return self._chunk(
             [choice],
             usage=self._usage(st.tokens, st),
             timeline=timeline,
-            prefill_time=ms[0] if ms else 0,
-            decode_time_arr=[max(0, b - a) for a, b in zip(ms, ms[1:])],
+            prefill_time=prefill,
+            decode_time_arr=decode,
+            **extra,
         )
 
     def _parse_tools(self, index: int, text: str, final: bool) -> tuple[str, list[ToolCallItem], bool]:
@@ -216,9 +223,8 @@ class Generation:
                                  "accepted": sum(s.accepted for s in self._choices.values())}  # fmt: skip
         if usage.completion_tokens_details is not None:  # for n > 1, choice 0's count (MindIE-faithful)
             usage.completion_tokens_details.reasoning_tokens = self._choices.get(0, longest).reasoning_tokens or 0
-        ms = [round(t) for t in longest.times_ms]
-        decode = [max(0, b - a) for a, b in zip(ms, ms[1:])]
-        return self._chunk([], usage=usage, prefill_time=ms[0] if ms else 0, decode_time_arr=decode)
+        prefill, decode = decode_times(longest.times_ms)
+        return self._chunk([], usage=usage, prefill_time=prefill, decode_time_arr=decode)
 
     async def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         try:

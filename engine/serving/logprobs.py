@@ -6,7 +6,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from engine.core.types import TokenLogprob
+from engine.core.types import PromptTokenLogprob, TokenLogprob
 from engine.protocol.response import ChoiceLogprobs, LogprobEntry, TopLogprob
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -72,6 +72,24 @@ class TokenFormatter:
                 entry.sampler_logprob = item.processed_logprob
             out.append(entry)
         return out
+
+    def prompt_entries(self, items: list[PromptTokenLogprob | None]) -> list[dict[str, Any] | None]:
+        """vLLM's `prompt_logprobs`: per prompt token None (the first) or {token id: {logprob, rank,
+        decoded_token}}, the prompt's own token first, then the top others (rank = their place)."""
+        out: list[dict[str, Any] | None] = []
+        for item in items:
+            if item is None:
+                out.append(None)
+                continue
+            entry = {str(item.token_id): self._prompt_item(item.token_id, item.logprob, item.rank)}
+            for rank, (tok, lp) in enumerate(item.top, start=1):
+                entry.setdefault(str(tok), self._prompt_item(tok, lp, rank))
+            out.append(entry)
+        return out
+
+    def _prompt_item(self, token_id: int, logprob: float, rank: int) -> dict[str, Any]:
+        # JSON has no -inf: a token the model rules out entirely gets the lowest finite float32's order instead
+        return {"logprob": max(logprob, -3.4e38), "rank": rank, "decoded_token": self.token(token_id, False)[0]}
 
     def _top(self, pairs: list[tuple[int, float]], skip_special: bool) -> list[TopLogprob]:
         return [

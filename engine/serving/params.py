@@ -63,5 +63,6 @@ def sampling_params(
         top_logprobs=req.top_logprobs_count,
         sampler_logprobs=req.sampler_logprobs,
         return_progress=req.return_progress,
+        prompt_logprobs=req.prompt_logprobs,
         speculative=None if req.speculative is None else (settings.speculative_ngram or DEFAULT_K) * req.speculative,
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.config import Settings
+from engine.protocol.completions import CompletionRequest
 from engine.protocol.errors import ApiError, ServiceUnavailableError
 from engine.protocol.request import ChatCompletionRequest, ModerationConfig, Route
 from engine.protocol.response import ChatCompletionChunk, PromptTokensDetails, Usage
@@ -71,7 +72,7 @@ class RequestPolicy:
             raise ServiceUnavailableError("The model is loading.")
         return svc
 
-    def service_for(self, req: ChatCompletionRequest, ctx: CallContext) -> ChatService:
+    def service_for(self, req: ChatCompletionRequest | CompletionRequest, ctx: CallContext) -> ChatService:
         """The service of the model `req` names (Pangu V1 names none: the current one). A model that can be loaded
         but is not raises 503 (and starts loading when `ctx.may_load`); an unknown name gets the current service,
         whose model check answers "Model not found"."""

@@ -119,7 +119,7 @@ class ChatService:
                                          prepared.params)  # fmt: skip
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
         constraint = await asyncio.to_thread(self.constraints.for_request, req)
-        prefix = "chatcmpl-" if route == "v1" else "chat-"
+        prefix = "cmpl-" if req._prompt_ids is not None else "chatcmpl-" if route == "v1" else "chat-"
         request_id = prefix + uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -165,6 +165,8 @@ class ChatService:
         """Model check, media, reasoning plan, prompt and sampling parameters: what start() and
         count_prompt_tokens() both need, done one way."""
         model = self.check_model(req, route)
+        if req._prompt_ids is not None:  # a legacy completion: its prompt as it is, no template, no reasoning split
+            return model, self._raw_prompt(req)
         media = await self.media.prepare(req, self.model.modalities)
         req = media.request
         plan = self.reasoning.plan(req)
@@ -174,6 +176,8 @@ class ChatService:
                                        self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
+        if media.kept and req.prompt_logprobs is not None:  # prefilled whole: every row of a long media prompt
+            raise RequestValidationError("Parameter prompt_logprobs is not supported with media input.")
         if media.kept:
             ids, mm, report = await asyncio.to_thread(
                 self.media.model_inputs, ids, media, self.processors, self.model.context_length
@@ -184,6 +188,12 @@ class ChatService:
                 params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids
             )
         return model, _Prepared(req, media, plan, ids, params, mm, report)
+
+    def _raw_prompt(self, req: ChatCompletionRequest) -> _Prepared:
+        ids = list(req._prompt_ids or [])
+        prompts.check_length(len(ids), self.settings, self.model.context_length)
+        params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        return _Prepared(req, PreparedMedia(req), ReasoningPlan(thinking=None, split=False), ids, params)
 
     async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
         """(model name, prompt tokens) after the same validation as start(), without generating: for a request

@@ -49,6 +49,9 @@ class ChatResult:
     view: ReplyView = field(default_factory=ReplyView)
     throttle: Throttle = field(default_factory=Throttle)
     request: dict[str, Any] | None = None  # the body that produced it (a branch continues it with its settings)
+    # vLLM's `prompt_logprobs` when asked for: per prompt token None (the first) or {token id: {logprob, rank,
+    # decoded_token}}; with several prompts (complete()), the first prompt's.
+    prompt_logprobs: list[Any] | None = None
 
     @classmethod
     def of(cls, backend: ChatBackend) -> ChatResult:
@@ -57,6 +60,8 @@ class ChatResult:
 
     def add(self, chunk: ChatCompletionChunk) -> bool:
         """Fold one chunk in; True when a live display should re-render now."""
+        if chunk.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = chunk.prompt_logprobs
         self.view.add(chunk)
         self.view.done = self.view.done or (chunk.usage is not None and not chunk.choices)
         return self.throttle.due() or any(c.finish_reason for c in chunk.choices)
