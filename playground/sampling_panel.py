@@ -41,6 +41,10 @@ def knob_component(k: Knob) -> gr.Component:
     if k.kind == "choice":
         shown = [(t(SHOWN_CHOICES[c]), c) if c in SHOWN_CHOICES else (c, c) for c in k.choices]
         return gr.Radio(shown, value=k.default, label=label, info=info, elem_id=elem_id)
+    if k.kind == "dropdown":
+        return gr.Dropdown(list(k.choices), value=k.default, label=label, info=info, elem_id=elem_id)
+    if k.kind == "pattern":
+        return gr.Textbox(value=k.default, label=label, info=info, lines=3, max_lines=12, elem_id=elem_id)
     if k.kind == "code":
         return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
     return gr.Textbox(value=k.default, label=label, info=info, lines=2 if k.kind == "lines" else 1,
