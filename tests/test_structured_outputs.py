@@ -143,3 +143,23 @@ def test_the_answer_after_think_is_constrained_and_the_reasoning_is_not(qwen_liv
 )  # fmt: skip
 def test_bad_patterns_and_combinations_are_a_422_with_the_reason(http: httpx.Client, fields, fragments) -> None:
     assert_422(chat(http, max_tokens=4, **fields), *fragments)
+
+
+def test_the_notebooks_backends_send_them_too(live: Any, service: Any) -> None:
+    """The embedded backend parses them with the API's parser; the remote one sends the request it parsed, so the
+    aliased `structured_outputs.json` and int-keyed `logit_bias` must survive its dump."""
+    from playground.notebooks import connect
+
+    local, remote = connect(service), connect(live.url + "/v1")
+    fields = {"temperature": 0, "max_tokens": 40, "structured_outputs": {"json": SCHEMA}}
+    prompt = "Describe a cat as JSON with its name and number of legs."
+    here, there = local.chat(prompt, **fields), remote.chat(prompt, **fields)
+    assert here.reply == there.reply and set(json.loads(here.reply)) == {"name", "legs"}
+    assert local.chat("Is the sky blue?", temperature=0, max_tokens=8, guided_choice=["yes", "no"]).reply in (
+        "yes",
+        "no",
+    )
+    with live.client() as http:
+        tid = ok(http.post("/tokenize", json={"prompt": " banana", "add_special_tokens": False}))["tokens"][0]
+    biased = {"temperature": 0, "max_tokens": 3, "logit_bias": {tid: 100}}  # a Python caller's int key
+    assert local.chat("Hi", **biased).reply == remote.chat("Hi", **biased).reply == " banana" * 3

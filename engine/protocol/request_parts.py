@@ -143,7 +143,8 @@ def check_logit_bias(value: Any) -> dict[int, float]:
         raise fail(f"must be an object mapping token ids to biases, got {show(value)}.")
     out: dict[int, float] = {}
     for key, bias in value.items():
-        text = key.strip() if isinstance(key, str) else ""
+        # JSON keys are strings; a Python caller (the notebooks' backend) may pass int keys: the same ids.
+        text = key.strip() if isinstance(key, str) else str(key) if type(key) is int else ""
         if not (text.isascii() and text.isdigit()) or len(text) > 12:
             raise fail(f"keys must be token ids (non-negative integers), got {show(key)}.")
         if isinstance(bias, bool) or not isinstance(bias, int | float):
