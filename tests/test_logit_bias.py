@@ -43,8 +43,9 @@ def test_a_negative_bias_bans_the_greedy_choice(http: httpx.Client) -> None:
     plain = ok(chat(http, messages=CAPITAL, temperature=0, max_tokens=8, logprobs=True))
     first = entries(plain)[0]["token"]
     first_id = token_id(http, first)
-    biased = ok(chat(http, messages=CAPITAL, temperature=0, max_tokens=8, logprobs=True,
-                     logit_bias={str(first_id): -100}))  # fmt: skip
+    biased = ok(
+        chat(http, messages=CAPITAL, temperature=0, max_tokens=8, logprobs=True, logit_bias={str(first_id): -100})
+    )
     assert all(e["token"] != first for e in entries(biased))
     assert text_of(biased) != text_of(plain)
 
@@ -62,8 +63,9 @@ def test_sampled_n2_and_stream_follow_the_bias(http: httpx.Client, banana) -> No
 
 def test_beam_search_ranks_the_biased_scores(http: httpx.Client, banana) -> None:
     tid, text = banana
-    body = ok(chat(http, messages=CAPITAL, use_beam_search=True, n=2, temperature=0, max_tokens=3,
-                   logit_bias={str(tid): 100}))  # fmt: skip
+    body = ok(
+        chat(http, messages=CAPITAL, use_beam_search=True, n=2, temperature=0, max_tokens=3, logit_bias={str(tid): 100})
+    )
     assert text_of(body) == text * 3
 
 
@@ -85,8 +87,18 @@ def test_greedy_biased_tokens_are_the_same_with_drafting_on_and_off(http: httpx.
 
 def test_the_after_samplers_view_shows_the_bias(http: httpx.Client, banana) -> None:
     tid, text = banana
-    body = ok(chat(http, messages=CAPITAL, temperature=0, max_tokens=2, logprobs=True, top_logprobs=3,
-                   sampler_logprobs=True, logit_bias={str(tid): 100}))  # fmt: skip
+    body = ok(
+        chat(
+            http,
+            messages=CAPITAL,
+            temperature=0,
+            max_tokens=2,
+            logprobs=True,
+            top_logprobs=3,
+            sampler_logprobs=True,
+            logit_bias={str(tid): 100},
+        )
+    )
     first = entries(body)[0]
     assert first["token"] == text
     assert all(t["token"] != text for t in first["top_logprobs"])  # the model alone does not rank it
@@ -95,8 +107,9 @@ def test_the_after_samplers_view_shows_the_bias(http: httpx.Client, banana) -> N
 
 def test_the_openai_sdk_sends_logit_bias(oai, banana) -> None:
     tid, text = banana
-    r = oai.chat.completions.create(model=MODEL, messages=CAPITAL, temperature=0, max_tokens=3,
-                                    logit_bias={str(tid): 100})  # fmt: skip
+    r = oai.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=3, logit_bias={str(tid): 100}
+    )
     assert r.choices[0].message.content == text * 3
 
 

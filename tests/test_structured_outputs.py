@@ -21,8 +21,12 @@ PHONE = [user("Give me a phone number.")]
 PHONE_RE = r"\d{3}-\d{4}"
 LARK = 'start: "The answer is " NUMBER "."\nNUMBER: /[0-9]{1,3}/\n'
 GBNF = 'root ::= color " " animal\ncolor ::= "red" | "green" | "blue"\nanimal ::= "cat" | "dog"\n'
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "legs": {"type": "integer"}},
-          "required": ["name", "legs"], "additionalProperties": False}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "legs": {"type": "integer"}},
+    "required": ["name", "legs"],
+    "additionalProperties": False,
+}
 
 
 def ask(http: httpx.Client, messages: list[dict[str, Any]] = SKY, **body: Any) -> dict[str, Any]:
@@ -49,8 +53,11 @@ def test_a_choice_yields_exactly_one_of_them(http: httpx.Client, fields: dict[st
     assert streamed(http, **fields) == (text_of(body), "stop")
 
 
-@pytest.mark.parametrize("fields", [{"guided_regex": PHONE_RE}, {"structured_outputs": {"regex": PHONE_RE}}],
-                         ids=["guided_regex", "structured_outputs.regex"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [{"guided_regex": PHONE_RE}, {"structured_outputs": {"regex": PHONE_RE}}],
+    ids=["guided_regex", "structured_outputs.regex"],
+)
 def test_a_regex_is_matched_fully(http: httpx.Client, fields: dict[str, Any]) -> None:
     body = ask(http, PHONE, **fields)
     assert re.fullmatch(PHONE_RE, text_of(body)), text_of(body)
@@ -71,10 +78,14 @@ def test_a_gbnf_grammar_is_converted_and_followed(http: httpx.Client) -> None:
 
 @pytest.mark.parametrize(
     "fields",
-    [{"guided_json": SCHEMA}, {"guided_json": json.dumps(SCHEMA)}, {"structured_outputs": {"json": SCHEMA}},
-     {"structured_outputs": {"json": json.dumps(SCHEMA)}}],
+    [
+        {"guided_json": SCHEMA},
+        {"guided_json": json.dumps(SCHEMA)},
+        {"structured_outputs": {"json": SCHEMA}},
+        {"structured_outputs": {"json": json.dumps(SCHEMA)}},
+    ],
     ids=["guided_json", "guided_json-text", "structured_outputs.json", "structured_outputs.json-text"],
-)  # fmt: skip
+)
 def test_a_json_schema_is_followed(http: httpx.Client, fields: dict[str, Any]) -> None:
     messages = [user("Describe a cat as JSON with its name and number of legs.")]
     value = json.loads(text_of(ask(http, messages, max_tokens=40, **fields)))
@@ -90,8 +101,9 @@ def test_json_object_in_structured_outputs(http: httpx.Client) -> None:
 def test_each_of_n_choices_is_constrained_in_streams_too(http: httpx.Client) -> None:
     fields = {"temperature": 1.0, "seed": 11, "n": 2, "guided_choice": ["alpha", "beta", "gamma"]}
     body = ask(http, **fields)
-    assert len(body["choices"]) == 2 and all(c["message"]["content"] in ("alpha", "beta", "gamma")
-                                             for c in body["choices"])  # fmt: skip
+    assert len(body["choices"]) == 2 and all(
+        c["message"]["content"] in ("alpha", "beta", "gamma") for c in body["choices"]
+    )
     r = chat(http, messages=SKY, stream=True, max_tokens=24, **fields)
     texts = {0: "", 1: ""}
     for c in sse_events(r.text)[:-1]:
@@ -101,11 +113,17 @@ def test_each_of_n_choices_is_constrained_in_streams_too(http: httpx.Client) -> 
 
 
 def test_the_openai_sdk_sends_them_through_extra_body(oai) -> None:
-    r = oai.chat.completions.create(model=MODEL, messages=SKY, temperature=0, max_tokens=8,
-                                    extra_body={"structured_outputs": {"choice": ["yes", "no"]}})  # fmt: skip
+    r = oai.chat.completions.create(
+        model=MODEL,
+        messages=SKY,
+        temperature=0,
+        max_tokens=8,
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}},
+    )
     assert r.choices[0].message.content in ("yes", "no")
-    r = oai.chat.completions.create(model=MODEL, messages=PHONE, temperature=0, max_tokens=32,
-                                    extra_body={"guided_regex": PHONE_RE})  # fmt: skip
+    r = oai.chat.completions.create(
+        model=MODEL, messages=PHONE, temperature=0, max_tokens=32, extra_body={"guided_regex": PHONE_RE}
+    )
     assert re.fullmatch(PHONE_RE, r.choices[0].message.content)
 
 
@@ -126,21 +144,29 @@ def test_the_answer_after_think_is_constrained_and_the_reasoning_is_not(qwen_liv
         ({"structured_outputs": {"regex": "[z-a]"}}, ["structured_outputs.regex", "cannot compile this regex"]),
         ({"guided_grammar": "start: foo"}, ["guided_grammar", "cannot compile this grammar", "foo"]),
         ({"structured_outputs": {"grammar": "root ::= ("}}, ["structured_outputs.grammar", "Expected ')'"]),
-        ({"guided_json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}},
-         ["guided_json", "cannot enforce this JSON schema"]),
+        (
+            {"guided_json": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}},
+            ["guided_json", "cannot enforce this JSON schema"],
+        ),
         ({"guided_json": "{not json"}, ["guided_json", "JSON schema"]),
         ({"guided_choice": []}, ["guided_choice", "non-empty"]),
         ({"guided_choice": ["a", 3]}, ["guided_choice[1]", "must be a string"]),
         ({"structured_outputs": {}}, ["structured_outputs", "one of json, regex, choice, grammar"]),
-        ({"structured_outputs": {"regex": "a", "choice": ["a"]}},
-         ["structured_outputs.regex", "structured_outputs.choice", "cannot be combined"]),
-        ({"guided_choice": ["a"], "response_format": {"type": "json_object"}},
-         ["guided_choice", "response_format", "cannot be combined"]),
-        ({"guided_regex": "a", "structured_outputs": {"json": {"type": "object"}}},
-         ["structured_outputs.json", "guided_regex", "cannot be combined"]),
+        (
+            {"structured_outputs": {"regex": "a", "choice": ["a"]}},
+            ["structured_outputs.regex", "structured_outputs.choice", "cannot be combined"],
+        ),
+        (
+            {"guided_choice": ["a"], "response_format": {"type": "json_object"}},
+            ["guided_choice", "response_format", "cannot be combined"],
+        ),
+        (
+            {"guided_regex": "a", "structured_outputs": {"json": {"type": "object"}}},
+            ["structured_outputs.json", "guided_regex", "cannot be combined"],
+        ),
         ({"guided_regex": "a", "use_beam_search": True}, ["guided_regex", "use_beam_search"]),
     ],
-)  # fmt: skip
+)
 def test_bad_patterns_and_combinations_are_a_422_with_the_reason(http: httpx.Client, fields, fragments) -> None:
     assert_422(chat(http, max_tokens=4, **fields), *fragments)
 

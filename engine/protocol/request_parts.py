@@ -224,8 +224,13 @@ class StructuredOutputs(StrictModel):
 
     def kinds(self) -> list[tuple[str, str, Any]]:
         """(field path, kind, value) of each kind given: json, regex, choice, grammar or json_object."""
-        given = [("json", self.json_), ("regex", self.regex), ("choice", self.choice), ("grammar", self.grammar),
-                 ("json_object", {"type": "object"} if self.json_object else None)]  # fmt: skip
+        given = [
+            ("json", self.json_),
+            ("regex", self.regex),
+            ("choice", self.choice),
+            ("grammar", self.grammar),
+            ("json_object", {"type": "object"} if self.json_object else None),
+        ]
         return [(f"structured_outputs.{k}", "json" if k == "json_object" else k, v) for k, v in given if v is not None]
 
 
@@ -237,8 +242,12 @@ def structured_kinds(req: Any) -> list[tuple[str, str, Any]]:
     so = getattr(req, "structured_outputs", None)
     if so is not None:
         out += so.kinds()
-    for name, kind in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"),
-                       ("guided_grammar", "grammar")):  # fmt: skip
+    for name, kind in (
+        ("guided_json", "json"),
+        ("guided_regex", "regex"),
+        ("guided_choice", "choice"),
+        ("guided_grammar", "grammar"),
+    ):
         value = getattr(req, name, None)
         if value is not None:
             out.append((name, kind, value))
