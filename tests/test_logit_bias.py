@@ -137,3 +137,31 @@ def test_the_sdk_gets_the_422_too(oai) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as caught:
         oai.chat.completions.create(model=MODEL, messages=CAPITAL, max_tokens=2, logit_bias={"49999999": 3})
     assert "outside the model's vocabulary" in caught.value.response.text
+
+
+# ---- the samplers' order, without weights ------------------------------------------------------------------------
+def row(**params: Any) -> Any:
+    import torch
+
+    from engine.core.sampler import Row
+    from engine.core.types import SamplingParams
+
+    return Row(SamplingParams(**params), torch.Generator().manual_seed(0), [1, 2], [])
+
+
+def test_the_bias_comes_before_the_mask_and_the_penalties() -> None:
+    import torch
+
+    from engine.core.sampler import plain_greedy, processed_logits
+
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    r = row(temperature=0.0, logit_bias=((3, 100.0),), repetition_penalty=2.0)
+    assert not plain_greedy(r)  # a biased greedy row never takes the batch's shared argmax
+    out, highest = processed_logits(logits.clone(), r)
+    assert highest and int(out.argmax()) == 3 and out[3] == 100.0  # token 3 is unseen: no penalty
+    r.mask = torch.tensor([True, True, True, False])
+    out, _ = processed_logits(logits.clone(), r)
+    assert out[3] == float("-inf") and int(out.argmax()) == 0  # the constraint still wins over a bias
+    r = row(temperature=0.0, logit_bias=((1, 100.0),), repetition_penalty=2.0)
+    out, _ = processed_logits(logits.clone(), r)
+    assert out[1] == 51.0  # (2 + 100) / 2: the penalty sees the biased logit

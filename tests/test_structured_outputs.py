@@ -189,3 +189,32 @@ def test_the_notebooks_backends_send_them_too(live: Any, service: Any) -> None:
         tid = ok(http.post("/tokenize", json={"prompt": " banana", "add_special_tokens": False}))["tokens"][0]
     biased = {"temperature": 0, "max_tokens": 3, "logit_bias": {tid: 100}}  # a Python caller's int key
     assert local.chat("Hi", **biased).reply == remote.chat("Hi", **biased).reply == " banana" * 3
+
+
+def test_the_pages_gradio_endpoint_takes_the_format_too(live: Any) -> None:
+    """The page's /chat endpoint (Gradio's client, no browser) builds the same structured_outputs and gets the
+    server's 422 message for a bad grammar, in the page's refusal line."""
+    from tests.test_ui import CHECK, REQUEST, answer, client
+
+    ui = client(live.url)
+    out = ui.predict(
+        message="Is the sky blue?",
+        system="",
+        temperature=0.0,
+        max_tokens=8,
+        format="choice list",
+        format_pattern="yes\nno",
+        api_name="/chat",
+    )
+    assert answer(out[0]) in ("yes", "no")
+    assert json.loads(out[REQUEST])["structured_outputs"] == {"choice": ["yes", "no"]}
+    out = ui.predict(
+        message="Hi",
+        system="",
+        temperature=0.0,
+        max_tokens=8,
+        format="grammar",
+        format_pattern="start: foo",
+        api_name="/chat",
+    )
+    assert "structured_outputs.grammar: cannot compile this grammar" in out[CHECK] and "foo" in out[CHECK]
