@@ -136,6 +136,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     "speculative_label": ("speculative (n-gram drafts)", "推测解码（多元组草稿）"),
     "format_label": ("Format", "格式"),
     "format_pattern_label": ("pattern", "模式"),
+    "format_none": ("none", "无"),
+    "format_json": ("JSON schema", "JSON 模式（schema）"),
+    "format_choice": ("choice list", "选项列表"),
+    "format_regex": ("regex", "正则表达式"),
+    "format_grammar": ("grammar", "文法"),
     # the A/B tab
     "ab_help": (
         "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
