@@ -19,7 +19,7 @@ from engine.protocol.request import parse_chat_request
 @dataclass(frozen=True)
 class Knob:
     name: str  # the request field (or a UI-only helper such as json_schema)
-    kind: str  # slider | int | check | text | lines | choice | code
+    kind: str  # slider | int | check | text | lines | choice | dropdown | code | pattern
     default: Any  # what the control starts at
     absent: Any  # the value that means "not sent" (the spec's default)
     help: str
@@ -60,15 +60,21 @@ CANDIDATES = (
     Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
     Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
     Knob("sampler_logprobs", "check", False, False, "Extension: each token's candidates also after the samplers "
-         "(penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs logprobs and "
-         "top_logprobs ≥ 1.", label="sampler_logprobs_label"),
+         "(logit_bias, penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs "
+         "logprobs and top_logprobs ≥ 1.", label="sampler_logprobs_label"),
     Knob("speculative", "choice", "server default", "server default", "Extension: speculative decoding by prompt "
          "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
          "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
          choices=("server default", "on", "off"), label="speculative_label"),
 )  # fmt: skip
 
+FORMATS = ("none", "JSON schema", "choice list", "regex", "grammar")
 FORMAT = (
+    Knob("format", "dropdown", "none", "none", "Extension (vLLM's structured_outputs): the reply is kept inside a JSON "
+         "schema, one of a list of choices, a regex (matched fully) or a grammar (Lark or GBNF), by constrained "
+         "decoding. One kind per request (not with response_format).", choices=FORMATS, label="format_label"),
+    Knob("format_pattern", "pattern", "", "", "For Format: the JSON schema, the choices one per line, the regex or "
+         "the grammar.", label="format_pattern_label"),
     Knob("response_format", "choice", "text", "text", "json_object = any JSON object; json_schema = JSON matching the "
          "schema below. Enforced by constrained decoding.", choices=("text", "json_object", "json_schema")),
     Knob("json_schema", "code", "", "", 'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
@@ -144,7 +150,7 @@ def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     for name, value in values.items():
         knob = BY_NAME.get(name)
         if knob is None or name in ("response_format", "json_schema", "enable_thinking", "thinking_budget",
-                                    "speculative"):  # fmt: skip
+                                    "speculative", "format", "format_pattern"):  # fmt: skip
             continue
         if name in INTEGER_FIELDS:
             value = _integral(value)
@@ -168,6 +174,7 @@ def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     if values.get("speculative") in ("on", "off"):  # "server default" sends nothing
         out["speculative"] = values["speculative"] == "on"
     out.update(_format(values.get("response_format") or "text", values.get("json_schema") or "", lang))
+    out.update(structured_outputs(values.get("format") or "none", values.get("format_pattern") or ""))
     kwargs = _thinking(values.get("enable_thinking") or "model default", _integral(values.get("thinking_budget") or 0))
     if kwargs:
         out["chat_template_kwargs"] = kwargs
@@ -186,6 +193,21 @@ def _format(kind: str, schema_text: str, lang: str = "en") -> dict[str, Any]:
             raise RequestValidationError(f"The JSON schema box is not valid JSON: {_where(exc)}.") from None
         return {"response_format": {"type": "json_schema", "json_schema": schema}}
     return {"response_format": {"type": kind}}
+
+
+def structured_outputs(kind: str, text: str) -> dict[str, Any]:
+    """The Format control -> the API's `structured_outputs` (nothing for "none"). The box's text goes as it is (a
+    JSON schema that does not parse goes as text), so a bad pattern gets the server's own 422 message."""
+    if kind == "choice list":
+        return {"structured_outputs": {"choice": [line for line in text.split("\n") if line.strip()]}}
+    if kind == "JSON schema":
+        try:
+            return {"structured_outputs": {"json": json.loads(text)}}
+        except ValueError:
+            return {"structured_outputs": {"json": text}}
+    if kind in ("regex", "grammar"):
+        return {"structured_outputs": {kind: text}}
+    return {}
 
 
 def _where(exc: ValueError, lang: str = "en") -> str:

@@ -43,8 +43,9 @@ LABELS = {
     "lower": ("not in its top {k}", "不在其前 {k} 名内"),
     "forced": ("forced, not sampled", "强制插入，未经采样"),
     "how": (
-        "after samplers: penalties and constraints, then temperature, top-k, top-p · greedy: the highest is taken",
-        "采样器之后：先惩罚与约束，再 temperature、top-k、top-p · 贪心：取最高者",
+        "after samplers: logit_bias, constraints and penalties, then temperature, top-k, top-p · greedy: the highest "
+        "is taken",
+        "采样器之后：先 logit_bias、约束与惩罚，再 temperature、top-k、top-p · 贪心：取最高者",
     ),
     "branch": ("↳ continue with this", "↳ 从这里继续"),
 }

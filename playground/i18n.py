@@ -134,6 +134,13 @@ TEXTS: dict[str, tuple[str, str]] = {
     "thinking_off": ("off", "关闭"),
     "sampler_logprobs_label": ("samplers before/after", "采样器前后对比"),
     "speculative_label": ("speculative (n-gram drafts)", "推测解码（多元组草稿）"),
+    "format_label": ("Format", "格式"),
+    "format_pattern_label": ("pattern", "模式"),
+    "format_none": ("none", "无"),
+    "format_json": ("JSON schema", "JSON 模式（schema）"),
+    "format_choice": ("choice list", "选项列表"),
+    "format_regex": ("regex", "正则表达式"),
+    "format_grammar": ("grammar", "文法"),
     # the A/B tab
     "ab_help": (
         "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
@@ -182,10 +189,13 @@ KNOB_HELP_ZH = {
     "use_beam_search": "束宽 max(n, best_of)；不能有停止字符串；max_tokens ≤ 128。",
     "logprobs": "每个 token 的对数概率（热力图）。不能与工具同用。",
     "top_logprobs": "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
-    "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（惩罚、约束、temperature、top_k、top_p）之后的"
+    "sampler_logprobs": "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（logit_bias、惩罚、约束、temperature、top_k、top_p）之后的"
     "候选。需要 logprobs 且 top_logprobs ≥ 1。",
     "speculative": "扩展字段：提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
     "服务器默认：贪心请求起草，采样请求不起草（由服务器启动参数决定）。",
+    "format": "扩展字段（vLLM 的 structured_outputs）：用约束解码把回复限制在 JSON schema、若干选项之一、正则表达式"
+    "（完整匹配）或文法（Lark 或 GBNF）之内。每个请求只能有一种（不能与 response_format 同用）。",
+    "format_pattern": "用于「输出格式」：JSON schema、每行一个选项、正则表达式或文法。",
     "response_format": "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
     "json_schema": '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
     "object、null）。",

@@ -25,7 +25,8 @@ class SamplingTab:
 
 # A choice shown in words of the page's language; its value stays what the request code reads.
 SHOWN_CHOICES = {"model default": "thinking_default", "server default": "server_default", "on": "thinking_on",
-                 "off": "thinking_off"}  # fmt: skip
+                 "off": "thinking_off", "none": "format_none", "JSON schema": "format_json",
+                 "choice list": "format_choice", "regex": "format_regex", "grammar": "format_grammar"}  # fmt: skip
 
 
 def knob_component(k: Knob) -> gr.Component:
@@ -41,6 +42,11 @@ def knob_component(k: Knob) -> gr.Component:
     if k.kind == "choice":
         shown = [(t(SHOWN_CHOICES[c]), c) if c in SHOWN_CHOICES else (c, c) for c in k.choices]
         return gr.Radio(shown, value=k.default, label=label, info=info, elem_id=elem_id)
+    if k.kind == "dropdown":
+        shown = [(t(SHOWN_CHOICES[c]), c) if c in SHOWN_CHOICES else (c, c) for c in k.choices]
+        return gr.Dropdown(shown, value=k.default, label=label, info=info, elem_id=elem_id)
+    if k.kind == "pattern":
+        return gr.Textbox(value=k.default, label=label, info=info, lines=3, max_lines=12, elem_id=elem_id)
     if k.kind == "code":
         return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
     return gr.Textbox(value=k.default, label=label, info=info, lines=2 if k.kind == "lines" else 1,

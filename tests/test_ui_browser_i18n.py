@@ -25,12 +25,13 @@ ALLOWED_GROUPS = (
      "top_logprobs response_format json_schema json_object text chat_template_kwargs enable_thinking "
      "thinking_budget chat_template_kwargs.enable_thinking chat_template_kwargs.thinking_budget max_n tool_choice "
      "tools auto none required length tool_calls stream name schema string "
-     "integer number boolean array object null true false", "an API field name or value"),
+     "integer number boolean array object null true false logit_bias structured_outputs",
+     "an API field name or value"),
     ("get_weather get_time", "an example tool's name, as its JSON definition spells it"),
     ("k max", "mathematical notation in a field's help: top_k's k, max(n, best_of)"),
     ("ms s tok MiB GB", "a unit"),
-    ("JSON CSV JSONL curl Python openai API URL HTTP POST base64 data input_audio file", "a format, protocol, method or "
-     "tool, spelled as it is (a data URL, a file:// path)"),
+    ("JSON CSV JSONL curl Python openai API URL HTTP POST base64 data input_audio file Lark GBNF", "a format, protocol, "
+     "method, grammar notation or tool, spelled as it is (a data URL, a file:// path)"),
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),
     ("TTFT", "time to first token, the abbreviation the statistics' Chinese name spells out"),
     ("KV", "the key/value cache, as Chinese inference documentation writes it (KV 缓存)"),

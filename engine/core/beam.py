@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from engine.core.kv import KVCache
-from engine.core.sampler import token_logprob
+from engine.core.sampler import apply_logit_bias, token_logprob
 from engine.core.sequence import Sequence
 from engine.core.types import FINISH_LENGTH, FINISH_STOP, TokenLogprob
 
@@ -37,7 +37,10 @@ class BeamSearch:
         stats: dict,
     ) -> list[Sequence]:
         """Advance every live beam by one token; return the new live beams (caches forked or freed)."""
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        # A request's logit_bias shifts the beams' scores as it shifts any sampler's logits (the logprobs reported
+        # are then the biased ones: a beam search has no other distribution it ranks by).
+        bias = live[0].params.logit_bias
+        logprobs = torch.log_softmax(apply_logit_bias(logits.float().clone(), bias) if bias else logits.float(), dim=-1)
         ignore_eos = live[0].params.ignore_eos
         scores = logprobs + torch.tensor([s.cumulative_logprob for s in live]).unsqueeze(1)
         vocab = scores.shape[1]

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -161,6 +161,24 @@ class ConstraintFactory:
             )
         except ValueError as e:
             raise ValueError(f"cannot enforce this JSON schema: {e}") from None
+
+    def regex(self, pattern: str) -> GrammarConstraint:
+        """Text that matches the regex fully (Rust regex syntax). Raises ValueError with the compiler's message."""
+        return self._grammar("regex", pattern, "regex")
+
+    def choice(self, choices: list[str]) -> GrammarConstraint:
+        """Exactly one of the strings."""
+        return self._grammar("choice", json.dumps(choices, ensure_ascii=False), "choice list")
+
+    def grammar(self, text: str) -> GrammarConstraint:
+        """A Lark grammar (llguidance's dialect), or a GBNF one, which llguidance converts to Lark."""
+        return self._grammar("grammar", text, "grammar")
+
+    def _grammar(self, kind: Literal["regex", "choice", "grammar"], text: str, what: str) -> GrammarConstraint:
+        try:
+            return self._matcher(f"{kind}:{text}", partial(llguidance.grammar_from, kind, text))
+        except ValueError as e:
+            raise ValueError(f"cannot compile this {what}: {e}") from None
 
     def tool_call(self, tools: list[dict], named: str | None) -> GrammarConstraint | None:
         """Hermes `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>` blocks: exactly one call of `named`,

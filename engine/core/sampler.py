@@ -25,6 +25,19 @@ class Row:
     mask: torch.Tensor | None = None  # allowed tokens (constrained decoding); None = all
 
 
+def apply_logit_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> torch.Tensor:
+    """Add a request's logit_bias to a logits row (or to every row of a 2-D batch), in place. Ids beyond the
+    logits' width are skipped (the server refuses them; a narrower runner must not crash)."""
+    if not bias:
+        return logits
+    width = logits.shape[-1]
+    pairs = [(i, b) for i, b in bias if 0 <= i < width]
+    if pairs:
+        ids = torch.tensor([i for i, _ in pairs], device=logits.device)
+        logits[..., ids] += torch.tensor([b for _, b in pairs], dtype=logits.dtype, device=logits.device)
+    return logits
+
+
 def apply_penalties(logits: torch.Tensor, row: Row) -> torch.Tensor:
     p = row.params
     if p.repetition_penalty != 1.0:
@@ -63,11 +76,11 @@ def filter_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
 def processed_logits(logits: torch.Tensor, row: Row) -> tuple[torch.Tensor, bool]:
     """One row's float32 logits (modified in place) as its draw sees them, the samplers in their order: the
-    constraint mask, the penalties, then temperature, top-k, top-p and min-p; and
+    logit_bias, the constraint mask, the penalties, then temperature, top-k, top-p and min-p; and
     whether the draw takes the highest instead of sampling: greedy rows, and a temperature so small that it
     overflows float32 (its limit is greedy), get the masked and penalised logits without a temperature."""
     p = row.params
-    logits = apply_penalties(apply_mask(logits, row.mask), row)
+    logits = apply_penalties(apply_mask(apply_logit_bias(logits, p.logit_bias), row.mask), row)
     if p.greedy:
         return logits, True
     scaled = logits / p.temperature
@@ -109,10 +122,11 @@ def token_logprob(
 
 
 def plain_greedy(row: Row) -> bool:
-    """Greedy with nothing that changes the logits (no forced token, mask or penalty): the argmax is the token."""
+    """Greedy with nothing that changes the logits (no forced token, bias, mask or penalty): the argmax is the
+    token."""
     p = row.params
     return (
-        p.greedy and row.forced is None and row.mask is None
+        p.greedy and row.forced is None and row.mask is None and not p.logit_bias
         and p.repetition_penalty == 1.0 and not p.presence_penalty and not p.frequency_penalty
     )  # fmt: skip
 

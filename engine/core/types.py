@@ -51,6 +51,8 @@ class SamplingParams:
     think_stop_ids: tuple[int, ...] = ()  # forced when the budget is spent; ends with the </think> id
     return_progress: bool = False  # hand the caller a PromptProgress after each chunk of the prompt's prefill
     speculative: int | None = None  # n-gram drafts a step (core/speculative.py): 0 = off, None = the engine's default
+    # (token id, bias) pairs added to the logits before every sampler and constraint (OpenAI's logit_bias)
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def greedy(self) -> bool:

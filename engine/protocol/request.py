@@ -47,8 +47,14 @@ from engine.protocol.request_parts import (
     ResponseFormat,
     Route,
     StreamOptions,
+    StructuredOutputs,
+    _pattern,
     _range,
+    check_choice,
+    check_json_schema,
+    check_logit_bias,
     check_media_limits,
+    check_structured,
 )
 from engine.protocol.tools import (
     MAX_TOOLS,
@@ -76,6 +82,7 @@ __all__ = [
     "ResponseFormat",
     "Route",
     "StreamOptions",
+    "StructuredOutputs",
     "TextPart",
     "Tool",
     "ToolCall",
@@ -138,6 +145,35 @@ class ChatCompletionRequest(StrictModel):
     # this request, overriding the server's --speculative-ngram; absent = the server's choice. Greedy output is
     # the same either way; the usage then reports `speculative: {drafted, accepted}`.
     speculative: bool | None = None
+    # Extension (OpenAI's): token id (a JSON key) -> bias in [-100, 100] added to the logits before the samplers.
+    logit_bias: dict[int, float] | None = None
+    # Extensions (vLLM's): structured outputs by JSON schema, regex, choice or grammar, and the older guided_* names;
+    # one kind per request, response_format included (request_parts.check_structured).
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _check_logit_bias(cls, value: Any) -> Any:
+        return check_logit_bias(value)
+
+    @field_validator("guided_json", mode="before")
+    @classmethod
+    def _check_guided_json(cls, value: Any) -> Any:
+        return check_json_schema(value)
+
+    @field_validator("guided_regex", "guided_grammar", mode="before")
+    @classmethod
+    def _check_guided_text(cls, value: Any) -> Any:
+        return _pattern(value, "string")
+
+    @field_validator("guided_choice", mode="before")
+    @classmethod
+    def _check_guided_choice(cls, value: Any) -> Any:
+        return check_choice(value)
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -251,6 +287,7 @@ class ChatCompletionRequest(StrictModel):
                     raise bad(f"Parameter {field} is not supported when tools are used (tool_choice is not 'none').")
         if self.thinking_budget is not None and self.enable_thinking and (multi or beam):
             raise bad("chat_template_kwargs.thinking_budget cannot be combined with n or best_of > 1 or beam search.")
+        check_structured(self)
         check_media_limits(self.messages)
         return self
 

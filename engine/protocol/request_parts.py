@@ -6,9 +6,17 @@ engine/protocol/request.py builds `ChatCompletionRequest` from these and re-expo
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler, StringConstraints, model_validator
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
@@ -121,3 +129,141 @@ def check_media_limits(messages: list[Message]) -> None:
         total += size
     if total > MAX_MEDIA_TOTAL:
         raise RequestValidationError(f"All media of a request must be at most 1000 MiB decoded, got {total}.")
+
+
+# ---- extensions: logit_bias (OpenAI's) and structured outputs (vLLM's) ------------------------------------------
+LOGIT_BIAS_RANGE = 100.0
+MAX_PATTERN_CHARS = 1 << 16  # a regex, a grammar, a JSON schema given as text
+
+
+def check_logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's logit_bias: an object from token ids (JSON keys, so strings of integers) to a bias in [-100, 100].
+    The ids are checked against the model's vocabulary later, by the server (params.check_logit_bias)."""
+    if not isinstance(value, dict):
+        raise fail(f"must be an object mapping token ids to biases, got {show(value)}.")
+    out: dict[int, float] = {}
+    for key, bias in value.items():
+        # JSON keys are strings; a Python caller (the notebooks' backend) may pass int keys: the same ids.
+        text = key.strip() if isinstance(key, str) else str(key) if type(key) is int else ""
+        if not (text.isascii() and text.isdigit()) or len(text) > 12:
+            raise fail(f"keys must be token ids (non-negative integers), got {show(key)}.")
+        if isinstance(bias, bool) or not isinstance(bias, int | float):
+            raise fail(f"must be a number, got {show(bias)}.", sub=text)
+        if not -LOGIT_BIAS_RANGE <= bias <= LOGIT_BIAS_RANGE:  # NaN fails too
+            raise fail(f"must be in [-100, 100], got {show(bias)}.", sub=text)
+        out[int(text)] = float(bias)
+    return out
+
+
+def _pattern(value: Any, what: str) -> Any:
+    if isinstance(value, str):
+        if not value.strip():
+            raise fail(f"must be a non-empty {what}.")
+        if len(value) > MAX_PATTERN_CHARS:
+            raise fail(f"must be at most {MAX_PATTERN_CHARS} characters long, got {len(value)}.")
+    return value
+
+
+def check_choice(value: Any) -> Any:
+    if isinstance(value, list):
+        if not value:
+            raise fail("must be a non-empty array of strings.")
+        if len(value) > 1024:
+            raise fail(f"must have at most 1024 items, got {len(value)}.")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise fail(f"must be a string, got {show(item)}.", sub=f"[{i}]")
+        if sum(map(len, value)) > MAX_PATTERN_CHARS:
+            raise fail(f"must have at most {MAX_PATTERN_CHARS} characters in total.")
+    return value
+
+
+def check_json_schema(value: Any) -> Any:
+    """A JSON schema as an object, or as JSON text that decodes to one (vLLM takes both)."""
+    if isinstance(value, str):
+        _pattern(value, "JSON schema")
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise fail(f"must be a JSON schema object or its JSON text: {exc}.") from None
+    if not isinstance(value, dict):
+        raise fail(f"must be a JSON schema object, got {show(value)}.")
+    return value
+
+
+class StructuredOutputs(StrictModel):
+    """vLLM's `structured_outputs`: exactly one of json, regex, choice, grammar (Lark, or GBNF converted by
+    llguidance), json_object. vLLM's tuning fields (disable_fallback, whitespace_pattern, ...) are ignored."""
+
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    @field_validator("json_", mode="before")
+    @classmethod
+    def _check_json(cls, value: Any) -> Any:
+        return check_json_schema(value)
+
+    @field_validator("regex", "grammar", mode="before")
+    @classmethod
+    def _check_text(cls, value: Any) -> Any:
+        return _pattern(value, "string")
+
+    @field_validator("choice", mode="before")
+    @classmethod
+    def _check_choice(cls, value: Any) -> Any:
+        return check_choice(value)
+
+    @model_validator(mode="after")
+    def _one_given(self) -> StructuredOutputs:
+        if not self.kinds():
+            raise fail("must give one of json, regex, choice, grammar or json_object.")
+        return self
+
+    def kinds(self) -> list[tuple[str, str, Any]]:
+        """(field path, kind, value) of each kind given: json, regex, choice, grammar or json_object."""
+        given = [
+            ("json", self.json_),
+            ("regex", self.regex),
+            ("choice", self.choice),
+            ("grammar", self.grammar),
+            ("json_object", {"type": "object"} if self.json_object else None),
+        ]
+        return [(f"structured_outputs.{k}", "json" if k == "json_object" else k, v) for k, v in given if v is not None]
+
+
+def structured_kinds(req: Any) -> list[tuple[str, str, Any]]:
+    """Every structured-output kind a request asks for, as (field path, kind, value); kind is json, regex, choice
+    or grammar, plus json_object / json_schema for response_format. Reads the fields by name, so any request model
+    with them (chat, completions) shares the rule."""
+    out: list[tuple[str, str, Any]] = []
+    so = getattr(req, "structured_outputs", None)
+    if so is not None:
+        out += so.kinds()
+    for name, kind in (
+        ("guided_json", "json"),
+        ("guided_regex", "regex"),
+        ("guided_choice", "choice"),
+        ("guided_grammar", "grammar"),
+    ):
+        value = getattr(req, name, None)
+        if value is not None:
+            out.append((name, kind, value))
+    rf = getattr(req, "response_format", None)
+    if rf is not None and rf.type != "text":
+        out.append(("response_format", rf.type, rf.json_schema.schema_ if rf.json_schema is not None else None))
+    return out
+
+
+def check_structured(req: Any) -> None:
+    """One kind of structured output per request, and none under beam search."""
+    kinds = structured_kinds(req)
+    if len(kinds) > 1:
+        names = " and ".join(path for path, _, _ in kinds[:2])
+        raise RequestValidationError(f"Parameters {names} cannot be combined: give one kind of structured output.")
+    if kinds and getattr(req, "use_beam_search", False):
+        path, kind, _ = kinds[0]
+        what = f"response_format.type {kind!r}" if path == "response_format" else path
+        raise RequestValidationError(f"Parameter {what} cannot be combined with use_beam_search.")

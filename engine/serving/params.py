@@ -13,8 +13,26 @@ from engine.protocol.request import ChatCompletionRequest
 BEAM_MAX_TOKENS = 128
 
 
+def logit_bias(req: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """A request's logit_bias as the engine takes it, its ids checked against the model's vocabulary (the width of
+    its logits; 0 = unknown, unchecked). Reads the field by name: chat and completions requests share it."""
+    bias: dict[int, float] = getattr(req, "logit_bias", None) or {}
+    if vocab_size:
+        for token in bias:
+            if token >= vocab_size:
+                raise RequestValidationError(
+                    f"Parameter logit_bias has token id {token} outside the model's vocabulary [0, {vocab_size - 1}]."
+                )
+    return tuple(sorted((t, b) for t, b in bias.items() if b))  # a 0 bias changes nothing: dropped
+
+
 def sampling_params(
-    req: ChatCompletionRequest, settings: Settings, prompt_tokens: int, context_length: int, gen_config: dict[str, Any]
+    req: ChatCompletionRequest,
+    settings: Settings,
+    prompt_tokens: int,
+    context_length: int,
+    gen_config: dict[str, Any],
+    vocab_size: int = 0,
 ) -> SamplingParams:
     defaults = gen_config if settings.use_model_generation_config else {}
 
@@ -65,4 +83,5 @@ def sampling_params(
         return_progress=req.return_progress,
         prompt_logprobs=req.prompt_logprobs,
         speculative=None if req.speculative is None else (settings.speculative_ngram or DEFAULT_K) * req.speculative,
+        logit_bias=logit_bias(req, vocab_size),
     )

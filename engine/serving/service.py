@@ -182,7 +182,8 @@ class ChatService:
             ids, mm, report = await asyncio.to_thread(
                 self.media.model_inputs, ids, media, self.processors, self.model.context_length
             )
-        params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        info, vocab = self.model, self.model.vocab_size or len(self.tokenizer)
+        params = sampling_params(req, self.settings, len(ids), info.context_length, info.generation_config, vocab)
         if plan.split:
             params = dataclasses.replace(
                 params, think_ids=plan.think_ids, thinking_budget=plan.budget, think_stop_ids=plan.budget_stop_ids

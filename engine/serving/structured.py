@@ -1,4 +1,4 @@
-"""A request's response_format and forcing tool_choice -> the token constraint the engine decodes under.
+"""A request's structured output (response_format, structured_outputs, guided_*) and forcing tool_choice -> the token constraint the engine decodes under.
 
 Spec §2.2 `response_format`: json_object / json_schema MUST be enforced by constrained decoding or refused, never
 ignored. Spec §8.3: tool_choice `required` or a named function SHOULD be constrained to well-formed calls, and is
@@ -13,6 +13,7 @@ from typing import Any
 
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import ChatCompletionRequest
+from engine.protocol.request_parts import check_structured, structured_kinds
 from engine.protocol.tools import NamedToolChoice
 
 
@@ -36,25 +37,30 @@ class ConstraintBuilder:
             return self._factory
 
     def for_request(self, req: ChatCompletionRequest) -> Any:
-        """The constraint for a request (None = decode freely); RequestValidationError when it cannot be met."""
-        rf = req.response_format
-        if rf is not None and rf.type != "text":
-            if req.use_beam_search:
-                raise RequestValidationError(f"Parameter response_format.type {rf.type!r} cannot be combined "
-                                             "with use_beam_search.")  # fmt: skip
+        """The constraint for a request (None = decode freely); RequestValidationError when it cannot be met.
+        Structured outputs come from response_format, vLLM's structured_outputs or its guided_* fields (one kind
+        per request, checked by the request model); reads them by name, so a completions request shares this."""
+        kinds = structured_kinds(req)
+        if kinds:
+            path, kind, value = kinds[0]
+            check_structured(req)  # one kind, no beam search: the request model checks it too
             factory = self._get()
             if factory is None:
+                what = f"response_format.type {kind!r}" if path == "response_format" else path
                 raise RequestValidationError(
-                    f"Parameter response_format.type {rf.type!r} is not supported for this model (no constrained "
-                    "decoding); only 'text' is."
+                    f"Parameter {what} is not supported for this model (no constrained decoding)"
+                    + ("; only 'text' is." if path == "response_format" else ".")
                 )
-            if rf.type == "json_object":
+            if kind == "json_object":
                 return factory.json_object()
+            if path == "response_format":
+                path = "response_format.json_schema.schema"
             try:
-                assert rf.json_schema is not None  # the request model requires it with type json_schema
-                return factory.json_schema(rf.json_schema.schema_)
+                if kind in ("json", "json_schema"):
+                    return factory.json_schema(value)
+                return getattr(factory, kind)(value)  # regex, choice, grammar
             except ValueError as exc:
-                raise RequestValidationError(f"Parameter response_format.json_schema.schema: {exc}") from None
+                raise RequestValidationError(f"Parameter {path}: {exc}") from None
         forcing = req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice)
         if req.tools_active and forcing:
             factory = self._get()
