@@ -280,3 +280,23 @@ def test_openai_sdk_batch_of_prompts(oai: Any) -> None:
     r = oai.completions.create(model=MODEL, prompt=["a", "b", "c"], max_tokens=1)
     assert [c.index for c in r.choices] == [0, 1, 2]
     json.dumps(r.model_dump())
+
+
+# ---- what the chat route's sampling fields bring to completions (the `structured` branch, merged) ----
+
+
+def test_logit_bias_and_its_rules_apply_to_completions(http: httpx.Client, live: Any) -> None:
+    forced = live.service.tokenizer.encode(" banana", add_special_tokens=False)[0]
+    body = ok(complete(http, max_tokens=3, temperature=0, logit_bias={str(forced): 100}))
+    assert body["choices"][0]["text"] == live.service.tokenizer.decode([forced] * 3)
+    assert_422(complete(http, max_tokens=1, logit_bias={"7": 101}), "logit_bias")
+    assert_422(complete(http, max_tokens=1, logit_bias={"99999999": 1}), "vocabulary")
+
+
+def test_structured_outputs_constrain_a_completion(http: httpx.Client) -> None:
+    body = ok(complete(http, max_tokens=4, temperature=0, structured_outputs={"choice": ["Paris", "Lyon"]}))
+    assert body["choices"][0]["text"] in ("Paris", "Lyon")
+    body = ok(complete(http, max_tokens=8, temperature=0, guided_regex="[0-9]{3}"))
+    assert body["choices"][0]["text"].isdigit() and len(body["choices"][0]["text"]) == 3
+    assert_422(complete(http, max_tokens=1, guided_regex="(ab"), "regex")
+    assert_422(complete(http, max_tokens=1, guided_regex="a", guided_choice=["a"]), "guided")

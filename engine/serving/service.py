@@ -193,7 +193,8 @@ class ChatService:
     def _raw_prompt(self, req: ChatCompletionRequest) -> _Prepared:
         ids = list(req._prompt_ids or [])
         prompts.check_length(len(ids), self.settings, self.model.context_length)
-        params = sampling_params(req, self.settings, len(ids), self.model.context_length, self.model.generation_config)
+        info, vocab = self.model, self.model.vocab_size or len(self.tokenizer)
+        params = sampling_params(req, self.settings, len(ids), info.context_length, info.generation_config, vocab)
         return _Prepared(req, PreparedMedia(req), ReasoningPlan(thinking=None, split=False), ids, params)
 
     async def count_prompt_tokens(self, req: ChatCompletionRequest, route: Route = "v1") -> tuple[str, int]:
