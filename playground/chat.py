@@ -18,7 +18,7 @@ import gradio as gr
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
-from playground import attachments, controls
+from playground import attachments, controls, textmode
 from playground import branch as branches
 from playground.backend import ChatBackend, LocalBackend, ModelBackend
 from playground.chat_outputs import ChatOutputs, Update
@@ -164,7 +164,10 @@ class ChatHandlers:
         started = False
         with session.running() as run:
             try:
-                gen = await chosen.start(parse_chat_request(body), who)
+                if textmode.is_text(body):  # the /v1/completions route's own path (playground/textmode.py)
+                    gen, _ = await chosen.start_completion(body["prompt"], who, **textmode.params_of(body))
+                else:
+                    gen = await chosen.start(parse_chat_request(body), who)
                 started = True
                 run.gens.append(gen)
                 if run.stopped:
@@ -211,6 +214,10 @@ class ChatHandlers:
             yield {self.out.check: say(QUEUED, session.lang)}
             while session.streams:  # until the reply's last update went out (else it could land after ours)
                 await asyncio.sleep(0.05)
+        if knobs.pop("mode", None) == textmode.TEXT:
+            async for out in self.send_text(message, pending, conv, session, request, knobs):
+                yield out
+            return
         user = Turn("user", message or "", parts=[a["part"] for a in pending],
                     attachments=[a["summary"] for a in pending],
                     previews=[attachments.kept_preview(a) for a in pending])  # fmt: skip
@@ -222,6 +229,35 @@ class ChatHandlers:
         conv.adopt(user)
         async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
                                      restore=(message or "", pending)):  # fmt: skip
+            yield out
+
+    def build_text(self, prompt: str, knobs: dict[str, Any],
+                   session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+        """Text mode's (the exact /v1/completions body, None) or (None, why it would be rejected)."""
+        service, chosen = self.service(session), self.backend(session)
+        lang = session.lang if session is not None else "en"
+        if service is None and chosen.kind == "embedded":
+            return None, say(LOADING, lang) if not isinstance(chosen, ModelBackend) else self.not_loaded(chosen, lang)
+        try:
+            fields = controls.request_fields(knobs, lang)
+        except RequestValidationError as exc:
+            return None, exc.message
+        body = textmode.completion_body(chosen.model, prompt, fields)
+        problem = textmode.check(body)
+        return (None, problem) if problem else (body, None)
+
+    async def send_text(self, message: str, pending: list[dict[str, Any]], conv: Conversation, session: Session,
+                        request: gr.Request, knobs: dict[str, Any]) -> AsyncIterator[Any]:  # fmt: skip
+        """Text mode's Send: the box's text as a raw prompt (no template, no history), its continuation streamed
+        into the conversation as a chat reply is; attachments wait for chat mode."""
+        body, problem = self.build_text(message or "", knobs, session)
+        if body is None or pending:
+            problem = problem or say(NO_MEDIA_IN_TEXT, session.lang)
+            yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
+            return
+        conv.adopt(Turn("user", message))
+        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
+                                     restore=(message, pending)):  # fmt: skip
             yield out
 
     async def regenerate(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
@@ -374,6 +410,8 @@ class ChatHandlers:
 QUEUED = ("⏳ **Queued:** your message is sent when the reply in progress ends (Stop ends it now).",
           "⏳ **已排队：** 当前回复结束后发送您的消息（点“停止”可立即结束）。")  # fmt: skip
 BUSY = ("wait for the reply in progress to end (or Stop it), then branch.", "请等当前回复结束（或点“停止”）后再分支。")
+NO_MEDIA_IN_TEXT = ("text mode sends text only: remove the attachments or switch to Chat.",
+                    "文本模式只发送文本：请移除附件或切换到对话模式。")  # fmt: skip
 NOTHING_TO_REGENERATE = ("there is no reply to regenerate yet.", "还没有可以重新生成的回复。")
 NOT_SENT = ("⚠️ **Not sent:** {problem}", "⚠️ **未发送：** {problem}")
 WOULD_REFUSE = ("⚠️ **Send would be refused:** {problem}", "⚠️ **发送将被拒绝：** {problem}")

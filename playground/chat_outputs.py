@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments, heatmap, snippets, stats, timeline, xray
+from playground import attachments, heatmap, snippets, stats, textmode, timeline, xray
 from playground.conversation import Conversation, Turn, display
 from playground.i18n import TEXTS, say
 from playground.reply import ReplyView
@@ -66,8 +66,14 @@ class ChatOutputs:
                self.xray: xray.reply_html(reply, lang, live=not final)}  # fmt: skip
         if final:
             at = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
-            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang, turn=at if turn.request else None,
-                                                           accepted=reply.first.accepted),
+            text = textmode.is_text(turn.request)
+            branchable = at if turn.request and not text else None  # playground/branch.py continues a chat
+            heat = heatmap.tokens_html(reply.first.logprobs, lang, turn=branchable, accepted=reply.first.accepted)
+            if text and reply.prompt_logprobs:  # the prompt's own heatmap first, then the continuation's
+                k = int((turn.request or {}).get("prompt_logprobs") or textmode.PROMPT_LOGPROBS)
+                heat = (textmode.prompt_heatmap_html(reply.prompt_logprobs, lang, k) + textmode.reply_title(lang)
+                        + heat)  # fmt: skip
+            out |= {self.heat: heat,
                     self.cands: heatmap.candidates_html(reply, lang), self.raw: "\n".join(reply.raw),
                     **self.request_views(turn.request or {}, base_url)}  # fmt: skip
         return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from playground import heatmap, stats
+from playground import heatmap, stats, textmode
 from playground.attachments import chat_preview, media_line
 from playground.i18n import say
 from playground.progress import progress_html
@@ -270,7 +270,11 @@ def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[
     if c.reasoning:
         out.append(_thinking_message(c, lang))
     text = _answer_text(reply, c, lang)
-    if text or not (c.reasoning or c.tool_calls):
+    if textmode.is_text(turn.request):  # the prompt with its continuation highlighted, as raw text
+        extra = _answer_text(ReplyView(stopped=reply.stopped, error=reply.error), ChoiceView(0), lang)
+        prompt = str((turn.request or {}).get("prompt") or "")
+        out.append({"role": "assistant", "content": textmode.continuation_html(prompt, c.content, extra)})
+    elif text or not (c.reasoning or c.tool_calls):
         out.append({"role": "assistant", "content": text or progress_html(reply, lang) or "…"})
     tools = (turn.request or {}).get("tools")
     out += [_call_message(call, tools, reply.done, lang) for call in c.tool_calls]
@@ -278,7 +282,8 @@ def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[
         s = reply.stats()
         meta = {"title": "▥ " + stats.summary(s, lang), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s, lang), "metadata": meta})
-    out += heatmap.chat_messages(c, lang, done=reply.done, turn=at if turn.request else None)
+    branchable = turn.request and not textmode.is_text(turn.request)  # playground/branch.py continues a chat
+    out += heatmap.chat_messages(c, lang, done=reply.done, turn=at if branchable else None)
     return out
 
 

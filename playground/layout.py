@@ -9,7 +9,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attach_panel, tools_panel
+from playground import attach_panel, textmode, tools_panel
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import capabilities
 from playground.header_models import SAME
@@ -77,6 +77,7 @@ class ChatColumn:
     caps_note: gr.HTML
     system: gr.Textbox
     context: gr.HTML
+    mode: gr.Radio | None = None  # Chat | Text: what Send sends (playground/textmode.py)
 
 
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
@@ -92,7 +93,10 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     pending_view = gr.HTML("", elem_id="pg-attach-list")
     check = gr.Markdown("", elem_id="pg-check")
     tools = tool_row()
-    with gr.Row():
+    with gr.Row(equal_height=True):
+        # Chat | Text (playground/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
+        mode = gr.Radio(choices(textmode.MODE_KEYS), value=textmode.CHAT, label=t("mode"), show_label=False,
+                        container=False, scale=0, min_width=150, elem_id="pg-mode")  # fmt: skip
         regen = gr.Button(t("regenerate"), size="sm")
         clear = gr.Button(t("clear"), size="sm")
         download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
@@ -100,7 +104,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     pending, caps_note = attach_panel.build(attach, pending_view, session)
     system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"), elem_id="pg-system")
     return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
-                      caps_note, system, context)  # fmt: skip
+                      caps_note, system, context, mode)  # fmt: skip
 
 
 @dataclass(eq=False)

@@ -187,12 +187,15 @@ class ReplyView:
     id: str = ""
     progress: list[PromptProgressInfo] = field(default_factory=list)  # the prompt's prefill, chunk by chunk
     branched: dict[str, Any] | None = None  # a branch from a token (playground/branch.py): {at, was, now}
+    prompt_logprobs: list[Any] | None = None  # vLLM's, when asked for (text mode): the first chunk's
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.id = self.id or chunk.id
         self.raw.append(chunk.model_dump_json(exclude_none=True))
         self.transcription = self.transcription or chunk.transcription
         self.media = self.media or chunk.media
+        if self.prompt_logprobs is None and chunk.prompt_logprobs is not None:
+            self.prompt_logprobs = chunk.prompt_logprobs
         if chunk.prompt_progress is not None:
             self.progress.append(chunk.prompt_progress)
             return

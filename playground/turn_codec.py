@@ -18,7 +18,8 @@ from playground.reply import ChoiceView, ReplyView
 # ChoiceView's plain fields, kept as they are (lists of numbers, strings, flags).
 CHOICE_FIELDS = ("content", "reasoning", "token_ids", "times_ms", "batch_sizes", "queue_waits_us", "prepare_ms",
                  "finish_reason", "answer_at", "reasoning_part", "engine_timeline", "xray_id")  # fmt: skip
-REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id", "branched")
+REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id", "branched",
+                "prompt_logprobs")  # fmt: skip
 
 
 def _usage(u: Usage | None) -> dict[str, Any] | None:

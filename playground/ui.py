@@ -14,7 +14,18 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, controls, examples, grid_panel, layout, persist, prompt_view, server_panel, xray
+from playground import (
+    backend_panel,
+    controls,
+    examples,
+    grid_panel,
+    layout,
+    persist,
+    prompt_view,
+    server_panel,
+    textmode,
+    xray,
+)
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
@@ -71,7 +82,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
 
         h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req, xray_view))
         common = [conv, chat.system, tools.code, tools.choice, session]
-        changes = wire_chat(h, chat, common, sampling.knobs)
+        changes = wire_chat(h, chat, common, {**sampling.knobs, "mode": chat.mode})  # /chat's last: its mode
         cmp = CompareHandlers(h)
         run = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
@@ -200,7 +211,7 @@ def wire_load(
     with no saved conversation starts on the model's own defaults (`controls.model_defaults`), and so does a model
     picked in the header; a saved conversation brings its own settings back (persist.py)."""
     starting = ["max_tokens", *controls.PRESET_FIELDS]
-    model_outputs = [chat.chatbot, chat.system, sampling.preset, *(sampling.knobs[k] for k in starting)]
+    model_outputs = [chat.chatbot, chat.system, sampling.preset, *(sampling.knobs[k] for k in starting), chat.mode]
 
     def model_start(session: Session, defaults: bool) -> tuple:
         """The empty chat's examples, the template's system prompt and (`defaults`) the model's starting settings."""
@@ -215,11 +226,13 @@ def wire_load(
         own = service.default_system_prompt() if not session.remote else ""
         system = gr.update(placeholder=say(TEMPLATE_SYSTEM, lang, prompt=own) if own else NO_SYSTEM[lang == "zh"])
         cap = service.settings.max_new_tokens
+        mode = textmode.default_mode(service) if not session.remote else textmode.CHAT  # a base model: Text
         if not defaults:
-            return (empty_chat, system, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS))
+            return (empty_chat, system, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS),
+                    mode)  # fmt: skip
         preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
         budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
-        return (empty_chat, system, preset, budget, *(values[k] for k in controls.PRESET_FIELDS))
+        return (empty_chat, system, preset, budget, *(values[k] for k in controls.PRESET_FIELDS), mode)
 
     def on_load(session: Session, saved: Any, request: gr.Request) -> tuple:
         session.lang = lang_of(request)
