@@ -89,14 +89,15 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
                          max_lines=8, elem_id="pg-input")  # fmt: skip
         send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
         stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
+    # Chat | Text (playground/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
+    with gr.Row(elem_id="pg-mode-row"):
+        mode = gr.Radio(choices(textmode.MODE_KEYS), value=textmode.CHAT, label=t("mode"), show_label=False,
+                        container=False, scale=0, min_width=170, elem_id="pg-mode")  # fmt: skip
     context = gr.HTML("", elem_id="pg-context")  # playground/context_meter.py
     pending_view = gr.HTML("", elem_id="pg-attach-list")
     check = gr.Markdown("", elem_id="pg-check")
     tools = tool_row()
-    with gr.Row(equal_height=True):
-        # Chat | Text (playground/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
-        mode = gr.Radio(choices(textmode.MODE_KEYS), value=textmode.CHAT, label=t("mode"), show_label=False,
-                        container=False, scale=0, min_width=150, elem_id="pg-mode")  # fmt: skip
+    with gr.Row():
         regen = gr.Button(t("regenerate"), size="sm")
         clear = gr.Button(t("clear"), size="sm")
         download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
