@@ -103,6 +103,8 @@ class ChatHandlers:
     def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session,
                 **knobs: Any) -> str:  # fmt: skip
         """The check line under the input, refreshed whenever a control changes."""
+        if knobs.pop("mode", None) == textmode.TEXT:
+            return check_text(self.build_text("…", knobs, session)[1], sent=False, lang=session.lang)
         _, problem = self.build(conv.messages() + [{"role": "user", "content": "…"}], system, tools_text,
                                 tool_choice, knobs, session)  # fmt: skip
         return check_text(problem, sent=False, lang=session.lang)
@@ -115,8 +117,11 @@ class ChatHandlers:
         unchanged = {c: gr.skip() for c in (self.out.req_json, self.out.curl, self.out.python)}
         if not (message or "").strip():
             return unchanged
-        body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
-                             tool_choice, knobs, session)  # fmt: skip
+        if knobs.pop("mode", None) == textmode.TEXT:
+            body, _ = self.build_text(message, knobs, session)
+        else:
+            body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
+                                 tool_choice, knobs, session)  # fmt: skip
         if body is None:  # the check line says why
             return unchanged
         return self.out.request_views(body, self.backend(session).url or base_url_of(request))
@@ -310,8 +315,13 @@ class ChatHandlers:
         if not conv.turns:
             yield {self.out.chatbot: []}
             return
-        messages = conv.messages(upto=at) + ([{"role": "user", "content": new.content_value()}] if new else [])
-        body, problem = self.build(messages, system, tools_text, tool_choice, knobs, session)
+        reply_at = conv.reply_at_or_after(at) if at is not None else None
+        was = conv.turns[reply_at].request if reply_at is not None else None
+        if textmode.is_text(was) and was is not None:  # a text completion's new version is one too: its prompt
+            body, problem = self.build_text(new.content if new is not None else str(was["prompt"]), knobs, session)
+        else:
+            messages = conv.messages(upto=at) + ([{"role": "user", "content": new.content_value()}] if new else [])
+            body, problem = self.build(messages, system, tools_text, tool_choice, knobs, session)
         if body is None:  # nothing changes: the old version stays as it was
             yield {self.out.chatbot: display(conv)[0], self.out.check: check_text(problem, lang=session.lang)}
             return

@@ -13,7 +13,7 @@ import gradio as gr
 
 from engine.protocol.errors import ApiError
 from engine.protocol.request import parse_chat_request
-from playground import controls, stats, timeline
+from playground import controls, stats, textmode, timeline
 from playground.backend import Running
 from playground.chat import LOADING, ChatHandlers, check_text
 from playground.conversation import Conversation, Turn
@@ -45,7 +45,7 @@ async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[
 
     async def pump(body: dict[str, Any], view: ReplyView) -> None:
         try:
-            gen = await start(parse_chat_request(body))
+            gen = await start(body if textmode.is_text(body) else parse_chat_request(body))  # text: as it is
             run.gens.append(gen)
             if run.stopped:
                 gen.abort()
@@ -110,14 +110,23 @@ class CompareHandlers:
             yield say(("⚠️ The request is not valid JSON: {where}.", "⚠️ 请求不是有效的 JSON：{where}。"), lang,
                       where=json_error(exc, lang))  # fmt: skip
             return
-        problem = say(LOADING, lang) if service is None and chosen.kind == "embedded" else controls.check(body)
+        text = textmode.is_text(body)  # a text-mode request (/v1/completions' body): replayed down that route
+        check = textmode.check if text else controls.check
+        problem = say(LOADING, lang) if service is None and chosen.kind == "embedded" else check(body)
         if problem:
             yield check_text(problem, lang=lang)
             return
         original = conv.selected_reply()
         who = caller(request, "replay", self.chat.policy)
+
+        async def start(req: Any) -> Running:
+            if not text:
+                return await chosen.start(req, who)
+            gen, _ = await chosen.start_completion(body["prompt"], who, **textmode.params_of(body))
+            return gen
+
         with session.running() as run:
-            async for (view,) in run_together(lambda req: chosen.start(req, who), [body], run, chosen.kind):
+            async for (view,) in run_together(start, [body], run, chosen.kind):
                 yield replay_report(view, body, original, lang)
 
 

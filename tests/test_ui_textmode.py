@@ -13,10 +13,10 @@ import pytest
 
 from playground import textmode
 from tests.conftest import MODEL
-from tests.test_ui import BOX, CHATBOT, CHECK, REQUEST, STATS, UNCHANGED, client, text
+from tests.test_ui import BOX, CHATBOT, CHECK, CURL, REQUEST, STATS, UNCHANGED, client, text
 
 PROMPT = "The capital of France is"
-HEAT = 5  # /chat's outputs: the Tokens panel
+HEAT, PYTHON = 5, 9  # /chat's outputs: the Tokens panel, the Python snippet
 
 
 @pytest.fixture
@@ -57,6 +57,20 @@ def test_text_mode_sends_the_raw_prompt_through_the_completions_path(ui: Any, ht
     # and the continuation's heatmap after it, one token per generated token
     after = out[HEAT].split("pg-reply-title", 1)[1]
     assert after.count('class="pg-tok ') == usage["completion_tokens"]
+
+
+def test_a_text_reply_regenerates_replays_and_copies_as_a_completion(ui: Any) -> None:
+    """Regenerate, Replay and the curl / Python snippets keep a text reply on the completions route."""
+    first = ui.predict(message=PROMPT, system="", temperature=0.0, max_tokens=4, mode="text", api_name="/chat")
+    assert "/v1/completions" in first[CURL] and "client.completions.create(" in first[PYTHON]
+    assert "prompt=" in first[PYTHON] and "chunk.choices[0].text" in first[PYTHON]
+    again = ui.predict(system="", temperature=0.0, max_tokens=4, api_name="/regenerate")  # the radio says Chat
+    assert json.loads(again[REQUEST])["prompt"] == PROMPT and "messages" not in json.loads(again[REQUEST])
+    assert again[CHECK] == ""
+    replies = [text(m) for m in again[CHATBOT] if "pg-textmode" in text(m)]
+    assert len(replies) == 1 and "2/2" in replies[0]  # the new version is shown, the first kept
+    report = ui.predict(body_text=again[REQUEST], api_name="/replay")
+    assert "identical to the original request" in report and "identical to the original reply" in report, report
 
 
 def test_chat_mode_stays_the_default(ui: Any) -> None:
