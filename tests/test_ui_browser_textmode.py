@@ -14,6 +14,14 @@ pytestmark = NEEDS_CHROMIUM
 PROMPT = "The capital of France is"
 
 
+def few_tokens(page: Any, max_tokens: int) -> None:
+    """Greedy and short (browser_helpers.precise, also where the tab row overflows into its menu)."""
+    open_tab(page, "Sampling")
+    page.locator("#pg-preset label", has_text="Precise").click()
+    set_number(page, "max_tokens", max_tokens)
+    open_tab(page, "Stats")
+
+
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
 def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(browser: Any, live: Any, width: int,
                                                                    height: int) -> None:  # fmt: skip
@@ -21,10 +29,7 @@ def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(browser: Any, 
     # SmolLM2 has a chat template of its own: the page starts on Chat
     assert page.locator("#pg-mode input[value=chat]").is_checked()
     page.locator("#pg-mode label", has_text="Text").click()
-    open_tab(page, "Sampling")  # greedy, 8 tokens (browser_helpers.precise, also where the tab row overflows)
-    page.locator("#pg-preset label", has_text="Precise").click()
-    set_number(page, "max_tokens", 8)
-    open_tab(page, "Stats")
+    few_tokens(page, 8)
     send(page, PROMPT)
     page.wait_for_function(FINISHED_JS)
     reply = page.locator("#pg-chat .pg-textmode").last
@@ -41,4 +46,23 @@ def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(browser: Any, 
     assert page.evaluate("() => document.documentElement.scrollWidth") <= width
     page.locator("#pg-heat").scroll_into_view_if_needed()
     shot(page, f"textmode-{width}x{height}", full_page=width > 400)
+    page.close()
+
+
+def test_a_base_model_starts_in_text_mode_and_switches_to_chat(browser: Any, gemma_live: Any) -> None:
+    """Gemma 3 270M has no chat template of its own (served on engine/serving/plain_template.jinja): the page
+    starts on Text, its continuation reads on from the prompt, and Chat is one click away."""
+    page = open_page(browser, gemma_live.url)
+    page.wait_for_function("() => document.querySelector('#pg-mode input[value=text]')?.checked")
+    few_tokens(page, 12)
+    send(page, PROMPT)
+    page.wait_for_function(FINISHED_JS)
+    reply = page.locator("#pg-chat .pg-textmode").last
+    assert reply.locator(".pg-text-prompt").inner_text() == PROMPT
+    assert reply.locator("mark.pg-text-cont").inner_text().strip()
+    # Gemma's tokenizer puts <bos> first: it is the token without a probability
+    assert page.locator("#pg-heat .pg-prompt-heat .pg-tok").count() == int(stat(page, "prompt tokens")) - 1
+    shot(page, "textmode-gemma-1440x900")
+    page.locator("#pg-mode label", has_text="Chat").click()
+    assert page.locator("#pg-mode input[value=chat]").is_checked()
     page.close()
