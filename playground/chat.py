@@ -103,8 +103,6 @@ class ChatHandlers:
     def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session,
                 **knobs: Any) -> str:  # fmt: skip
         """The check line under the input, refreshed whenever a control changes."""
-        if knobs.pop("mode", None) == textmode.TEXT:
-            return check_text(self.build_text("…", knobs, session)[1], sent=False, lang=session.lang)
         _, problem = self.build(conv.messages() + [{"role": "user", "content": "…"}], system, tools_text,
                                 tool_choice, knobs, session)  # fmt: skip
         return check_text(problem, sent=False, lang=session.lang)
@@ -117,11 +115,8 @@ class ChatHandlers:
         unchanged = {c: gr.skip() for c in (self.out.req_json, self.out.curl, self.out.python)}
         if not (message or "").strip():
             return unchanged
-        if knobs.pop("mode", None) == textmode.TEXT:
-            body, _ = self.build_text(message, knobs, session)
-        else:
-            body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
-                                 tool_choice, knobs, session)  # fmt: skip
+        body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
+                             tool_choice, knobs, session)  # fmt: skip
         if body is None:  # the check line says why
             return unchanged
         return self.out.request_views(body, self.backend(session).url or base_url_of(request))

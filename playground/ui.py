@@ -110,15 +110,14 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         restored = persist.Restored(h.out, chat.system, tools.code, tools.choice, sampling.knobs)
         persist.wire(demo, restored, saved_state, chat.download, chat.upload, changes, common[:4])
 
-        moded = {**sampling.knobs, "mode": chat.mode}  # what Send sends depends on Chat | Text too
-        watched = [chat.system, tools.code, tools.choice, *moded.values()]
-        gr.on([c.change for c in watched], h.preview, common, chat.check, inputs_kwargs=moded,
+        watched = [chat.system, tools.code, tools.choice, *sampling.knobs.values()]
+        gr.on([c.change for c in watched], h.preview, common, chat.check, inputs_kwargs=sampling.knobs,
               api_name=False, show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         # The user's typing only (`input`, not the box being cleared or refilled): the request Send would send.
         # Not on every control's change: a restored conversation sets ~30 controls at once.
         # ... and when the tab is opened after typing (a tab not shown missed the updates sent while it was hidden).
         gr.on([chat.box.input, request_item.select], h.preview_request, [chat.box, *common],
-              [req.req_json, req.curl, req.python], inputs_kwargs=moded, api_name=False,
+              [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
               show_progress="hidden", trigger_mode="always_last")  # fmt: skip
         wire_load(demo, h, header, chat, tools, sampling, session, saved_state, picked)
     return demo
