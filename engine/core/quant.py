@@ -1,0 +1,285 @@
+"""Weights kept quantized: `--quantization int8 | int4`, and a GGUF's own 4/8-bit blocks (`auto`).
+
+One layout serves every source (`QuantWeight`): each row's weights in blocks of 32, w = q * scale + min with a
+float32 scale and min per group of `group` weights (a multiple of 32). 4 bits: a block's 16 bytes hold weight j in
+byte j's low nibble and weight j + 16 in its high one, the order of GGUF's Q4_0 / Q4_1, so their blocks copy in as
+they are; Q4_K's 6-bit sub-block scales and mins become per-32 float scales and mins (d * sc, -dmin * m), exact;
+Q8_0 is 8 bits with a scale per 32 and no min. `quantize` makes the same layout from a float matrix (asymmetric
+4-bit groups, or symmetric per-channel int8: one group a row).
+
+`QuantProjection` runs x @ w.T on it with one of two kernels, picked per row count at load (`calibrate`):
+  - `tile`: cpu_kernels.cpp's `linear_q`, which decodes each tile of rows into float32 in L1 once per block of up
+    to 64 input rows and multiplies it as the bf16 tiles are, float32 activations (one pass over the packed bytes
+    per step, whatever the batch);
+  - `torch`: torch's packed CPU kernels, `_weight_int4pack_mm_for_cpu` (int4) and `_weight_int8pack_mm` (per-channel
+    int8), which take bf16 activations (their float32 path is scalar: 20-200x slower, measured) and bf16 scales.
+    A second copy of the weight in torch's layout is built only for the matrix shapes where calibration picks it.
+Measured against the unquantized path on the same matrices; the figures are logged (bench/quant_serve.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+QB = 32  # weights per block
+CHOICES = ("auto", "none", "int8", "int4")
+INT4_GROUP = 64  # bench/quant_serve.py --groups: see bench/README.md
+CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
+TORCH_MARGIN = 0.85  # torch's bf16-activation kernel only where it beats the float32 tile kernel by 15%
+
+
+@dataclass
+class QuantWeight:
+    q: torch.Tensor  # uint8 [N, Kp / 2] (4 bits) or int8 viewed as uint8 [N, Kp] (8 bits)
+    scale: torch.Tensor  # float32 [N, Kp / group]
+    minv: torch.Tensor  # float32 [N, Kp / group]
+    bits: int
+    group: int
+    k: int  # input width before padding to the group
+    source: str  # "int4", "int8", or the GGUF block type ("Q4_1", ...)
+
+    @property
+    def n(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def kp(self) -> int:
+        return int(self.scale.shape[1]) * self.group
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.scale, self.minv))
+
+    def codes(self) -> torch.Tensor:
+        """The integer codes [N, Kp] (0..15 for 4 bits, -128..127 for 8)."""
+        if self.bits == 8:
+            return self.q.view(torch.int8).to(torch.int32)
+        b = self.q.reshape(self.n, -1, 16).to(torch.int32)
+        return torch.stack([b & 15, b >> 4], 2).reshape(self.n, -1)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 matrix [N, k] the kernels compute with."""
+        g = self.codes().float().reshape(self.n, -1, self.group)
+        w = g * self.scale[..., None] + self.minv[..., None]
+        return w.reshape(self.n, -1)[:, : self.k]
+
+
+def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    n = codes.shape[0]
+    c = codes.to(torch.uint8).reshape(n, -1, 2, 16)
+    return (c[:, :, 0] | (c[:, :, 1] << 4)).reshape(n, -1).contiguous()
+
+
+def _padded(k: int, group: int) -> int:
+    return -(-k // group) * group
+
+
+def quantize(w: torch.Tensor, bits: int, group: int = INT4_GROUP) -> QuantWeight:
+    """`w` [N, K] float: int4 in asymmetric groups of `group` (scale (max - min) / 15, min as the offset), or int8
+    symmetric per output channel (one group a row, scale max|w| / 127)."""
+    w = w.float()
+    n, k = w.shape
+    if bits == 8:
+        kp = _padded(k, QB)
+        wp = F.pad(w, (0, kp - k))
+        scale = (wp.abs().amax(1, keepdim=True) / 127).clamp_min(1e-12)
+        q = (wp / scale).round().clamp(-127, 127).to(torch.int8).view(torch.uint8).contiguous()
+        return QuantWeight(q, scale.contiguous(), torch.zeros_like(scale), 8, kp, k, "int8")
+    if bits != 4 or group % QB:
+        raise ValueError(f"int{bits} in groups of {group} is not a layout this engine has")
+    kp = _padded(k, group)
+    g = F.pad(w, (0, kp - k)).reshape(n, kp // group, group)
+    if kp != k:  # padding takes no part in a group's range
+        last = g[:, -1]
+        real = k - (kp // group - 1) * group
+        last[:, real:] = last[:, :real].mean(1, keepdim=True)
+    low, high = g.amin(-1), g.amax(-1)
+    scale = ((high - low) / 15).clamp_min(1e-12)
+    codes = ((g - low[..., None]) / scale[..., None]).round().clamp(0, 15).reshape(n, kp)
+    return QuantWeight(_pack_nibbles(codes), scale.contiguous(), low.contiguous(), 4, group, k, "int4")
+
+
+def concat(parts: list[QuantWeight]) -> QuantWeight:
+    """Row-wise concatenation (the fused q/k/v and gate/up projections); the parts must share their layout."""
+    first = parts[0]
+    if any((p.bits, p.group, p.k, p.kp) != (first.bits, first.group, first.k, first.kp) for p in parts):
+        raise ValueError("parts of a fused projection in different layouts")
+    cat = lambda ts: torch.cat(ts).contiguous()  # noqa: E731
+    return QuantWeight(cat([p.q for p in parts]), cat([p.scale for p in parts]), cat([p.minv for p in parts]),
+                       first.bits, first.group, first.k, first.source)  # fmt: skip
+
+
+def take_rows(w: QuantWeight, index: torch.Tensor) -> QuantWeight:
+    return QuantWeight(w.q[index].contiguous(), w.scale[index].contiguous(), w.minv[index].contiguous(), w.bits,
+                       w.group, w.k, w.source)  # fmt: skip
+
+
+# ---- GGUF blocks ----------------------------------------------------------------------------------------------------
+
+GGUF_KERNEL_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K")  # what maps onto QuantWeight exactly; others fall back
+
+
+def from_gguf(type_name: str, data: np.ndarray, k: int) -> QuantWeight | None:
+    """A GGUF tensor's raw blocks (`data`: uint8 [N, bytes a row], as gguf.GGUFReader gives them; `k` weights a row)
+    as a QuantWeight computing the same numbers as `gguf.quants.dequantize`; None for a block type with no kernel."""
+    raw = np.ascontiguousarray(data, dtype=np.uint8)
+    n = raw.shape[0]
+    f16 = lambda a: torch.from_numpy(np.ascontiguousarray(a).view(np.float16).astype(np.float32))  # noqa: E731
+    if type_name in ("Q4_0", "Q4_1"):
+        size = 18 if type_name == "Q4_0" else 20
+        b = raw.reshape(n, -1, size)
+        d = f16(b[..., 0:2]).reshape(n, -1)
+        m = -8 * d if type_name == "Q4_0" else f16(b[..., 2:4]).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(b[..., size - 16 :])).reshape(n, -1)
+        return QuantWeight(qs.contiguous(), d.contiguous(), m.contiguous(), 4, QB, k, type_name)
+    if type_name == "Q8_0":
+        b = raw.reshape(n, -1, 34)
+        d = f16(b[..., 0:2]).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(b[..., 2:])).reshape(n, -1)
+        return QuantWeight(qs.contiguous(), d.contiguous(), torch.zeros_like(d), 8, QB, k, type_name)
+    if type_name == "Q4_K":
+        from gguf.quants import Q4_K
+
+        b = raw.reshape(-1, 144)
+        d, dmin = f16(b[:, 0:2]), f16(b[:, 2:4])  # [blocks, 1]
+        sc, mn = Q4_K.get_scale_min(np.ascontiguousarray(b[:, 4:16]))
+        scale = (d * torch.from_numpy(sc.astype(np.float32))).reshape(n, -1)
+        minv = -(dmin * torch.from_numpy(mn.astype(np.float32))).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(b[:, 16:])).reshape(-1, 4, 1, 32).to(torch.int32)
+        codes = torch.cat([qs & 15, qs >> 4], 2).reshape(n, -1)  # chunk c: sub-blocks 2c (low), 2c + 1 (high)
+        return QuantWeight(_pack_nibbles(codes), scale.contiguous(), minv.contiguous(), 4, QB, k, type_name)
+    return None
+
+
+# ---- the projection ---------------------------------------------------------------------------------------------------
+
+
+class QuantProjection:
+    """x [B, K] float32 @ w.T (+ bias) with w a QuantWeight, the kernel picked per row count (`calibrate`)."""
+
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, kernels: Any) -> None:
+        self.qw, self.bias, self.kernels = weight, bias, kernels
+        self.torch_rows: tuple[int, int] = (0, 0)  # row counts [lo, hi] on torch's kernel; (0, 0): none
+        self.packed: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.qw.n, self.qw.k)
+
+    @property
+    def nbytes(self) -> int:
+        extra = sum(t.numel() * t.element_size() for t in self.packed) if self.packed is not None else 0
+        return self.qw.nbytes + extra
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and self.torch_rows[0] <= x.shape[0] <= self.torch_rows[1]:
+            return self.torch_matmul(x)
+        return self.tile(x)
+
+    def tile(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        if self.qw.kp != self.qw.k:
+            x = F.pad(x, (0, self.qw.kp - self.qw.k))
+        return self.kernels.linear_q(x, self.qw, self.bias)
+
+    def pack_for_torch(self) -> bool:
+        """Build torch's packed copy; False where its kernel cannot take this layout (Q8_0's blocks, a group it
+        lacks) or this torch has none."""
+        w = self.qw
+        try:
+            if w.bits == 4 and w.group in (32, 64, 128, 256):
+                np_ = -(-w.n // 16) * 16  # the op wants N a multiple of 16
+                codes = F.pad(w.codes(), (0, 0, 0, np_ - w.n))
+                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.contiguous(), 1)
+                zero = w.minv + 8 * w.scale  # the op computes (q - 8) * scale + zero
+                sz = torch.stack([w.scale, zero], -1)  # [N, G, 2]
+                sz = F.pad(sz, (0, 0, 0, 0, 0, np_ - w.n)).transpose(0, 1).contiguous().to(torch.bfloat16)
+                self.packed = (packed, sz)
+            elif w.bits == 8 and w.scale.shape[1] == 1 and not w.minv.any():
+                self.packed = (w.q.view(torch.int8), w.scale[:, 0].to(torch.bfloat16))  # K padded: 40 crashed it
+            else:
+                return False
+            self.torch_matmul(torch.zeros(1, w.k))
+            return True
+        except (AttributeError, RuntimeError, NotImplementedError):
+            self.packed = None
+            return False
+
+    def torch_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.packed is not None
+        w = self.qw
+        xb = x.to(torch.bfloat16)
+        if w.kp != w.k:
+            xb = F.pad(xb, (0, w.kp - w.k))
+        if w.bits == 4:
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed[0], w.group, self.packed[1])[:, : w.n]
+        else:
+            out = torch._weight_int8pack_mm(xb, *self.packed)
+        out = out.float()
+        return out + self.bias if self.bias is not None else out
+
+
+def _best(fn: Any, sample: list[Any], x: torch.Tensor, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for p in sample:
+            fn(p, x)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def calibrate(
+    projections: list[QuantProjection], reference: Any = None, repeat: int = 3, rows: tuple[int, ...] = CALIBRATION_ROWS
+) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
+    """Per matrix shape, time the tile kernel and torch's packed one (where it takes the layout) at each row count
+    on up to four of the model's own matrices, and put torch's on the contiguous row range where it wins by
+    TORCH_MARGIN (its copy dropped where it wins nowhere). `reference(weight [N, K] float32) -> callable(x)`, when
+    given, is timed too (the unquantized path on the dequantized matrices): a row count where the quantized kernels
+    lose to it is logged as a warning. Returns {shape: {rows: {kernel: ms}}}."""
+    groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
+    for p in projections:
+        groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
+    report: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
+    for (n, k, _bits, _group), group in groups.items():
+        sample = group[:: max(1, len(group) // 4)][:4]
+        has_torch = all(p.pack_for_torch() for p in sample)
+        refs = [reference(p.qw.dequantize()) for p in sample] if reference is not None else []
+        wins: list[int] = []
+        table: dict[int, dict[str, float]] = {}
+        for r in rows:
+            x = torch.randn(r, k)
+            t = {"tile": _best(lambda p, x: p.tile(x), sample, x, repeat)}
+            if has_torch:
+                t["torch"] = _best(lambda p, x: p.torch_matmul(x), sample, x, repeat)
+                if t["torch"] < TORCH_MARGIN * t["tile"]:
+                    wins.append(r)
+            if refs:
+                t["reference"] = _best(lambda f, x: f(x), refs, x, repeat)
+            table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
+        lo, hi = (min(wins), max(wins)) if wins else (0, 0)
+        if wins:  # the contiguous range around the wins; beyond the last row count measured, its choice holds
+            hi = 1 << 30 if hi == rows[-1] else hi
+            for p in group:
+                if p.packed is None:
+                    p.pack_for_torch()
+                p.torch_rows = (lo, hi)
+        else:
+            for p in sample:
+                p.packed = None
+        for r, t in table.items():
+            used = t["torch"] if lo <= r <= hi and wins else t["tile"]
+            if "reference" in t and used > 1.05 * t["reference"]:
+                log.warning("quantized %dx%d at %d rows: %.2f ms against %.2f unquantized", n, k, r, used,
+                            t["reference"])  # fmt: skip
+        report[(n, k)] = table
+    return report
