@@ -296,7 +296,7 @@ inline void decode_q4(const uint8_t* q, const float* sc, const float* mn, float*
 inline void decode_q8(const int8_t* q, const float* sc, const float* mn, float* out, int K, int group) {
     for (int kb = 0; kb < K; kb += QB) {
         const int gi = kb / group;
-        const __m256 s = _mm256_set1_ps(sc[gi]), m = _mm256_set1_ps(mn[gi]);
+        const __m256 s = _mm256_set1_ps(sc[gi]), m = mn ? _mm256_set1_ps(mn[gi]) : _mm256_setzero_ps();
         for (int h = 0; h < QB; h += 8) {
             const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kb + h)));
             _mm256_storeu_ps(out + kb + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, m));
@@ -469,7 +469,7 @@ void gelu_tanh_mul(const float* gate_up, float* out, int N, int I) {
 }
 
 // x [B, K] float32; wq [N, K / 2] (bits 4) or [N, K] (bits 8) as above, K a multiple of `group` and group of 32;
-// scale, minv [N, K / group] float32; bias [N] float32 or null; y [B, N] float32. Every row tile is decoded once
+// scale, minv [N, K / group] float32 (minv null for 8 bits: no offset); bias [N] float32 or null; y [B, N] float32. Every row tile is decoded once
 // per block of BB input rows (one pass over the packed bytes for a decode step), then multiplied as bf16 tiles are.
 void linear_q(const float* x, const uint8_t* wq, const float* scale, const float* minv, const float* bias, float* y,
               int B, int K, int N, int group, int bits, int threads) {
@@ -495,7 +495,7 @@ void linear_q(const float* x, const uint8_t* wq, const float* scale, const float
                         decode_q4(wq + row * row_bytes, scale + row * G, minv + row * G, wf.data() + r * K, K, group);
                     else
                         decode_q8(reinterpret_cast<const int8_t*>(wq + row * row_bytes), scale + row * G,
-                                  minv + row * G, wf.data() + r * K, K, group);
+                                  minv ? minv + row * G : nullptr, wf.data() + r * K, K, group);
                 }
                 for (int b = b0; b < b1; b += TC) {
                     const int c = b1 - b < TC ? b1 - b : TC;

@@ -184,7 +184,7 @@ class CpuKernels:
         rows = x.shape[0]
         y = torch.empty(rows, w.n, dtype=torch.float32)
         self._linear_q(
-            x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.minv.data_ptr(),
+            x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.minv.data_ptr() if w.minv.numel() else None,
             bias.data_ptr() if bias is not None else None, y.data_ptr(), rows, w.kp, w.n, w.group, w.bits,
             torch.get_num_threads(),
         )  # fmt: skip
