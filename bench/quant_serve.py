@@ -6,15 +6,14 @@
 For each mode the model is loaded as the server loads it (engine/models.py, make_runner with that
 `--quantization`; `bf16` is `--dtype bf16 --quantization none`, `auto` the bundled GGUF's own Q4_1 blocks) and
   - decode tokens/s at each batch size: B streams of a short chat prompt prefilled together, then `--tokens`
-    greedy decode steps of all B timed (the runner's forward: the engine's compute, without its HTTP and
-    scheduling around it);
+    greedy decode steps of all B, each timed (the runner's forward: the engine's compute, without its HTTP and
+    scheduling around it); B / the median step over `--repeat` runs, so a neighbour's bursts are left out;
   - weight bytes resident: the projections as kept (packed forms and any second copy included) plus the
     embedding and output head;
   - `--quality` (SmolLM2 only): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
     through each mode: top-1 agreement and mean KL(fp32 || mode) per token.
 `--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only).
-The CPU's flags that matter to the kernels are printed first. Figures are noisy on a shared machine: each is the
-best of `--repeat` runs.
+The CPU's flags that matter to the kernels are printed first.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -95,20 +95,20 @@ def decode_speed(runner: Any, prompts: list[list[int]], tokens: int, repeat: int
     from engine.core.kv import KVCache
     from engine.core.runner import Segment
 
-    best = float("inf")
+    steps: list[float] = []
     for _ in range(repeat):
         caches = [KVCache() for _ in prompts]
         with torch.inference_mode():
             logits = runner.forward([Segment(c, p) for c, p in zip(caches, prompts)])
             last = [int(row.argmax()) for row in logits]
-            start = time.perf_counter()
             for _ in range(tokens):
+                start = time.perf_counter()
                 logits = runner.forward([Segment(c, [t]) for c, t in zip(caches, last)])
                 last = [int(row.argmax()) for row in logits]
-            best = min(best, time.perf_counter() - start)
+                steps.append(time.perf_counter() - start)
         for c in caches:
             runner.release(c)
-    return len(prompts) * tokens / best
+    return len(prompts) / statistics.median(steps)  # the median step: a busy neighbour's bursts left out
 
 
 def greedy(runner: Any, prompts: list[list[int]], steps: int) -> list[list[int]]:

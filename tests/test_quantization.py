@@ -170,6 +170,8 @@ def test_the_api_serves_int4(settings) -> None:
     try:
         assert live.service.engine.runner.quantization == "int4 x120"
         with live.client() as http:
+            card = http.get(f"/v1/models/{MODEL}").json()
+            assert card["quantization"] == "int4 x120"
             body = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}],
                     "max_tokens": 6, "temperature": 0}  # fmt: skip
             r = http.post("/v1/chat/completions", json=body)
