@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import shutil
+import time
 from typing import Any
 
 import numpy as np
@@ -208,3 +209,33 @@ def test_an_hf_forward_model_refuses_int4() -> None:
     with pytest.raises(quant.QuantError, match="use auto or none"):
         make_runner(model, "cpu", quantization="int4")
     make_runner(model, "cpu", quantization="auto")  # served as it is
+
+
+def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
+    """A shape whose unquantized path measures faster from 16 rows on runs it there (a bf16 copy, counted in the
+    bytes), and the quantized kernel below; one whose reference is slower keeps no copy."""
+    g = torch.Generator().manual_seed(3)
+    qw = quant.quantize(torch.randn(64, 96, generator=g), 4, 32)
+    fast = [quant.QuantProjection(qw, None, K)]
+
+    class Instant:  # the "unquantized path": faster than any kernel, and recognisable
+        def __init__(self, w: torch.Tensor, bias: Any) -> None:
+            self.weight, self.packed = w.to(torch.bfloat16), None
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((x.shape[0], 64), 7.0)
+
+    quant.calibrate(fast, Instant, repeat=1)
+    p = fast[0]
+    assert p.fallback_from == quant.FALLBACK_ROWS and p.nbytes > qw.nbytes + 64 * 96
+    assert (p(torch.randn(32, 96)) == 7).all()
+    x = torch.randn(4, 96)
+    ref = F.linear(x, qw.dequantize())  # the tile kernel, or torch's (bf16 activations) where it won
+    torch.testing.assert_close(p(x), ref, atol=0.05 * ref.abs().max().item(), rtol=0.02)
+
+    def slow(w: torch.Tensor, bias: Any) -> Any:
+        return lambda x: (time.sleep(0.002), F.linear(x, w))[1]
+
+    other = [quant.QuantProjection(qw, None, K)]
+    quant.calibrate(other, slow, repeat=1)
+    assert other[0].fallback is None and other[0].fallback_from > 1 << 20

@@ -164,15 +164,16 @@ class DecoderRunner:
         self.proj, self.quantization = quant.quantized_projections(self.proj, self.layers, mode, kern, gguf, cfg)
         mixed = self.bf16_matmul
 
-        def reference(w: torch.Tensor) -> Projection:  # the unquantized path on the same matrix
-            return Projection(w.to(torch.bfloat16), None, kern, mixed)
+        def reference(w: torch.Tensor, bias: torch.Tensor | None) -> Projection:  # the unquantized path, same matrix
+            return Projection(w.to(torch.bfloat16), bias, kern, mixed)
 
         qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)]
         with torch.inference_mode():
             self.quant_calibration = quant.calibrate(qp, reference)
-        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); torch's packed kernel "
-                 "at rows: %s", self.quantization, mode, sum(p.nbytes for p in qp) / 1e6,
-                 time.perf_counter() - started, sorted({p.shape: p.torch_rows for p in qp}.items()))  # fmt: skip
+        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, torch's packed "
+                 "kernel at rows / the unquantized fallback from rows: %s", self.quantization, mode,
+                 sum(p.nbytes for p in qp) / 1e6, time.perf_counter() - started,
+                 sorted({p.shape: (p.torch_rows, p.fallback_from) for p in qp}.items()))  # fmt: skip
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
         """Serve `adapters` beside the base model: segment.adapter i (1..n) runs with adapters[i - 1]."""

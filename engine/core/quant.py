@@ -39,6 +39,11 @@ INT4_GROUP = 32
 INT8_GROUP = 32
 CALIBRATION_ROWS = (1, 4, 16, 64)
 TORCH_MARGIN = 0.85  # torch's bf16-activation kernel only where it beats the float32 tile kernel by 15%
+# The unquantized path (a bf16 copy of the dequantized matrix) where it beats the quantized kernels by 10% at every
+# calibrated row count from FALLBACK_ROWS up: many rows are compute-bound, where the timing of cache-hot matrices
+# holds for a real step; at fewer rows a step streams the weights from memory, which is what fewer bytes speed up.
+FALLBACK_MARGIN = 0.9
+FALLBACK_ROWS = 16
 
 
 @dataclass
@@ -179,6 +184,10 @@ class QuantProjection:
         self.qw, self.bias, self.kernels = weight, bias, kernels
         self.torch_rows: tuple[int, int] = (0, 0)  # row counts [lo, hi] on torch's kernel; (0, 0): none
         self.packed: tuple[torch.Tensor, torch.Tensor] | None = None
+        # The unquantized path on the dequantized matrix (a bf16 copy), from `fallback_from` rows on: kept only for
+        # a shape where it measured faster at every row count from there (calibrate), so no batch size is slower.
+        self.fallback: Any = None
+        self.fallback_from = 1 << 30
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -187,9 +196,14 @@ class QuantProjection:
     @property
     def nbytes(self) -> int:
         extra = sum(t.numel() * t.element_size() for t in self.packed) if self.packed is not None else 0
+        if self.fallback is not None:
+            for t in (self.fallback.weight, self.fallback.packed):
+                extra += t.numel() * t.element_size() if t is not None else 0
         return self.qw.nbytes + extra
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fallback is not None and x.shape[0] >= self.fallback_from:
+            return self.fallback(x)
         if self.packed is not None and self.torch_rows[0] <= x.shape[0] <= self.torch_rows[1]:
             return self.torch_matmul(x)
         return self.tile(x)
@@ -262,7 +276,7 @@ def calibrate(
     for (n, k, _bits, _group), group in groups.items():
         sample = group[:: max(1, len(group) // 2)][:2]
         has_torch = all(p.pack_for_torch() for p in sample)
-        refs = [reference(p.qw.dequantize()) for p in sample] if reference is not None else []
+        refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
         wins: list[int] = []
         table: dict[int, dict[str, float]] = {}
         for r in rows:
@@ -285,14 +299,17 @@ def calibrate(
         else:
             for p in sample:
                 p.packed = None
-        slower = [
-            r
-            for r, t in table.items()
-            if "reference" in t and (t["torch"] if wins and lo <= r <= hi else t["tile"]) > 1.05 * t["reference"]
-        ]
-        if slower:  # cache-hot matrices: a step streaming the model from memory is what the fewer bytes speed up
-            log.info("quantized %dx%d slower than unquantized on cache-hot matrices at rows %s: %s", n, k, slower,
-                     table)  # fmt: skip
+        used = {r: (t["torch"] if wins and lo <= r <= hi else t["tile"]) for r, t in table.items()}
+        fallback_from = 0
+        for r in sorted(table, reverse=True):
+            if r < FALLBACK_ROWS or "reference" not in table[r] or table[r]["reference"] >= FALLBACK_MARGIN * used[r]:
+                break
+            fallback_from = r
+        if fallback_from and reference is not None:
+            for p in group:
+                p.fallback, p.fallback_from = reference(p.qw.dequantize(), p.bias), fallback_from
+            log.info("quantized %dx%d: the unquantized path (a bf16 copy) from %d rows, where it measured faster: %s",
+                     n, k, fallback_from, table)  # fmt: skip
         report[(n, k)] = table
     return report
 
