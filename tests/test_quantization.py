@@ -123,6 +123,8 @@ def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, quantiz
     runner = _runner(service, quantization)
     expected = {"int4": "int4 x120", "int8": "int8 x120", "auto": "Q4_1 x120"}[quantization]
     assert runner.quantization == expected
+    assert runner.weights_label == {"int4": "int4 · quantized at load", "int8": "int8 · quantized at load",
+                                    "auto": "Q4_1 · int4 kernels"}[quantization]  # fmt: skip
     qp = [p for layer in runner.proj for p in layer]
     assert all(isinstance(p, quant.QuantProjection) for p in qp)
     params = sum(p.qw.n * p.qw.k for p in qp)
@@ -182,6 +184,9 @@ def test_the_api_serves_int4(settings) -> None:
             assert r.status_code == 200 and "data: [DONE]" in r.text
             r = http.post("/v1/chat/completions", json={**body, "max_tokens": -1})
             assert r.status_code in (400, 422) and "max_tokens" in r.text
+        from playground.capabilities import header_html
+
+        assert "int4 · quantized at load" in header_html(live.service)  # the page's header says it too
     finally:
         server.close()
 
@@ -212,8 +217,8 @@ def test_an_hf_forward_model_refuses_int4() -> None:
 
 
 def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
-    """A shape whose unquantized path measures faster from 16 rows on runs it there (a bf16 copy, counted in the
-    bytes), and the quantized kernel below; one whose reference is slower keeps no copy."""
+    """A shape whose unquantized path measures faster at many rows runs it from SPLIT_ROWS (a bf16 copy, counted in
+    the bytes), and a quantized kernel below; one whose reference is slower keeps no copy."""
     g = torch.Generator().manual_seed(3)
     qw = quant.quantize(torch.randn(64, 96, generator=g), 4, 32)
     fast = [quant.QuantProjection(qw, None, K)]
@@ -227,8 +232,9 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
 
     quant.calibrate(fast, Instant, repeat=1)
     p = fast[0]
-    assert p.fallback_from == quant.FALLBACK_ROWS and p.nbytes > qw.nbytes + 64 * 96
-    assert (p(torch.randn(32, 96)) == 7).all()
+    assert p.kernels_by_rows[1] == "fallback" and p.kernels_by_rows[0] != "fallback"
+    assert p.nbytes > qw.nbytes + 64 * 96  # the copy counts
+    assert (p(torch.randn(quant.SPLIT_ROWS, 96)) == 7).all()
     x = torch.randn(4, 96)
     ref = F.linear(x, qw.dequantize())  # the tile kernel, or torch's (bf16 activations) where it won
     torch.testing.assert_close(p(x), ref, atol=0.05 * ref.abs().max().item(), rtol=0.02)
@@ -238,4 +244,4 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
 
     other = [quant.QuantProjection(qw, None, K)]
     quant.calibrate(other, slow, repeat=1)
-    assert other[0].fallback is None and other[0].fallback_from > 1 << 20
+    assert other[0].fallback is None and "fallback" not in other[0].kernels_by_rows

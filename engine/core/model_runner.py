@@ -137,6 +137,7 @@ class DecoderRunner:
                 Projection(mlp.down_proj.weight.data, mlp.down_proj.bias, kern, mixed),
             ))  # fmt: skip
         self.quantization = "none"  # what the projections' weights are (the log, /v1/models)
+        self.weights_label = ""  # the same for the page's header ("Q4_1 · int4 kernels"); "" when not quantized
         self.quant_calibration: dict[Any, Any] = {}
         if mode != "none":
             self._quantize(mode, gguf, kern, cfg)
@@ -162,6 +163,9 @@ class DecoderRunner:
 
         started = time.perf_counter()
         self.proj, self.quantization = quant.quantized_projections(self.proj, self.layers, mode, kern, gguf, cfg)
+        first = self.quantization.split(" x")[0]
+        bits = 4 if first in ("int4", "Q4_0", "Q4_1", "Q4_K") else 8
+        self.weights_label = f"{first} · int{bits} kernels" if mode == "gguf" else f"{mode} · quantized at load"
         mixed = self.bf16_matmul
 
         def reference(w: torch.Tensor, bias: torch.Tensor | None) -> Projection:  # the unquantized path, same matrix
@@ -170,10 +174,10 @@ class DecoderRunner:
         qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)]
         with torch.inference_mode():
             self.quant_calibration = quant.calibrate(qp, reference)
-        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, torch's packed "
-                 "kernel at rows / the unquantized fallback from rows: %s", self.quantization, mode,
-                 sum(p.nbytes for p in qp) / 1e6, time.perf_counter() - started,
-                 sorted({p.shape: (p.torch_rows, p.fallback_from) for p in qp}.items()))  # fmt: skip
+        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
+                 "below %d rows and from there: %s", self.quantization, mode, sum(p.nbytes for p in qp) / 1e6,
+                 time.perf_counter() - started, quant.SPLIT_ROWS,
+                 sorted({p.shape: p.kernels_by_rows for p in qp}.items()))  # fmt: skip
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
         """Serve `adapters` beside the base model: segment.adapter i (1..n) runs with adapters[i - 1]."""

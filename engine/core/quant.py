@@ -37,13 +37,16 @@ CHOICES = ("auto", "none", "int8", "int4")
 # Q8_0's groups of 32 too.
 INT4_GROUP = 32
 INT8_GROUP = 32
-CALIBRATION_ROWS = (1, 4, 16, 64)
+# One kernel for every row count below SPLIT_ROWS (decode batches) and one from there on (prompts, big batches), so
+# a sequence's numbers do not depend on how many others share its step below SPLIT_ROWS: the kernels round
+# differently (torch's takes bf16 activations), and greedy tokens alone and batched must be the same.
+SPLIT_ROWS = 16
+CALIBRATION_ROWS = (1, 4, 16, 64)  # timed: the first two choose the small-row kernel, the rest the large-row one
 TORCH_MARGIN = 0.85  # torch's bf16-activation kernel only where it beats the float32 tile kernel by 15%
-# The unquantized path (a bf16 copy of the dequantized matrix) where it beats the quantized kernels by 10% at every
-# calibrated row count from FALLBACK_ROWS up: many rows are compute-bound, where the timing of cache-hot matrices
-# holds for a real step; at fewer rows a step streams the weights from memory, which is what fewer bytes speed up.
+# From SPLIT_ROWS rows, the unquantized path (a bf16 copy of the dequantized matrix) where it beats the quantized
+# kernels by 10% at every large row count timed: many rows are compute-bound, where the timing of cache-hot
+# matrices holds for a real step; fewer rows stream the weights from memory, which is what fewer bytes speed up.
 FALLBACK_MARGIN = 0.9
-FALLBACK_ROWS = 16
 
 
 @dataclass
@@ -182,12 +185,10 @@ class QuantProjection:
 
     def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, kernels: Any) -> None:
         self.qw, self.bias, self.kernels = weight, bias, kernels
-        self.torch_rows: tuple[int, int] = (0, 0)  # row counts [lo, hi] on torch's kernel; (0, 0): none
-        self.packed: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The unquantized path on the dequantized matrix (a bf16 copy), from `fallback_from` rows on: kept only for
-        # a shape where it measured faster at every row count from there (calibrate), so no batch size is slower.
+        self.packed: tuple[torch.Tensor, torch.Tensor] | None = None  # torch's layout, where calibration picks it
+        # The unquantized path on the dequantized matrix (a bf16 copy), kept only where calibration picks it.
         self.fallback: Any = None
-        self.fallback_from = 1 << 30
+        self.kernels_by_rows = ("tile", "tile")  # below SPLIT_ROWS, from there: "tile", "torch" or "fallback"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -202,11 +203,10 @@ class QuantProjection:
         return self.qw.nbytes + extra
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fallback is not None and x.shape[0] >= self.fallback_from:
+        kernel = self.kernels_by_rows[x.shape[0] >= SPLIT_ROWS]
+        if kernel == "fallback":
             return self.fallback(x)
-        if self.packed is not None and self.torch_rows[0] <= x.shape[0] <= self.torch_rows[1]:
-            return self.torch_matmul(x)
-        return self.tile(x)
+        return self.torch_matmul(x) if kernel == "torch" else self.tile(x)
 
     def tile(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
@@ -264,11 +264,12 @@ def _best(fn: Any, sample: list[Any], x: torch.Tensor, repeat: int) -> float:
 def calibrate(
     projections: list[QuantProjection], reference: Any = None, repeat: int = 3, rows: tuple[int, ...] = CALIBRATION_ROWS
 ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
-    """Per matrix shape, time the tile kernel and torch's packed one (where it takes the layout) at each row count
-    on two of the model's own matrices, and put torch's on the contiguous row range where it wins by
-    TORCH_MARGIN (its copy dropped where it wins nowhere). `reference(weight [N, K] float32) -> callable(x)`, when
-    given, is timed too (the unquantized path on the dequantized matrices): a row count where the quantized kernels
-    lose to it is logged as a warning. Returns {shape: {rows: {kernel: ms}}}."""
+    """Per matrix shape, time the tile kernel, torch's packed one (where it takes the layout) and, when `reference`
+    (weight [N, K] float32, bias) -> callable(x) is given, the unquantized path on the dequantized matrices, at each
+    row count on two of the model's own matrices; then pick one kernel below SPLIT_ROWS and one from there
+    (`kernels_by_rows`): torch's where it beats the tile kernel by TORCH_MARGIN summed over that range's row counts,
+    the unquantized path from SPLIT_ROWS where it beats both by FALLBACK_MARGIN at every one of them. Copies that
+    end up unused are dropped. Returns {shape: {rows: {kernel: ms}}}."""
     groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
     for p in projections:
         groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
@@ -277,39 +278,40 @@ def calibrate(
         sample = group[:: max(1, len(group) // 2)][:2]
         has_torch = all(p.pack_for_torch() for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
-        wins: list[int] = []
         table: dict[int, dict[str, float]] = {}
         for r in rows:
             x = torch.randn(r, k)
             t = {"tile": _best(lambda p, x: p.tile(x), sample, x, repeat)}
             if has_torch:
                 t["torch"] = _best(lambda p, x: p.torch_matmul(x), sample, x, repeat)
-                if t["torch"] < TORCH_MARGIN * t["tile"]:
-                    wins.append(r)
             if refs:
                 t["reference"] = _best(lambda f, x: f(x), refs, x, repeat)
             table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
-        lo, hi = (min(wins), max(wins)) if wins else (0, 0)
-        if wins:  # the contiguous range around the wins; beyond the last row count measured, its choice holds
-            hi = 1 << 30 if hi == rows[-1] else hi
-            for p in group:
+        chosen = []
+        for part in ([r for r in rows if r < SPLIT_ROWS], [r for r in rows if r >= SPLIT_ROWS]):
+            total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch")}
+            best = "torch" if total["torch"] < TORCH_MARGIN * total["tile"] else "tile"
+            if (
+                part
+                and part[0] >= SPLIT_ROWS
+                and all(
+                    "reference" in table[r] and table[r]["reference"] < FALLBACK_MARGIN * table[r][best] for r in part
+                )
+            ):
+                best = "fallback"
+            chosen.append(best)
+        kernels_by_rows = (chosen[0], chosen[1])
+        for p in group:
+            p.kernels_by_rows = kernels_by_rows
+            if "torch" in kernels_by_rows:
                 if p.packed is None:
                     p.pack_for_torch()
-                p.torch_rows = (lo, hi)
-        else:
-            for p in sample:
+            else:
                 p.packed = None
-        used = {r: (t["torch"] if wins and lo <= r <= hi else t["tile"]) for r, t in table.items()}
-        fallback_from = 0
-        for r in sorted(table, reverse=True):
-            if r < FALLBACK_ROWS or "reference" not in table[r] or table[r]["reference"] >= FALLBACK_MARGIN * used[r]:
-                break
-            fallback_from = r
-        if fallback_from and reference is not None:
-            for p in group:
-                p.fallback, p.fallback_from = reference(p.qw.dequantize(), p.bias), fallback_from
-            log.info("quantized %dx%d: the unquantized path (a bf16 copy) from %d rows, where it measured faster: %s",
-                     n, k, fallback_from, table)  # fmt: skip
+            if "fallback" in kernels_by_rows and reference is not None:
+                p.fallback = reference(p.qw.dequantize(), p.bias)
+        log.info("quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s", n, k, chosen[0],
+                 SPLIT_ROWS, chosen[1], table)  # fmt: skip
         report[(n, k)] = table
     return report
 
