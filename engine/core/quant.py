@@ -7,14 +7,18 @@ they are; Q4_K's 6-bit sub-block scales and mins become per-32 float scales and 
 Q8_0 is 8 bits with a scale per 32 and no min. `quantize` makes the same layout from a float matrix (asymmetric
 4-bit groups, or symmetric per-channel int8: one group a row).
 
-`QuantProjection` runs x @ w.T on it with one of two kernels, picked per row count at load (`calibrate`):
+`QuantProjection` runs x @ w.T on it with one kernel for decode batches (below SPLIT_ROWS rows) and one for
+prompts and big batches, picked at load by timing them on the model's own matrices (`calibrate`):
   - `tile`: cpu_kernels.cpp's `linear_q`, which decodes each tile of rows into float32 in L1 once per block of up
     to 64 input rows and multiplies it as the bf16 tiles are, float32 activations (one pass over the packed bytes
     per step, whatever the batch);
   - `torch`: torch's packed CPU kernels, `_weight_int4pack_mm_for_cpu` (int4) and `_weight_int8pack_mm` (per-channel
-    int8), which take bf16 activations (their float32 path is scalar: 20-200x slower, measured) and bf16 scales.
-    A second copy of the weight in torch's layout is built only for the matrix shapes where calibration picks it.
-Measured against the unquantized path on the same matrices; the figures are logged (bench/quant_serve.py).
+    int8), which take bf16 activations (their float32 path is scalar: 20-200x slower, measured) and bf16 scales;
+  - `fallback`, from SPLIT_ROWS only: the unquantized path on a bf16 copy of the dequantized matrix, where it
+    measured faster (bf16 dot products in oneDNN outrun decoding 4-bit tiles once a step is compute-bound).
+A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it. Two ranges, not a
+kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share its step.
+Figures: bench/quant_serve.py, bench/README.md.
 """
 
 from __future__ import annotations
