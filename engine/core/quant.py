@@ -430,6 +430,7 @@ def plan(requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, 
         raise QuantError(f"--quantization {requested}: quantized weights need the lean runner (Llama, Mistral, "
                          "Qwen2, Qwen3, Gemma 3 text); this model runs the HF forward: use auto or none")  # fmt: skip
     if not usable:
-        raise QuantError(f"--quantization {requested}: quantized kernels exist for the CPU (x86-64 with AVX2 and "
-                         f"FMA and a g++) only; on {device} this engine supports auto and none")  # fmt: skip
+        raise QuantError(f"--quantization {requested}: the quantized kernels run on an x86-64 CPU with AVX2 and FMA and a "
+                         f"g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this {device} only auto and "
+                         "none are supported")  # fmt: skip
     return requested
