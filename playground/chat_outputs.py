@@ -65,8 +65,8 @@ class ChatOutputs:
         out = {self.stats: table, self.timeline: timeline.svg(reply.first, lang=lang),
                self.xray: xray.reply_html(reply, lang, live=not final)}  # fmt: skip
         if final:
-            at = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
-            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang, turn=at if turn.request else None,
+            pos = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
+            out |= {self.heat: heatmap.tokens_html(reply.first.logprobs, lang, turn=pos if turn.request else None,
                                                            accepted=reply.first.accepted),
                     self.cands: heatmap.candidates_html(reply, lang), self.raw: "\n".join(reply.raw),
                     **self.request_views(turn.request or {}, base_url)}  # fmt: skip

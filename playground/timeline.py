@@ -122,7 +122,8 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
     if not engine:
         lane = [(0.0, t[0], PREFILL, tip("first", ms=_ms(t[0])))]
     decode = tip("decode")
-    run_start, run_color = None, None
+    run_start: float | None = None
+    run_color = ""  # no run yet: differs from every colour, so the first step starts one
     for i in range(1, n):
         wait = waits[i] / 1000 if i < len(waits) else 0.0
         color = THINK if i < boundary else ANSWER
