@@ -198,7 +198,7 @@ def ab_tab() -> AbTab:
     with gr.Row():
         preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
         model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
-        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", interactive=False, elem_id="pg-ab-run")
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():
         with gr.Column(min_width=200):
