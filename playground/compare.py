@@ -34,7 +34,8 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
         text = say(("> ∴ *{n} reasoning tokens*", "> ∴ *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
-    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c, lang=lang)
+    chart = timeline.svg(c, lang, *timeline.NARROW)
+    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + chart
 
 
 async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,

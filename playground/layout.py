@@ -202,9 +202,9 @@ def ab_tab() -> AbTab:
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():
         with gr.Column(min_width=200):
-            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML(elem_id="pg-ab-a-numbers")
         with gr.Column(min_width=200):
-            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML(elem_id="pg-ab-b-numbers")
     return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
 
 
