@@ -199,13 +199,13 @@ def ab_tab() -> AbTab:
     with gr.Row():
         preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
         model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
-        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", interactive=False, elem_id="pg-ab-run")
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():
         with gr.Column(min_width=200):
-            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML(elem_id="pg-ab-a-numbers")
         with gr.Column(min_width=200):
-            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML(elem_id="pg-ab-b-numbers")
     return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
 
 

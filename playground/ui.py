@@ -19,7 +19,7 @@ from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
 from playground.chat_outputs import ChatOutputs
-from playground.compare import CompareHandlers
+from playground.compare import CompareHandlers, ab_ready
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
 from playground.header_models import wire_model_picker
@@ -56,7 +56,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
                     tools = layout.tools_tab(session, lambda s: h.service(s))
-                with gr.Tab(t("tab_ab"), id="ab"):
+                with gr.Tab(t("tab_ab"), id="ab") as ab_item:
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
                     grid_view = grid_panel.grid_tab()
@@ -77,6 +77,11 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                "show_progress": "hidden"}  # fmt: skip
         ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
         picked = wire_model_picker(demo, h, header, ab.model_b, session)
+        # Run A/B refuses an empty input before anything runs: the tab says so, its button disabled (a tab not
+        # shown misses the updates sent while hidden, so also when it is opened), and again after each chat change.
+        ready = {"fn": ab_ready, "inputs": [chat.box, conv, session], "outputs": [ab.check, ab.go],
+                 "api_name": False, "queue": False, "show_progress": "hidden"}  # fmt: skip
+        gr.on([chat.box.change, ab_item.select], trigger_mode="always_last", **ready)
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
@@ -91,6 +96,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
         for event in [*changes, picked]:  # a model switch changes the context window too
             event.then(**measure)
+        for event in changes:
+            event.then(**ready)
         # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
