@@ -133,6 +133,8 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         settings.kv_cache_tokens + page * (settings.max_num_seqs + 1),
         seqs=settings.max_num_seqs,
         step_tokens=settings.max_batched_tokens + STEP_ROWS,
+        quantization=settings.quantization,
+        gguf=loaded.gguf,
     )
     cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
     if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
@@ -472,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:  # a setting that cannot work: its message, as argparse reports a bad flag
         raise SystemExit(f"app.py: error: {exc}") from None
     from engine.core.lora import LoraError, preflight
+    from engine.core.quant import QuantError
 
     try:  # the adapters' files and format, before the bind; their fit to the base model once it has loaded
         preflight(settings.lora_adapters, settings.served_model_name)
@@ -494,7 +497,8 @@ def main(argv: list[str] | None = None) -> None:
             log.exception("model failed to load")
             return
         progress.done.wait()
-        if isinstance(progress.exception, LoraError):  # an adapter that does not fit the base model: fail the start
+        # an adapter that does not fit the base model, a --quantization the model or device cannot take: fail the start
+        if isinstance(progress.exception, (LoraError, QuantError)):
             log.error("app.py: error: %s", progress.exception)
             os._exit(2)
         if progress.error is not None:  # the pool logged why; /health stays 503

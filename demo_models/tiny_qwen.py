@@ -259,7 +259,7 @@ def model_config(vocab_size: int) -> Any:
         num_key_value_heads=2,
         head_dim=HIDDEN // 4,
         max_position_embeddings=CONTEXT,
-        rope_theta=1_000_000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},  # transformers 5's form of rope_theta
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
         # As in Qwen3's config: no pad_token_id, which would also freeze that embedding row at zero.
@@ -431,7 +431,7 @@ def _build(out: Path) -> None:
     try:
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad():
             tokenizer = build_tokenizer(CHAT_TEMPLATE, CONTEXT)
-            groups = []
+            groups: list[list[_Sample]] = []
             for group in TRAINING:
                 groups.append([])
                 for example in group:

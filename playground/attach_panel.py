@@ -114,11 +114,11 @@ def build(h: AttachHandlers, view: gr.HTML, session: gr.State) -> tuple[gr.State
     # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
-        event = comp.upload if kind == "video" else comp.input
+        event = comp.upload if isinstance(comp, gr.File) else comp.input
         event(_adder(h, kind), [comp, send_as, pending, session], [pending, view, comp], api_name=f"attach_{kind}",
               show_progress="minimal")  # fmt: skip
     audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending, session], [pending, view, audio],
-                         api_name=False)  # fmt: skip
+                         api_name=False)  # type: ignore[arg-type]  # fmt: skip
     gr.on([add.click, url.submit], h.add_url, [url, pending, session], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
     return pending, note

@@ -183,14 +183,7 @@ class LocalBackend(ChatBackend):
         from engine.protocol.completions import parse_completion_request
         from engine.serving.completions import CompletionStream, prompts_for
 
-        given = {k: v for k, v in params.items() if v is not None}
-        body = {
-            "model": self.model,
-            "prompt": prompt,
-            **given,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = completion_body(self.model, prompt, params)
         creq = parse_completion_request(body)
         ctx = ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True)
         prompts = await asyncio.to_thread(prompts_for, creq, self.policy.service_for(creq, ctx))
@@ -254,3 +247,10 @@ def connect(target: Any, **kw: Any) -> ChatBackend:
     if isinstance(target, RequestPolicy):
         return LocalBackend(policy=target)
     return LocalBackend(target, **kw)
+
+
+def completion_body(model: str, prompt: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The /v1/completions body a backend's `complete` sends: the fields given (None left out), streamed with
+    usage, so the result folds like a chat reply's."""
+    given = {k: v for k, v in params.items() if v is not None}
+    return {"model": model, "prompt": prompt, **given, "stream": True, "stream_options": {"include_usage": True}}

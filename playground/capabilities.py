@@ -100,6 +100,11 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
         (shown, ""),
         (context, ""),
     ]
+    weights = getattr(getattr(engine, "runner", None), "weights_label", "")
+    if weights:  # --quantization: what the projections' weights are and which kernels run them
+        badges.insert(2, (html.escape(weights), say((
+            "The linear projections' weights as kept in memory (--quantization)",
+            "线性投影权重在内存中的存储形式（--quantization）"), lang)))  # fmt: skip
     if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
         badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
             "The checkpoint has no chat template: the messages' text is joined and the model continues it",

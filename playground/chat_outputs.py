@@ -65,9 +65,9 @@ class ChatOutputs:
         out = {self.stats: table, self.timeline: timeline.svg(reply.first, lang=lang),
                self.xray: xray.reply_html(reply, lang, live=not final)}  # fmt: skip
         if final:
-            at = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
+            pos = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
             text = textmode.is_text(turn.request)
-            branchable = at if turn.request and not text else None  # playground/branch.py continues a chat
+            branchable = pos if turn.request and not text else None  # playground/branch.py continues a chat
             heat = heatmap.tokens_html(reply.first.logprobs, lang, turn=branchable, accepted=reply.first.accepted)
             if text and reply.prompt_logprobs:  # the prompt's own heatmap first, then the continuation's
                 k = int((turn.request or {}).get("prompt_logprobs") or textmode.PROMPT_LOGPROBS)

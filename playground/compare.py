@@ -34,7 +34,8 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
         text = say(("> ∴ *{n} reasoning tokens*", "> ∴ *{n} 个推理 token*"), lang, n=c.reasoning_tokens) + f"\n\n{text}"
     if view.error:
         text += f"\n\n> ⚠️ {view.error}"
-    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + timeline.svg(c, lang=lang)
+    chart = timeline.svg(c, lang, *timeline.NARROW)
+    return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + chart
 
 
 async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,
@@ -70,6 +71,23 @@ async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[
             t.cancel()
 
 
+NOTHING_TO_COMPARE = ("⚠️ Type a message (or end the chat on a user or tool turn) to compare.",
+                      "⚠️ 请输入一条消息（或让对话以用户或工具轮次结束）再进行对比。")  # fmt: skip
+
+
+def ab_history(message: str | None, conv: Conversation) -> list[dict[str, Any]] | None:
+    """The messages A/B would send (the chat plus the typed message), or None when there is nothing to answer."""
+    history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
+    return None if not history or history[-1]["role"] == "assistant" else history
+
+
+def ab_ready(message: str | None, conv: Conversation, session: Session) -> tuple[str, Any]:
+    """Before anything runs, as the chat's check line does for Send: the A/B tab's line says what is missing and
+    Run A/B stays disabled while the box is empty (and the chat does not end on a user or tool turn)."""
+    ready = ab_history(message, conv) is not None
+    return ("" if ready else say(NOTHING_TO_COMPARE, session.lang)), gr.update(interactive=ready)
+
+
 class CompareHandlers:
     def __init__(self, chat: ChatHandlers) -> None:
         self.chat = chat
@@ -78,10 +96,9 @@ class CompareHandlers:
                  session: Session, preset_b: str, model_b: str | None, request: gr.Request,
                  **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
         lang = session.lang
-        history = conv.messages() + ([{"role": "user", "content": message}] if (message or "").strip() else [])
-        if not history or history[-1]["role"] == "assistant":
-            yield say(("⚠️ Type a message (or end the chat on a user or tool turn) to compare.",
-                       "⚠️ 请输入一条消息（或让对话以用户或工具轮次结束）再进行对比。"), lang), *[gr.skip()] * 4  # fmt: skip
+        history = ab_history(message, conv)
+        if history is None:
+            yield say(NOTHING_TO_COMPARE, lang), *[gr.skip()] * 4
             return
         bodies = []
         for settings in (knobs, {**knobs, **controls.PRESETS.get(preset_b, {})}):

@@ -116,7 +116,8 @@ class Conversation:
         """A new version from position `at` on: the turns from there become the fork's current version and leave
         the shown path, which ends before `at`; the caller appends the new version's turns, the first of which
         gets `.fork` (see `adopt`)."""
-        fork = self.turns[at].fork if at < len(self.turns) and self.turns[at].fork is not None else Fork()
+        current = self.turns[at].fork if at < len(self.turns) else None
+        fork = current if current is not None else Fork()
         if at < len(self.turns):
             fork.tails[fork.active] = self.turns[at:]
             self.turns[at].fork = fork
@@ -137,9 +138,9 @@ class Conversation:
     def switch(self, at: int, step: int) -> bool:
         """Show the version `step` away (-1 the previous one, +1 the next) of the fork at position `at`; False
         when there is no such version."""
-        if not 0 <= at < len(self.turns) or self.turns[at].fork is None:
+        fork = self.turns[at].fork if 0 <= at < len(self.turns) else None
+        if fork is None:
             return False
-        fork = self.turns[at].fork
         k = fork.active + step
         if not 0 <= k < len(fork.tails) or fork.tails[k] is None:
             return False
@@ -290,7 +291,7 @@ def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[
 def user_messages(t: Turn, lang: str = "en") -> list[dict[str, Any]]:
     """A user turn: one line per attachment, its text, then what the server transcribed from its audio and what
     the model itself took of its media (tokens, frames)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for j, line in enumerate(t.attachments):
         shown = chat_preview(t.parts[j], t.previews[j] if j < len(t.previews) else "", lang) if j < len(t.parts) else ""
         out.append({"role": "user", "content": "⊕ " + line + (f"\n\n{shown}" if shown else "")})

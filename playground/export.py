@@ -78,7 +78,8 @@ def _with_source(part: dict[str, Any], source: str) -> dict[str, Any]:
     kind = part["type"]
     if kind == "input_audio":
         return {**part, "input_audio": {**(part.get("input_audio") or {}), "data": source}}
-    return {**part, kind: {**(part.get(kind) if isinstance(part.get(kind), dict) else {}), "url": source}}
+    inner = part.get(kind)
+    return {**part, kind: {**(inner if isinstance(inner, dict) else {}), "url": source}}
 
 
 def _within(blobs: dict[str, str], budget: int) -> dict[str, str]:
@@ -114,7 +115,8 @@ def load(data: Any) -> Snapshot:
     if not isinstance(data, dict) or data.get("format") not in READS:
         raise ValueError(f"not a playground conversation (expected format {FORMAT!r})")
     if isinstance(data.get("turns"), list):
-        blobs = data.get("blobs") if isinstance(data.get("blobs"), dict) else {}
+        stored = data.get("blobs")
+        blobs = stored if isinstance(stored, dict) else {}
         turns = turn_codec.turns_of(_resolved(data["turns"], blobs))
     else:
         turns = [_turn(i, m) for i, m in enumerate(data.get("messages") or [])]

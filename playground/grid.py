@@ -207,7 +207,7 @@ def custom(fn: Callable[..., Any], name: str | None = None) -> Grader:
         except TypeError:
             return bool(fn(reply))
 
-    return Grader(name or getattr(fn, "__name__", "custom"), check)
+    return Grader(name or str(getattr(fn, "__name__", "custom")), check)
 
 
 GRADERS: dict[str, Grader] = {"exact": Grader("exact", exact), "contains": Grader("contains", contains),
@@ -361,8 +361,8 @@ async def arun_grid(prompts: list[PromptRow], columns: list[Column], graders: It
     results = await arun(jobs, concurrency=concurrency, on_done=on_progress, cancel=cancel, ctx=ctx)
     cells = []
     for k, result in enumerate(results):
-        i, col = divmod(k, len(columns))
-        cells.append(_cell(i, columns[col].name, prompts[i], result, graders))
+        i, j = divmod(k, len(columns))
+        cells.append(_cell(i, columns[j].name, prompts[i], result, graders))
     settings = {c.name: {"backend": c.backend.url or "embedded", "model": c.backend.model, **c.params}
                 for c in columns}  # fmt: skip
     return Grid(prompts, names, cells, settings)

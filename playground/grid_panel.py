@@ -78,10 +78,10 @@ class GridTab:
         outs = [self.progress, self.result, self.csv, self.json]
         self.run.click(handlers.run, [self.prompts, self.columns, self.graders, session], outs, api_name="grid",
                        concurrency_id="grid", concurrency_limit=4, show_progress="hidden")  # fmt: skip
-        self.cancel.click(handlers.cancel, session, None, api_name=False, queue=False)
+        self.cancel.click(handlers.cancel, session, None, api_name=False, queue=False)  # type: ignore[arg-type]
         # The browser reads the file it uploaded; the server gets its text, never a path (playground/persist.py).
         text = gr.Textbox(visible="hidden")
-        read = self.reopen.upload(None, self.reopen, text, js=READ_UPLOAD, api_name=False, queue=False)
+        read = self.reopen.upload(None, self.reopen, text, js=READ_UPLOAD, api_name=False, queue=False)  # type: ignore[arg-type]
         read.then(handlers.reopen, [text, session], outs, api_name=False)
 
 
@@ -94,12 +94,12 @@ def grid_tab() -> GridTab:
     with gr.Row():
         run = gr.Button(t("grid_run"), variant="primary", size="sm", elem_id="pg-grid-run")
         cancel = gr.Button(t("grid_cancel"), size="sm", elem_id="pg-grid-cancel")
-        reopen = gr.UploadButton(t("grid_reopen"), file_types=[".json"], size="sm", elem_id="pg-grid-reopen")
+        reopen = gr.UploadButton(t("grid_reopen"), file_types=[".json"], size="sm", elem_id="pg-grid-reopen")  # type: ignore[arg-type]
     progress = gr.HTML("", elem_id="pg-grid-progress")
     result = gr.HTML("", elem_id="pg-grid-result")
     with gr.Row():
-        csv_file = gr.DownloadButton(t("grid_csv"), visible=False, size="sm", elem_id="pg-grid-csv")
-        json_file = gr.DownloadButton(t("grid_json"), visible=False, size="sm", elem_id="pg-grid-json")
+        csv_file = gr.DownloadButton(t("grid_csv"), visible=False, size="sm", elem_id="pg-grid-csv")  # type: ignore[arg-type]
+        json_file = gr.DownloadButton(t("grid_json"), visible=False, size="sm", elem_id="pg-grid-json")  # type: ignore[arg-type]
     return GridTab(prompts, columns, graders, run, cancel, progress, result, csv_file, json_file, reopen)
 
 

@@ -111,7 +111,7 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
         picker_update, b_update = menus(sess)
         return picker_update, b_update, gr.update(visible=needs_key and picker_update["visible"])
 
-    demo.load(on_load, session, [picker, model_b, header.admin_box], api_name=False, show_progress="hidden")
+    demo.load(on_load, session, [picker, model_b, header.admin_box], api_name=False, show_progress="hidden")  # type: ignore[arg-type]
 
     def header_now(sess: Any) -> str:
         label = sess.backend.label() if sess.backend is not None else "backend: embedded engine"

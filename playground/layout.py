@@ -56,7 +56,7 @@ def tool_row() -> ToolRow:
         with gr.Row(equal_height=True):
             text = gr.Textbox(label=t("result"), scale=5, elem_id="pg-tool-result")
             send = gr.Button(t("send_result"), variant="primary", scale=1, elem_id="pg-tool-send")
-    saved.change(lambda name: tools_panel.SAVED_RESULTS.get(name, gr.skip()), saved, text, api_name=False)
+    saved.change(lambda name: tools_panel.SAVED_RESULTS.get(name, gr.skip()), saved, text, api_name=False)  # type: ignore[arg-type]
     return ToolRow(group, call, saved, text, send)
 
 
@@ -83,7 +83,7 @@ class ChatColumn:
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     """The chat, its input row, the tool-result row, the chat's own buttons, attachments and the system prompt."""
     chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat",
-                         placeholder=t("service_help"), buttons=["copy", "copy_all"], feedback_options=None)  # fmt: skip
+                         placeholder=t("service_help"), buttons=["copy", "copy_all"], feedback_options=None)  # type: ignore[arg-type]  # fmt: skip
     with gr.Row():
         box = gr.Textbox(label=t("message"), placeholder=t("placeholder"), show_label=False, scale=6, lines=1,
                          max_lines=8, elem_id="pg-input")  # fmt: skip
@@ -100,8 +100,8 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     with gr.Row():
         regen = gr.Button(t("regenerate"), size="sm")
         clear = gr.Button(t("clear"), size="sm")
-        download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")
-        upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")
+        download = gr.DownloadButton(t("export"), size="sm", elem_id="pg-export")  # type: ignore[arg-type]
+        upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")  # type: ignore[arg-type]
     pending, caps_note = attach_panel.build(attach, pending_view, session)
     system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"), elem_id="pg-system")
     return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
@@ -143,11 +143,11 @@ def tools_tab(session: gr.State | None = None, get_service: Callable[[Session], 
     check = gr.Markdown("", elem_id="pg-tools-check")
     choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto", label="tool_choice", allow_custom_value=False)
     example.change(lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(), example, code,
-                   api_name=False)  # fmt: skip
+                   api_name=False)  # type: ignore[arg-type]  # fmt: skip
     if session is None:
-        code.change(tools_changed, [code, choice], [check, choice], api_name=False)
+        code.change(tools_changed, [code, choice], [check, choice], api_name=False)  # type: ignore[arg-type]
     else:
-        code.change(session_tools_check(get_service), [code, choice, session], [check, choice], api_name=False)
+        code.change(session_tools_check(get_service), [code, choice, session], [check, choice], api_name=False)  # type: ignore[arg-type]
     return ToolsTab(note, example, code, check, choice)
 
 
@@ -158,7 +158,8 @@ def session_tools_check(get_service: Callable[[Session], Any] | None) -> Callabl
     def changed(text: str, current: str | None, session: Session) -> tuple[str, Any]:
         service = None if session.remote or get_service is None else get_service(session)
         cannot = service is not None and not capabilities(service)["tools"]
-        return tools_changed(text, current, session.lang, service.served_name if cannot else None)
+        unable = service.served_name if service is not None and cannot else None
+        return tools_changed(text, current, session.lang, unable)
 
     return changed
 
@@ -192,7 +193,7 @@ class AbTab:
     a_html: gr.HTML
     b_md: gr.Markdown
     b_html: gr.HTML
-    model_b: gr.Dropdown | None = None  # side B's model: the same as A's, or a LoRA adapter (header_models.py)
+    model_b: gr.Dropdown  # side B's model: the same as A's, or a LoRA adapter (header_models.py)
 
     def outputs(self) -> list[gr.Component]:
         return [self.check, self.a_md, self.a_html, self.b_md, self.b_html]
@@ -203,13 +204,13 @@ def ab_tab() -> AbTab:
     with gr.Row():
         preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
         model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
-        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", elem_id="pg-ab-run")
+        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", interactive=False, elem_id="pg-ab-run")
     check = gr.Markdown("", elem_id="pg-ab-check")
     with gr.Row():
         with gr.Column(min_width=200):
-            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML()
+            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML(elem_id="pg-ab-a-numbers")
         with gr.Column(min_width=200):
-            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML()
+            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML(elem_id="pg-ab-b-numbers")
     return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
 
 

@@ -153,9 +153,9 @@ def wire(
     imported file's text, read by the browser: READ_UPLOAD)."""
     exports = exports or Exports()
     text = gr.Textbox(visible="hidden")
-    imported = upload.upload(None, upload, text, js=READ_UPLOAD, api_name=False, queue=False)
+    imported = upload.upload(None, upload, text, js=READ_UPLOAD, api_name=False, queue=False)  # type: ignore[arg-type]
     changes = [*changes, imported.then(restored.restore, text, restored.outputs(), api_name=False),
-               demo.load(restored.restore, saved_state, restored.outputs(), api_name=False)]  # fmt: skip
+               demo.load(restored.restore, saved_state, restored.outputs(), api_name=False)]  # type: ignore[arg-type]  # fmt: skip
     for event in changes:
         event.then(exports.save, inputs, [saved_state, download], inputs_kwargs=restored.knobs, api_name=False,
                    show_progress="hidden")  # fmt: skip

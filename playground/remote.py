@@ -22,7 +22,7 @@ from engine.protocol.errors import ApiError
 from engine.protocol.request import ChatCompletionRequest
 from engine.protocol.response import ChatCompletionChunk, TokenTimeline
 from engine.serving.policy import CallContext
-from playground.backend import ChatBackend, run_sync
+from playground.backend import ChatBackend, completion_body, run_sync
 
 
 class RemoteError(ApiError):
@@ -112,14 +112,7 @@ class RemoteBackend(ChatBackend):
         self, prompt: Any, ctx: CallContext | None = None, **params: Any
     ) -> tuple[RemoteRun, dict[str, Any]]:
         """The server's /v1/completions stream as chat chunks (`completion_chunk`): the same result object."""
-        given = {k: v for k, v in params.items() if v is not None}
-        body = {
-            "model": self.model,
-            "prompt": prompt,
-            **given,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body = completion_body(self.model, prompt, params)
         return await RemoteRun(self._chunks(body, "/v1/completions")).prime(), body
 
     async def _chunks(

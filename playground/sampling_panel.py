@@ -34,6 +34,7 @@ def knob_component(k: Knob) -> gr.Component:
     label), its help (range and meaning) translated in the browser."""
     label, info, elem_id = t(k.label) if k.label else k.name, t(f"help_{k.name}"), f"pg-{k.name}"
     if k.kind == "slider":
+        assert k.lo is not None and k.hi is not None, f"the slider {k.name} needs its range"
         return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=info, elem_id=elem_id)
     if k.kind == "int":  # no min/max here: an out-of-range number gets the API's own message before sending
         return gr.Number(value=k.default, precision=0, label=label, info=info, elem_id=elem_id)
@@ -69,7 +70,7 @@ def sampling_tab() -> SamplingTab:
                         knobs[k.name] = knob_component(k)
     assert note is not None
     preset.change(lambda p: [controls.PRESETS[p][f] for f in controls.PRESET_FIELDS] if p else gr.skip(), preset,
-                  [knobs[f] for f in controls.PRESET_FIELDS], api_name=False)  # fmt: skip
+                  [knobs[f] for f in controls.PRESET_FIELDS], api_name=False)  # type: ignore[arg-type]  # fmt: skip
     return SamplingTab(knobs, preset, note)
 
 
@@ -79,7 +80,7 @@ def rows(group: tuple[Knob, ...]) -> list[list[Knob]]:
     for k in group:
         last = out[-1] if out else None
         fits = last is not None and k.kind != "code" and last[0].kind != "code"
-        same = fits and (k.kind == "check") == (last[0].kind == "check")
+        same = last is not None and fits and (k.kind == "check") == (last[0].kind == "check")
         if last is not None and same and len(last) < 2:
             last.append(k)
         else:

@@ -310,7 +310,7 @@ class ServerTab:
         """The timer's refresh, and the reset button (the `/reset_prefix_cache` endpoint of the page's API), on the
         engine of the model the session talks to (`service_of`)."""
         h = ServerHandlers(policy, service_of)
-        refresh = {"api_name": False, "show_progress": "hidden", "queue": False}
+        refresh: dict[str, Any] = {"api_name": False, "show_progress": "hidden", "queue": False}
         self.timer.tick(h.view, session, self.view, **refresh)
         if isinstance(self.tab, gr.Tab):
             self.tab.select(h.view, session, self.view, **refresh)

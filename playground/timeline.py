@@ -11,6 +11,7 @@ from playground.i18n import say
 from playground.reply import ChoiceView
 
 W, H = 560, 230
+NARROW = (270, 256)  # a half-panel column (an A/B side, ~230 px): drawn at about the Stats tab's scale, not shrunk
 LEFT, RIGHT, TOP, BOTTOM = 46, 40, 30, 30
 LANE_H = 12
 MAX_POINTS = 1200  # beyond this, every k-th step is drawn (hover still names the token)
@@ -75,13 +76,24 @@ def _width(text: str) -> int:
     return sum(10 if ord(ch) > 0x2E80 else 6 for ch in text)
 
 
-def svg(c: ChoiceView, lang: str = "en") -> str:
+def _lines(items: list[str], room: float, sep: str = " · ") -> list[str]:
+    """items joined by sep into as few lines as fit `room` (in the chart's units), none split."""
+    lines: list[str] = []
+    for item in items:
+        if lines and _width(lines[-1] + sep + item) <= room:
+            lines[-1] += sep + item
+        else:
+            lines.append(item)
+    return lines
+
+
+def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str:
+    """The chart; `width` x `height`: its drawing's proportions (a narrow column, such as an A/B side, gets a
+    narrower, taller one, so it is drawn at a readable size rather than shrunk); the legend and the caption wrap."""
     t, n = c.times_ms, len(c.times_ms)
     if not n:
         return f'<div class="pg-empty">{escape(say(EMPTY, lang))}</div>'
-    span, xstep = axis(t[-1])
-    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM - LANE_H - 10
-    plot_top = TOP + LANE_H + 10
+    span, xstep = axis(t[-1], 5 if width >= W else max(2, (width - LEFT - RIGHT) // 60))  # ticks ~60 apart or more
 
     def x(ms: float) -> float:
         return LEFT + pw * ms / span
@@ -97,19 +109,27 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
     engine = c.engine_timeline
     batches, waits = (c.batch_sizes, c.queue_waits_us) if engine else ([], [])
     bmax = max(max(batches, default=1), 1)
-    out = [f'<svg class="pg-timeline" viewBox="0 0 {W} {H}" width="100%" role="img" '
-           f'aria-label="{escape(say(ARIA, lang))}" xmlns="http://www.w3.org/2000/svg" font-size="10" '
-           f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
     legend = [(PREPARE, "prepare"), (QUEUE, "queue"), (PREFILL, "prefill"), (THINK, "reasoning"), (ANSWER, "answer"),
               (BATCH, "batch")]  # fmt: skip
     if not engine:
         legend = [(PREFILL, "first"), (THINK, "reasoning"), (ANSWER, "answer")]
-    lx = LEFT
+    spots, lx, ly = [], LEFT, 0  # each legend entry's place: a new row when the next one would pass the right edge
     for color, key in legend:
         name = say(NAMES[key], lang)
-        out.append(f'<rect x="{lx}" y="6" width="9" height="9" fill="{color}"/>'
-                   f'<text x="{lx + 12}" y="14" fill="currentColor">{escape(name)}</text>')  # fmt: skip
+        if lx > LEFT and lx + 12 + _width(name) > width - 4:
+            lx, ly = LEFT, ly + 14
+        spots.append((color, name, lx, ly))
         lx += 22 + _width(name)
+    caption = _lines(say(CAPTION[engine], lang).split(" · "), width - 8)
+    top, low = TOP + ly, BOTTOM + 12 * (len(caption) - 1)
+    pw, ph = width - LEFT - RIGHT, height - top - low - LANE_H - 10
+    plot_top = top + LANE_H + 10
+    out = [f'<svg class="pg-timeline" viewBox="0 0 {width} {height}" width="100%" role="img" '
+           f'aria-label="{escape(say(ARIA, lang))}" xmlns="http://www.w3.org/2000/svg" font-size="10" '
+           f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
+    for color, name, lx, ly in spots:
+        out.append(f'<rect x="{lx}" y="{6 + ly}" width="9" height="9" fill="{color}"/>'
+                   f'<text x="{lx + 12}" y="{14 + ly}" fill="currentColor">{escape(name)}</text>')  # fmt: skip
 
     # the lane: where the request's time went, step by step
     p0 = c.prepare_ms or 0.0
@@ -122,7 +142,8 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
     if not engine:
         lane = [(0.0, t[0], PREFILL, tip("first", ms=_ms(t[0])))]
     decode = tip("decode")
-    run_start, run_color = None, None
+    run_start: float | None = None
+    run_color = ""  # no run yet: differs from every colour, so the first step starts one
     for i in range(1, n):
         wait = waits[i] / 1000 if i < len(waits) else 0.0
         color = THINK if i < boundary else ANSWER
@@ -138,7 +159,7 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
     if run_start is not None:
         lane.append((run_start, t[-1], run_color, decode))
     for a, b, color, text in lane:
-        out.append(f'<rect x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 0.5):.1f}" height="{LANE_H}" '
+        out.append(f'<rect x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 0.5):.1f}" height="{LANE_H}" '
                    f'fill="{color}"><title>{escape(text)}</title></rect>')  # fmt: skip
 
     # axes: x from 0 to a round end just past the last token, in ms or s; y in ms, its unit along it
@@ -162,8 +183,9 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
     if engine:
         out.append(f'<text x="{LEFT + pw + 4}" y="{plot_top - 4}" fill="{BATCH}">{escape(say(NAMES["batch"], lang))}'
                    f'</text><text x="{LEFT + pw + 4}" y="{plot_top + 8}" fill="{BATCH}">{bmax}</text>')  # fmt: skip
-    out.append(f'<text x="{LEFT + pw / 2}" y="{H - 2}" text-anchor="middle" fill="currentColor">'
-               f"{escape(say(CAPTION[engine], lang))}</text>")  # fmt: skip
+    for k, line in enumerate(caption):
+        out.append(f'<text class="pg-caption" x="{width / 2}" y="{height - 2 - 12 * (len(caption) - 1 - k)}" '
+                   f'text-anchor="middle" fill="currentColor">{escape(line)}</text>')  # fmt: skip
 
     # batch size per step, as a step line on the right axis
     pts = []
@@ -191,7 +213,7 @@ def svg(c: ChoiceView, lang: str = "en") -> str:
                    "</circle>")  # fmt: skip
     if c.reasoning and 0 < boundary < n:
         bx = x(t[boundary - 1])
-        out.append(f'<line x1="{bx:.1f}" y1="{TOP}" x2="{bx:.1f}" y2="{bottom}" stroke="{THINK}" '
+        out.append(f'<line x1="{bx:.1f}" y1="{top}" x2="{bx:.1f}" y2="{bottom}" stroke="{THINK}" '
                    f'stroke-dasharray="4 3"><title>{escape(tip("ends", i=boundary))}</title></line>'
                    f'<text x="{bx + 3:.1f}" y="{plot_top + 10}" fill="{THINK}">{escape(tip("answer"))}</text>')  # fmt: skip
     out.append("</svg>")

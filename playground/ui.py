@@ -30,7 +30,7 @@ from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
 from playground.chat_outputs import ChatOutputs
-from playground.compare import CompareHandlers
+from playground.compare import CompareHandlers, ab_ready
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation
 from playground.header_models import wire_model_picker
@@ -67,7 +67,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
                     tools = layout.tools_tab(session, lambda s: h.service(s))
-                with gr.Tab(t("tab_ab"), id="ab"):
+                with gr.Tab(t("tab_ab"), id="ab") as ab_item:
                     ab = layout.ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
                     grid_view = grid_panel.grid_tab()
@@ -84,10 +84,15 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         common = [conv, chat.system, tools.code, tools.choice, session]
         changes = wire_chat(h, chat, common, {**sampling.knobs, "mode": chat.mode})  # /chat's last input: the mode
         cmp = CompareHandlers(h)
-        run = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
+        run: dict[str, Any] = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
                "show_progress": "hidden"}  # fmt: skip
         ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
         picked = wire_model_picker(demo, h, header, ab.model_b, session)
+        # Run A/B refuses an empty input before anything runs: the tab says so, its button disabled (a tab not
+        # shown misses the updates sent while hidden, so also when it is opened), and again after each chat change.
+        ready = {"fn": ab_ready, "inputs": [chat.box, conv, session], "outputs": [ab.check, ab.go],
+                 "api_name": False, "queue": False, "show_progress": "hidden"}  # fmt: skip
+        gr.on([chat.box.change, ab_item.select], trigger_mode="always_last", **ready)
         req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
                          concurrency_id="chat", show_progress="hidden")  # fmt: skip
         backend.wire(h, session, header.html, header_html)
@@ -102,6 +107,8 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
         for event in [*changes, picked]:  # a model switch changes the context window too
             event.then(**measure)
+        for event in changes:
+            event.then(**ready)
         # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
@@ -136,8 +143,8 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     """The chat's events (the `/chat`, `/regenerate`, `/tool_result`, `/clear` and `/stop` endpoints among them);
     returns those that change the conversation, which the page then saves."""
     outputs = h.out.all()
-    run = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat", "concurrency_limit": 16,
-           "show_progress": "hidden"}  # fmt: skip
+    run: dict[str, Any] = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat",
+                           "concurrency_limit": 16, "show_progress": "hidden"}  # fmt: skip
     bot, session, tools = chat.chatbot, common[-1], chat.tools
     # Send empties the box in the browser at once (a step with no server round trip) and sends what it held, so
     # text typed right after Send is never erased by the reply; a Send while a reply streams waits for it.
@@ -148,19 +155,19 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     # token's alternative in the heatmap's popover (playground/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
     # A branch streams a reply as Send does: in the chat's concurrency group.
-    acting = {"outputs": outputs, "api_name": False, "show_progress": "hidden", "concurrency_id": "chat",
-              "concurrency_limit": 16}  # fmt: skip
+    acting: dict[str, Any] = {"outputs": outputs, "api_name": False, "show_progress": "hidden",
+                              "concurrency_id": "chat", "concurrency_limit": 16}  # fmt: skip
     changes = [
         sending.then(h.send, [sent, chat.pending, *common], api_name="chat", trigger_mode="multiple", **run),
         action.change(h.act, [action, common[0], session], **acting),
         gr.on([chat.regen.click, bot.retry], h.regenerate, common, api_name="regenerate", **run),
-        bot.edit(h.edit, common, api_name=False, **run),
+        bot.edit(h.edit, common, api_name=False, **run),  # type: ignore[arg-type]
         tools.send.click(h.tool_result, [tools.text, tools.call, *common], api_name="tool_result", **run),
-        bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),
+        bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),  # type: ignore[arg-type]
         gr.on([chat.clear.click, bot.clear], h.clear, None, outputs, api_name="clear"),
     ]
     # An example prompt in the empty chat is sent as if typed (playground/examples.py chooses them per model).
-    example = bot.example_select(example_text, None, sent, api_name=False, queue=False)
+    example = bot.example_select(example_text, None, sent, api_name=False, queue=False)  # type: ignore[arg-type]
     changes.append(example.then(h.send, [sent, chat.pending, *common], api_name=False, **run))
     # Stop shows only while a reply runs: each reply's trigger counts one up in the browser, its end one down
     # (layout.css hides #pg-stop while the body has no `pg-busy`). Browser-only steps: no server round trip.
@@ -178,7 +185,7 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     for event in (*changes[:5], changes[-1]):
         event.then(None, None, None, js=IDLE_JS, api_name=False, queue=False)
     chat.stop.click(h.stop, session, None, api_name="stop", queue=False)
-    bot.select(h.select, [common[0], session], outputs, api_name=False)
+    bot.select(h.select, [common[0], session], outputs, api_name=False)  # type: ignore[arg-type]
     return changes
 
 
@@ -242,7 +249,7 @@ def wire_load(
         return (*shown, *model_start(session, defaults=not saved))
 
     demo.load(on_load, [session, saved_state], [header.html, tools.note, sampling.thinking_note, *model_outputs],
-              api_name=False)  # fmt: skip
+              api_name=False)  # type: ignore[arg-type]  # fmt: skip
     picked.then(
         lambda session: model_start(session, defaults=True),
         session,
@@ -254,9 +261,9 @@ def wire_load(
     def media_note(session: Session) -> str:  # the header changes with the model and the backend
         return attach_note(h.service(session), session.remote, session.lang)
 
-    header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")
+    header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")  # type: ignore[arg-type]
     header.html.change(lambda session: model_notes(h.service(session), session.lang), session,
-                       [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # fmt: skip
+                       [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # type: ignore[arg-type]  # fmt: skip
 
 
 def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:

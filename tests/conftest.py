@@ -112,7 +112,11 @@ def browser() -> Iterator[Any]:
 def settings() -> Any:
     from app import settings_from
 
-    return settings_from([], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"})
+    # The suite's shared model is served dequantized, as before `--quantization auto` served a GGUF's own blocks:
+    # its tests check the runner against the HF forward on the same weights (tests/test_quantization.py serves
+    # the quantized forms).
+    return settings_from(["--quantization", "none"],
+                         environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"})  # fmt: skip
 
 
 @pytest.fixture(scope="session")

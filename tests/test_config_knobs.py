@@ -41,12 +41,13 @@ LISTS = {"models", "remote_backend_urls", "lora_adapters", "api_keys", "admin_ke
 CHOICES = {
     "device": ("auto", "npu", "cuda", "mps", "cpu"),
     "dtype": ("auto", "bf16", "fp16", "fp32"),
+    "quantization": ("auto", "none", "int8", "int4"),
     "enable_reasoning": ("auto", "true", "false"),
     "tool_call_parser": ("auto", "hermes", "chatglm3", "none"),
     "prefix_cache_scope": ("credential", "shared"),
 }
 DEFAULTS = {
-    "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "graph_capture": False, "cache_dir": "", "threads": 0,
+    "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "graph_capture": False, "quantization": "auto", "cache_dir": "", "threads": 0,
     "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
     "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
     "speculative_ngram": 4, "prefix_cache_scope": "credential",

@@ -237,3 +237,37 @@ def test_pending_attachments_show_a_thumbnail_or_a_player(browser: Any, live: An
     assert pending.locator("li").count() == 3 and thumb.count() == 1  # one line each, the image's kept
     shot(page, "layout-6-attachment-previews")
     page.close()
+
+
+# The input's placeholder, typed into the box for the measure (no event: nothing reacts), and how it fits.
+PLACEHOLDER_FIT_JS = """() => { const t = document.querySelector('#pg-input textarea');
+  const r = {white: getComputedStyle(t, '::placeholder').whiteSpace, text: t.placeholder};
+  t.value = t.placeholder;
+  Object.assign(r, {sw: t.scrollWidth, cw: t.clientWidth, sh: t.scrollHeight, ch: t.clientHeight});
+  t.value = ''; return r; }"""
+
+
+@pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
+def test_on_a_phone_the_placeholder_fits_and_every_side_tab_follows_the_chat(browser: Any, live: Any,
+                                                                             locale: str) -> None:  # fmt: skip
+    """Issue 30, item 9: the placeholder was cut off at the phone's edge, eight of the ten side tabs hid in an
+    overflow menu, and the stats sat a long scroll below the chat (past its buttons, attachments, system prompt)."""
+    page = open_page(browser, live.url, 390, 844, locale=locale)
+    fit = page.evaluate(PLACEHOLDER_FIT_JS)
+    assert fit["text"] and fit["white"] != "nowrap", fit
+    assert fit["sw"] <= fit["cw"] and fit["sh"] <= fit["ch"] + 1, fit  # the whole hint shows, on two lines at most
+    tabs = page.locator("#pg-side [role=tab]")
+    sync_api.expect(tabs).to_have_count(10)  # every tab in the tab row itself ...
+    sync_api.expect(page.locator("#pg-side .overflow-menu > button")).to_be_hidden()  # ... none behind a menu
+    for i in range(10):
+        b = tabs.nth(i).bounding_box()
+        assert b and b["width"] > 20 and b["x"] >= 0 and b["x"] + b["width"] <= 390, (i, b)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    # the side panel right under the chat's input, before the chat's other rows
+    row, side = box(page, ".row:has(> #pg-send)"), box(page, "#pg-side")
+    assert 0 <= side["top"] - row["bottom"] <= 120, (row, side)
+    assert side["bottom"] <= box(page, "#pg-export")["top"], side
+    shot(page, f"layout-7-phone-tabs-{locale}")
+    tabs.last.click()  # the last tab, straight from the row
+    sync_api.expect(tabs.last).to_have_attribute("aria-selected", "true")
+    page.context.close()

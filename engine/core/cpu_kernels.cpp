@@ -265,6 +265,45 @@ void attend_one(const float* q, const float* k_pool, const float* v_pool, const 
     else attend_heads<0>(q, k_pool, v_pool, off.data(), len, out, G, D, scale, s.data());
 }
 
+// Quantized rows for linear_q: each row's weights in blocks of 32 (QB), w = q * scale + min per group of `group`
+// weights (a multiple of QB), scale and min float32 [N, K / group]. 4 bits: a block's 16 bytes hold weight j in
+// byte j's low nibble and weight j + 16 in its high one (GGUF's Q4_0 / Q4_1 / Q4_K order, so their blocks copy
+// straight in); 8 bits: one signed byte a weight. Decoded into float32 in L1, then the same tiles as bf16 rows.
+constexpr int QB = 32;
+
+inline void decode_q4(const uint8_t* q, const float* sc, const float* mn, float* out, int K, int group) {
+    for (int kb = 0; kb < K; kb += QB) {
+        const int gi = kb / group;
+        const uint8_t* b = q + kb / 2;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        const __m512 s = _mm512_set1_ps(sc[gi]), m = _mm512_set1_ps(mn[gi]);
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+        const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(v, 4);
+        _mm512_storeu_ps(out + kb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, m));
+        _mm512_storeu_ps(out + kb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, m));
+#else
+        const __m256 s = _mm256_set1_ps(sc[gi]), m = _mm256_set1_ps(mn[gi]);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * h)));
+            const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(15)), hi = _mm256_srli_epi32(v, 4);
+            _mm256_storeu_ps(out + kb + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), s, m));
+            _mm256_storeu_ps(out + kb + 16 + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), s, m));
+        }
+#endif
+    }
+}
+
+inline void decode_q8(const int8_t* q, const float* sc, const float* mn, float* out, int K, int group) {
+    for (int kb = 0; kb < K; kb += QB) {
+        const int gi = kb / group;
+        const __m256 s = _mm256_set1_ps(sc[gi]), m = mn ? _mm256_set1_ps(mn[gi]) : _mm256_setzero_ps();
+        for (int h = 0; h < QB; h += 8) {
+            const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kb + h)));
+            _mm256_storeu_ps(out + kb + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, m));
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -426,6 +465,45 @@ void gelu_tanh_mul(const float* gate_up, float* out, int N, int I) {
             _mm256_storeu_ps(o + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(u + i)));
         }
         for (; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-c2 * (g[i] + c3 * g[i] * g[i] * g[i]))) * u[i];
+    }
+}
+
+// x [B, K] float32; wq [N, K / 2] (bits 4) or [N, K] (bits 8) as above, K a multiple of `group` and group of 32;
+// scale, minv [N, K / group] float32 (minv null for 8 bits: no offset); bias [N] float32 or null; y [B, N] float32. Every row tile is decoded once
+// per block of BB input rows (one pass over the packed bytes for a decode step), then multiplied as bf16 tiles are.
+void linear_q(const float* x, const uint8_t* wq, const float* scale, const float* minv, const float* bias, float* y,
+              int B, int K, int N, int group, int bits, int threads) {
+    const int64_t row_bytes = bits == 4 ? K / 2 : K;
+    const int G = K / group;
+    const int tiles = (N + TR - 1) / TR;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> wf(static_cast<size_t>(TR) * K);
+        for (int b0 = 0; b0 < B; b0 += BB) {
+            const int b1 = B - b0 < BB ? B : b0 + BB;
+#pragma omp for schedule(static)
+            for (int t = 0; t < tiles; ++t) {
+                const int n = t * TR, R = N - n < TR ? N - n : TR;
+                if (t + PF < tiles) {
+                    const char* ahead = reinterpret_cast<const char*>(wq + static_cast<int64_t>(n + PF * TR) * row_bytes);
+                    const int64_t rows_ahead = N - n - PF * TR < TR ? N - n - PF * TR : TR;
+                    for (int64_t off = 0; off < rows_ahead * row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+                }
+                for (int r = 0; r < R; ++r) {
+                    const int64_t row = n + r;
+                    if (bits == 4)
+                        decode_q4(wq + row * row_bytes, scale + row * G, minv + row * G, wf.data() + r * K, K, group);
+                    else
+                        decode_q8(reinterpret_cast<const int8_t*>(wq + row * row_bytes), scale + row * G,
+                                  minv ? minv + row * G : nullptr, wf.data() + r * K, K, group);
+                }
+                for (int b = b0; b < b1; b += TC) {
+                    const int c = b1 - b < TC ? b1 - b : TC;
+                    const TileFn<float> fn = pick_rows<float>(R, c, std::make_integer_sequence<int, TR>{});
+                    fn(x, wf.data(), bias, y, K, N, n, b);
+                }
+            }
+        }
     }
 }
 

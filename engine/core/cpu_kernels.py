@@ -103,7 +103,9 @@ class CpuKernels:
         self._silu_mul.argtypes = [p, p, i, i]
         self._gelu_tanh_mul = lib.gelu_tanh_mul
         self._gelu_tanh_mul.argtypes = [p, p, i, i]
-        for fn in (self._add_rmsnorm, self._rope_store, self._silu_mul, self._gelu_tanh_mul):
+        self._linear_q = lib.linear_q
+        self._linear_q.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
+        for fn in (self._linear_q, self._add_rmsnorm, self._rope_store, self._silu_mul, self._gelu_tanh_mul):
             fn.restype = None
 
     def add_rmsnorm(self, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -172,6 +174,19 @@ class CpuKernels:
         self._linear(
             x.data_ptr(), w.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr(),
             rows, k, n, torch.get_num_threads(),
+        )  # fmt: skip
+        return y
+
+    def linear_q(self, x: torch.Tensor, w: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, Kp] float32 @ w.T (+ bias [N] float32) -> [B, N] float32, w a quant.QuantWeight (Kp its padded
+        width: the caller pads x)."""
+        x = x.contiguous()
+        rows = x.shape[0]
+        y = torch.empty(rows, w.n, dtype=torch.float32)
+        self._linear_q(
+            x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.minv.data_ptr() if w.minv.numel() else None,
+            bias.data_ptr() if bias is not None else None, y.data_ptr(), rows, w.kp, w.n, w.group, w.bits,
+            torch.get_num_threads(),
         )  # fmt: skip
         return y
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from engine import device as devices
-from engine.core import cpu_kernels, gemma
+from engine.core import cpu_kernels, gemma, quant
 from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool
@@ -63,12 +63,15 @@ class PrefillRows:
 
 
 def make_runner(
-    model: Any, device: str, kv_tokens: int = 65536, seqs: int = 0, step_tokens: int = 0
-) -> DecoderRunner | HFRunner:
+    model: Any, device: str, kv_tokens: int = 65536, seqs: int = 0, step_tokens: int = 0,
+    quantization: str = "none", gguf: Any = None,
+) -> DecoderRunner | HFRunner:  # fmt: skip
     """The runner for `model`, with KV room for `kv_tokens` tokens; `seqs` (live sequences at most) and
     `step_tokens` (tokens one step writes at most) size a sliding-window pool (window_kv.py) to what the engine can
-    hold at once, 0 to as many tokens as the main pool."""
+    hold at once, 0 to as many tokens as the main pool. `quantization` (quant.CHOICES) with the model's GGUF
+    (`gguf`, for auto) says how its projections' weights are kept; quant.QuantError where that cannot be."""
     cfg = model.config
+    q = dict(quantization=quantization, gguf=gguf)
     if (
         cfg.model_type in LEAN_MODEL_TYPES
         and not any(hasattr(cfg, k) for k in ("vision_config", "audio_config"))  # multimodal: HF forward
@@ -76,9 +79,10 @@ def make_runner(
         and not (cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None))
         and getattr(cfg, "hidden_act", "silu") == "silu"  # the layer the device ops implement
     ):
-        return DecoderRunner(model, device, kv_tokens)
+        return DecoderRunner(model, device, kv_tokens, seqs=seqs, step_tokens=step_tokens, **q)
     if gemma.supported(cfg):
-        return DecoderRunner(model, device, kv_tokens, seqs=seqs, step_tokens=step_tokens)
+        return DecoderRunner(model, device, kv_tokens, seqs=seqs, step_tokens=step_tokens, **q)
+    quant.plan(quantization, device, None, False, gguf, cfg.model_type)  # raises for int8 / int4
     return HFRunner(model, device)
 
 
@@ -93,7 +97,7 @@ class DecoderRunner:
     all_logits = True  # honours Segment.all_logits, so the engine may run speculative drafts through it
 
     def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True, *, seqs: int = 0,
-                 step_tokens: int = 0) -> None:  # fmt: skip
+                 step_tokens: int = 0, quantization: str = "none", gguf: Any = None) -> None:  # fmt: skip
         self.model = model
         self.device = device
         self.inner = model.model
@@ -110,6 +114,7 @@ class DecoderRunner:
         # `.float()` copy.
         cpu = use_kernels and str(device) == "cpu"
         kern = cpu_kernels.kernels() if cpu and self.dtype in (torch.float32, torch.bfloat16) else None
+        mode = quant.plan(quantization, device, kern, True, gguf, cfg.model_type)
         # bf16 on a CPU with the kernels: the same float32 activations, KV cache and fused steps, with the bf16
         # matrices as loaded; only projections of many rows round their inputs to bf16 for torch's bf16 matmul
         # (bf16 dot products: 1.4x the float32 math at 16 rows, 2x at 288, on a CPU with AVX512_BF16).
@@ -132,7 +137,7 @@ class DecoderRunner:
         self.qk_norm = [(layer.self_attn.q_norm.weight.data, layer.self_attn.k_norm.weight.data,
                          float(getattr(layer.self_attn.q_norm, "variance_epsilon", self.norm_eps)))
                         for layer in self.layers] if hasattr(attn, "q_norm") else None  # Qwen3  # fmt: skip
-        self.proj = []  # per layer: qkv, o, gate_up, down
+        self.proj: list[tuple[Any, ...]] = []  # per layer: qkv, o, gate_up, down (Projection or QuantProjection)
         for layer in self.layers:
             w_qkv, b_qkv, w_gate_up = fuse_layer(layer, store)
             attn, mlp = layer.self_attn, layer.mlp
@@ -143,13 +148,19 @@ class DecoderRunner:
                 Projection(w_gate_up, None, kern, mixed),
                 Projection(mlp.down_proj.weight.data, mlp.down_proj.bias, kern, mixed),
             ))  # fmt: skip
+        self.quantization = "none"  # what the projections' weights are (the log, /v1/models)
+        self.weights_label = ""  # the same for the page's header ("Q4_1 · int4 kernels"); "" when not quantized
+        self.quant_calibration: dict[Any, Any] = {}
+        if mode != "none":
+            self._quantize(mode, gguf, kern, cfg)
         head, embed = model.lm_head, model.get_input_embeddings()
         head.weight.data = head.weight.data.to(store)  # tied: the embedding's too
         embed.weight.data = embed.weight.data.to(store)
         self.lm_head = Projection(head.weight.data, head.bias, kern, self.bf16_matmul)
         if self.bf16_matmul:
             with torch.inference_mode():
-                self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer] + [self.lm_head])
+                self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer if isinstance(p, Projection)]
+                                               + [self.lm_head])  # fmt: skip
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
         self.gemma = gemma.GemmaLayers(model, model_dtype, self.dtype) if gemma.supported(cfg) else None
@@ -162,6 +173,27 @@ class DecoderRunner:
         if hasattr(self.ops, "page"):  # the NPU table's KV write views the pool's pages with this block size
             self.ops.page = self.page
         self._own_pool(kv_tokens)
+
+    def _quantize(self, mode: str, gguf: Any, kern: Any, cfg: Any) -> None:
+        import time
+
+        started = time.perf_counter()
+        self.proj, self.quantization = quant.quantized_projections(self.proj, self.layers, mode, kern, gguf, cfg)
+        first = self.quantization.split(" x")[0]
+        bits = 4 if first in ("int4", "Q4_0", "Q4_1", "Q4_K") else 8
+        self.weights_label = f"{first} · int{bits} kernels" if mode == "gguf" else f"{mode} · quantized at load"
+        mixed = self.bf16_matmul
+
+        def reference(w: torch.Tensor, bias: torch.Tensor | None) -> Projection:  # the unquantized path, same matrix
+            return Projection(w.to(torch.bfloat16), bias, kern, mixed)
+
+        qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)]
+        with torch.inference_mode():
+            self.quant_calibration = quant.calibrate(qp, reference)
+        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
+                 "below %d rows and from there: %s", self.quantization, mode, sum(p.nbytes for p in qp) / 1e6,
+                 time.perf_counter() - started, quant.SPLIT_ROWS,
+                 sorted({p.shape: p.kernels_by_rows for p in qp}.items()))  # fmt: skip
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
         """Serve `adapters` beside the base model: segment.adapter i (1..n) runs with adapters[i - 1]."""

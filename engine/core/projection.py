@@ -17,8 +17,8 @@ matrix and the CPU (`bench/cpu_kernels.py` on a 2-core AVX-512 EPYC: SmolLM2's l
 
 Weights in the activations' dtype: for a handful of rows (a decode batch) the CPU BLAS packs the weight on every
 call when asked for x @ w.T, while w @ x.T streams it once: 1.5-2.5x faster at 2..32 rows and 2.5x on the
-vocabulary projection at 4 rows (measured on 2 AVX2 cores; see bench/README.md). Quantised forms were measured
-and not adopted (bench/quant_probe.py).
+vocabulary projection at 4 rows (measured on 2 AVX2 cores; see bench/README.md). Quantized weights
+(`--quantization`) are quant.QuantProjection, which replaces this class for a model's layers.
 """
 
 from __future__ import annotations

@@ -37,7 +37,12 @@ class Segment:
 @runtime_checkable
 class Runner(Protocol):
     vocab_size: int  # width of the logits
-    pages: PageStore | None  # the KV pages the prefix cache copies out and in; None: no pages (no prefix cache)
+
+    @property
+    def pages(self) -> PageStore | None:
+        """The KV pages the prefix cache copies out and in; None: no pages (no prefix cache). Read-only here, so a
+        runner may hold a narrower kind (the lean runner's PagePool or SplitPages)."""
+        ...
 
     @property
     def padding(self) -> int:

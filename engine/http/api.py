@@ -81,7 +81,12 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
         svc = service()
         return {"id": svc.served_name, "object": "model", "created": 1730000000, "owned_by": PROJECT,
                 "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length,
-                "input_modalities": svc.input_modalities()}  # fmt: skip
+                "input_modalities": svc.input_modalities(), "quantization": quantization(svc)}  # fmt: skip
+
+    def quantization(svc: Any) -> str:
+        """What the served projections' weights are (extension): "none", or the quantized forms and how many
+        projections each ("Q4_1 x120": the GGUF's own blocks; "int4 x120": quantized at load)."""
+        return str(getattr(svc.engine.runner, "quantization", "none"))
 
     def adapter_cards(svc: Any, extra: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"id": a, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": a,
@@ -100,6 +105,8 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
                     "input_modalities": svc.input_modalities() if svc else
                     ["text", *(m for m in ("image", "video", "audio") if m in media)],
                     **models.entry(model_id)}  # fmt: skip
+            if svc is not None:
+                card["quantization"] = quantization(svc)
             cards.append(card)
             if svc is not None:
                 cards += adapter_cards(svc, {"status": "loaded"})

@@ -103,12 +103,7 @@ class ChatRoutes:
             return Response(status_code=499)
         headers["X-Request-Id"] = access["id"]
         if not req.stream:
-            watcher = asyncio.create_task(_abort_on_disconnect(request, run.abort))
-            try:
-                resp = await fold(run)
-            finally:
-                watcher.cancel()
-                run.close()
+            resp = await fold_unless_disconnected(request, run)
             body = response_json(resp, self.settings.perf_stats) if route == "v1" else pangu_response_json(resp)
             return JSONResponse(body, headers=headers)
         writer = self._writer(route, req, run.prompt_tokens)
@@ -159,6 +154,17 @@ class _Stream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._release()
+
+
+async def fold_unless_disconnected(request: Request, run: Any) -> Any:
+    """A non-streaming answer: the fold of the run's stream, aborted if the client leaves while it is made; the
+    run is released either way (`run`: anything with `abort` and `close` that streams chunks)."""
+    watcher = asyncio.create_task(_abort_on_disconnect(request, run.abort))
+    try:
+        return await fold(run)
+    finally:
+        watcher.cancel()
+        run.close()
 
 
 async def _abort_on_disconnect(request: Request, abort: Callable[[], None]) -> None:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from engine.config import Settings
 from engine.http.auth import cache_scope, client_key, is_admin
-from engine.http.chat import _abort_on_disconnect, _Stream, _unless_disconnected, decode_json, read_body
+from engine.http.chat import _Stream, _unless_disconnected, decode_json, fold_unless_disconnected, read_body
 from engine.http.error_bodies import error_body
 from engine.http.sse import sse
 from engine.http.wire import usage_json
@@ -27,7 +27,6 @@ from engine.protocol.completions import CompletionRequest, parse_completion_requ
 from engine.protocol.errors import ApiError, IncompleteGenerationError
 from engine.protocol.response import ChatCompletionChunk, LogprobEntry
 from engine.serving.completions import CompletionStream, Prompt, prompts_for
-from engine.serving.fold import fold
 from engine.serving.policy import CallContext, RequestPolicy
 
 log = logging.getLogger(__name__)
@@ -61,12 +60,7 @@ class CompletionRoutes:
         headers = {"X-Request-Id": access["id"]}
         shaper = Shaper(creq, prompts, stream, self.settings.perf_stats)
         if not creq.stream:
-            watcher = asyncio.create_task(_abort_on_disconnect(request, stream.abort))
-            try:
-                resp = await fold(stream)
-            finally:
-                watcher.cancel()
-                stream.close()
+            resp = await fold_unless_disconnected(request, stream)
             return JSONResponse(shaper.response(resp), headers=headers)
         opts = prompts[0].request.stream_options
         include_usage = bool(opts and opts.include_usage)

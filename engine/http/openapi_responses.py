@@ -97,6 +97,11 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
             "parent": {"anyOf": [{"type": "string"}, {"type": "null"}]},
             "max_model_len": {"type": "integer"},
             "input_modalities": {"type": "array", "items": {"enum": ["text", "image", "video", "audio"]}},
+            "quantization": {
+                "type": "string",
+                "description": "Extension: what a loaded model's linear projections are kept as: none, or the "
+                "quantized forms with how many projections each (Q4_1 x120: a GGUF's own blocks; int4 x120).",
+            },
             # Extension, with several models (--models-dir, a repeated --model); read from the files, not loaded.
             "status": {
                 "enum": ["loaded", "loading", "loadable", "failed"],

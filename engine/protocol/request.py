@@ -43,15 +43,15 @@ from engine.protocol.request_parts import (
     INT32_MAX,
     MAX_CHAT_TEMPLATE_BYTES,
     RESERVED_TEMPLATE_KWARGS,
+    ChoiceField,
+    JsonSchemaField,
     ModerationConfig,
+    PatternField,
     ResponseFormat,
     Route,
     StreamOptions,
     StructuredOutputs,
-    _pattern,
     _range,
-    check_choice,
-    check_json_schema,
     check_logit_bias,
     check_media_limits,
     check_structured,
@@ -150,30 +150,15 @@ class ChatCompletionRequest(StrictModel):
     # Extensions (vLLM's): structured outputs by JSON schema, regex, choice or grammar, and the older guided_* names;
     # one kind per request, response_format included (request_parts.check_structured).
     structured_outputs: StructuredOutputs | None = None
-    guided_json: dict[str, Any] | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-    guided_grammar: str | None = None
+    guided_json: JsonSchemaField | None = None
+    guided_regex: PatternField | None = None
+    guided_choice: ChoiceField | None = None
+    guided_grammar: PatternField | None = None
 
     @field_validator("logit_bias", mode="before")
     @classmethod
     def _check_logit_bias(cls, value: Any) -> Any:
         return check_logit_bias(value)
-
-    @field_validator("guided_json", mode="before")
-    @classmethod
-    def _check_guided_json(cls, value: Any) -> Any:
-        return check_json_schema(value)
-
-    @field_validator("guided_regex", "guided_grammar", mode="before")
-    @classmethod
-    def _check_guided_text(cls, value: Any) -> Any:
-        return _pattern(value, "string")
-
-    @field_validator("guided_choice", mode="before")
-    @classmethod
-    def _check_guided_choice(cls, value: Any) -> Any:
-        return check_choice(value)
 
     @field_validator("stop", mode="before")
     @classmethod

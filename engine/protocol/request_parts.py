@@ -10,11 +10,11 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
-    field_validator,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
@@ -191,30 +191,26 @@ def check_json_schema(value: Any) -> Any:
     return value
 
 
+def _text_pattern(value: Any) -> Any:
+    return _pattern(value, "string")
+
+
+# The structured-output fields' types, each checked the same way wherever it appears (structured_outputs.* and the
+# older guided_* fields of the request).
+JsonSchemaField = Annotated[dict[str, Any], BeforeValidator(check_json_schema)]
+PatternField = Annotated[str, BeforeValidator(_text_pattern)]
+ChoiceField = Annotated[list[str], BeforeValidator(check_choice)]
+
+
 class StructuredOutputs(StrictModel):
     """vLLM's `structured_outputs`: exactly one of json, regex, choice, grammar (Lark, or GBNF converted by
     llguidance), json_object. vLLM's tuning fields (disable_fallback, whitespace_pattern, ...) are ignored."""
 
-    json_: dict[str, Any] | None = Field(default=None, alias="json")
-    regex: str | None = None
-    choice: list[str] | None = None
-    grammar: str | None = None
+    json_: JsonSchemaField | None = Field(default=None, alias="json")
+    regex: PatternField | None = None
+    choice: ChoiceField | None = None
+    grammar: PatternField | None = None
     json_object: bool | None = None
-
-    @field_validator("json_", mode="before")
-    @classmethod
-    def _check_json(cls, value: Any) -> Any:
-        return check_json_schema(value)
-
-    @field_validator("regex", "grammar", mode="before")
-    @classmethod
-    def _check_text(cls, value: Any) -> Any:
-        return _pattern(value, "string")
-
-    @field_validator("choice", mode="before")
-    @classmethod
-    def _check_choice(cls, value: Any) -> Any:
-        return check_choice(value)
 
     @model_validator(mode="after")
     def _one_given(self) -> StructuredOutputs:

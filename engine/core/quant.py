@@ -1,0 +1,436 @@
+"""Weights kept quantized: `--quantization int8 | int4`, and a GGUF's own 4/8-bit blocks (`auto`).
+
+One layout serves every source (`QuantWeight`): each row's weights in blocks of 32, w = q * scale + min with a
+float32 scale and min per group of `group` weights (a multiple of 32). 4 bits: a block's 16 bytes hold weight j in
+byte j's low nibble and weight j + 16 in its high one, the order of GGUF's Q4_0 / Q4_1, so their blocks copy in as
+they are; Q4_K's 6-bit sub-block scales and mins become per-32 float scales and mins (d * sc, -dmin * m), exact;
+Q8_0 is 8 bits with a scale per 32 and no min. `quantize` makes the same layout from a float matrix (asymmetric
+4-bit groups, or symmetric per-channel int8: one group a row).
+
+`QuantProjection` runs x @ w.T on it with one kernel for decode batches (below SPLIT_ROWS rows) and one for
+prompts and big batches, picked at load by timing them on the model's own matrices (`calibrate`):
+  - `tile`: cpu_kernels.cpp's `linear_q`, which decodes each tile of rows into float32 in L1 once per block of up
+    to 64 input rows and multiplies it as the bf16 tiles are, float32 activations (one pass over the packed bytes
+    per step, whatever the batch);
+  - `torch`: torch's packed CPU kernels, `_weight_int4pack_mm_for_cpu` (int4) and `_weight_int8pack_mm` (per-channel
+    int8), which take bf16 activations (their float32 path is scalar: 20-200x slower, measured) and bf16 scales;
+  - `fallback`, from SPLIT_ROWS only: the unquantized path on a bf16 copy of the dequantized matrix, where it
+    measured faster (bf16 dot products in oneDNN outrun decoding 4-bit tiles once a step is compute-bound).
+A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it. Two ranges, not a
+kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share its step.
+Figures: bench/quant_serve.py, bench/README.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+QB = 32  # weights per block
+CHOICES = ("auto", "none", "int8", "int4")
+# Group sizes by teacher-forced top-1 agreement with the float32 model (SmolLM2, bench/quant_serve.py --quality):
+# int4 in groups of 32 98.4% (mean KL 6e-5), of 64 68.8% (0.40); int8 per channel 93.8% (0.004), so int8 keeps
+# Q8_0's groups of 32 too.
+INT4_GROUP = 32
+INT8_GROUP = 32
+# One kernel for every row count below SPLIT_ROWS (decode batches) and one from there on (prompts, big batches), so
+# a sequence's numbers do not depend on how many others share its step below SPLIT_ROWS: the kernels round
+# differently (torch's takes bf16 activations), and greedy tokens alone and batched must be the same.
+SPLIT_ROWS = 16
+CALIBRATION_ROWS = (1, 4, 16, 64)  # timed: the first two choose the small-row kernel, the rest the large-row one
+TORCH_MARGIN = 0.85  # torch's bf16-activation kernel only where it beats the float32 tile kernel by 15%
+# From SPLIT_ROWS rows, the unquantized path (a bf16 copy of the dequantized matrix) where it beats the quantized
+# kernels by 10% at every large row count timed: many rows are compute-bound, where the timing of cache-hot
+# matrices holds for a real step; fewer rows stream the weights from memory, which is what fewer bytes speed up.
+FALLBACK_MARGIN = 0.9
+
+
+@dataclass
+class QuantWeight:
+    q: torch.Tensor  # uint8 [N, Kp / 2] (4 bits) or int8 viewed as uint8 [N, Kp] (8 bits)
+    scale: torch.Tensor  # float32 [N, Kp / group]
+    minv: torch.Tensor  # float32 [N, Kp / group]; empty for 8 bits (symmetric: no offset)
+    bits: int
+    group: int
+    k: int  # input width before padding to the group
+    source: str  # "int4", "int8", or the GGUF block type ("Q4_1", ...)
+
+    @property
+    def n(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def kp(self) -> int:
+        return int(self.scale.shape[1]) * self.group
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.scale, self.minv))
+
+    def shape_ok(self, w: torch.Tensor) -> bool:
+        return tuple(w.shape) == (self.n, self.k)
+
+    def codes(self) -> torch.Tensor:
+        """The integer codes [N, Kp] (0..15 for 4 bits, -128..127 for 8)."""
+        if self.bits == 8:
+            return self.q.view(torch.int8).to(torch.int32)
+        b = self.q.reshape(self.n, -1, 16).to(torch.int32)
+        return torch.stack([b & 15, b >> 4], 2).reshape(self.n, -1)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 matrix [N, k] the kernels compute with."""
+        g = self.codes().float().reshape(self.n, -1, self.group)
+        w = g * self.scale[..., None] + (self.minv[..., None] if self.minv.numel() else 0)
+        return w.reshape(self.n, -1)[:, : self.k]
+
+
+def _pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    n = codes.shape[0]
+    c = codes.to(torch.uint8).reshape(n, -1, 2, 16)
+    return (c[:, :, 0] | (c[:, :, 1] << 4)).reshape(n, -1).contiguous()
+
+
+def _padded(k: int, group: int) -> int:
+    return -(-k // group) * group
+
+
+def quantize(w: torch.Tensor, bits: int, group: int = 0) -> QuantWeight:
+    """`w` [N, K] float: int4 in asymmetric groups of `group` (scale (max - min) / 15, min as the offset), or int8
+    symmetric in groups of `group` (scale max|w| / 127; group 0 with 8 bits: one group a row, per channel)."""
+    w = w.float()
+    n, k = w.shape
+    if bits == 8:
+        kp = _padded(k, group or QB)
+        g = F.pad(w, (0, kp - k)).reshape(n, -1, group or kp)
+        scale = (g.abs().amax(-1) / 127).clamp_min(1e-12)
+        q = (g / scale[..., None]).round().clamp(-127, 127).to(torch.int8).reshape(n, kp).view(torch.uint8)
+        return QuantWeight(q.contiguous(), scale.contiguous(), torch.empty(0), 8, group or kp, k, "int8")
+    group = group or INT4_GROUP
+    if bits != 4 or group % QB:
+        raise ValueError(f"int{bits} in groups of {group} is not a layout this engine has")
+    kp = _padded(k, group)
+    g = F.pad(w, (0, kp - k)).reshape(n, kp // group, group)
+    if kp != k:  # padding takes no part in a group's range
+        last = g[:, -1]
+        real = k - (kp // group - 1) * group
+        last[:, real:] = last[:, :real].mean(1, keepdim=True)
+    low, high = g.amin(-1), g.amax(-1)
+    scale = ((high - low) / 15).clamp_min(1e-12)
+    codes = ((g - low[..., None]) / scale[..., None]).round().clamp(0, 15).reshape(n, kp)
+    return QuantWeight(_pack_nibbles(codes), scale.contiguous(), low.contiguous(), 4, group, k, "int4")
+
+
+def concat(parts: list[QuantWeight]) -> QuantWeight:
+    """Row-wise concatenation (the fused q/k/v and gate/up projections); the parts must share their layout."""
+    first = parts[0]
+    if any((p.bits, p.group, p.k, p.kp) != (first.bits, first.group, first.k, first.kp) for p in parts):
+        raise ValueError("parts of a fused projection in different layouts")
+    cat = lambda ts: torch.cat(ts).contiguous() if ts[0].numel() else ts[0]  # noqa: E731
+    return QuantWeight(cat([p.q for p in parts]), cat([p.scale for p in parts]), cat([p.minv for p in parts]),
+                       first.bits, first.group, first.k, first.source)  # fmt: skip
+
+
+def take_rows(w: QuantWeight, index: torch.Tensor) -> QuantWeight:
+    minv = w.minv[index].contiguous() if w.minv.numel() else w.minv
+    return QuantWeight(w.q[index].contiguous(), w.scale[index].contiguous(), minv, w.bits,
+                       w.group, w.k, w.source)  # fmt: skip
+
+
+# ---- GGUF blocks ----------------------------------------------------------------------------------------------------
+
+GGUF_KERNEL_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K")  # what maps onto QuantWeight exactly; others fall back
+
+
+def from_gguf(type_name: str, data: np.ndarray, k: int) -> QuantWeight | None:
+    """A GGUF tensor's raw blocks (`data`: uint8 [N, bytes a row], as gguf.GGUFReader gives them; `k` weights a row)
+    as a QuantWeight computing the same numbers as `gguf.quants.dequantize`; None for a block type with no kernel."""
+    raw = np.ascontiguousarray(data, dtype=np.uint8)
+    n = raw.shape[0]
+    f16 = lambda a: torch.from_numpy(np.ascontiguousarray(a).view(np.float16).astype(np.float32))  # noqa: E731
+    if type_name in ("Q4_0", "Q4_1"):
+        size = 18 if type_name == "Q4_0" else 20
+        b = raw.reshape(n, -1, size)
+        d = f16(b[..., 0:2]).reshape(n, -1)
+        m = -8 * d if type_name == "Q4_0" else f16(b[..., 2:4]).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(b[..., size - 16 :])).reshape(n, -1)
+        return QuantWeight(qs.contiguous(), d.contiguous(), m.contiguous(), 4, QB, k, type_name)
+    if type_name == "Q8_0":
+        b = raw.reshape(n, -1, 34)
+        d = f16(b[..., 0:2]).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(b[..., 2:])).reshape(n, -1)
+        return QuantWeight(qs.contiguous(), d.contiguous(), torch.empty(0), 8, QB, k, type_name)
+    if type_name == "Q4_K":
+        from gguf.quants import Q4_K
+
+        kb = raw.reshape(-1, 144)
+        d, dmin = f16(kb[:, 0:2]), f16(kb[:, 2:4])  # [blocks, 1]
+        sc, mn = Q4_K.get_scale_min(np.ascontiguousarray(kb[:, 4:16]))
+        scale = (d * torch.from_numpy(sc.astype(np.float32))).reshape(n, -1)
+        minv = -(dmin * torch.from_numpy(mn.astype(np.float32))).reshape(n, -1)
+        qs = torch.from_numpy(np.ascontiguousarray(kb[:, 16:])).reshape(-1, 4, 1, 32).to(torch.int32)
+        codes = torch.cat([qs & 15, qs >> 4], 2).reshape(n, -1)  # chunk c: sub-blocks 2c (low), 2c + 1 (high)
+        return QuantWeight(_pack_nibbles(codes), scale.contiguous(), minv.contiguous(), 4, QB, k, type_name)
+    return None
+
+
+# ---- the projection ---------------------------------------------------------------------------------------------------
+
+
+class QuantProjection:
+    """x [B, K] float32 @ w.T (+ bias) with w a QuantWeight, the kernel picked per row count (`calibrate`)."""
+
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None, kernels: Any) -> None:
+        self.qw, self.bias, self.kernels = weight, bias, kernels
+        self.packed: tuple[torch.Tensor, torch.Tensor] | None = None  # torch's layout, where calibration picks it
+        # The unquantized path on the dequantized matrix (a bf16 copy), kept only where calibration picks it.
+        self.fallback: Any = None
+        self.kernels_by_rows = ("tile", "tile")  # below SPLIT_ROWS, from there: "tile", "torch" or "fallback"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.qw.n, self.qw.k)
+
+    @property
+    def nbytes(self) -> int:
+        extra = sum(t.numel() * t.element_size() for t in self.packed) if self.packed is not None else 0
+        if self.fallback is not None:
+            for t in (self.fallback.weight, self.fallback.packed):
+                extra += t.numel() * t.element_size() if t is not None else 0
+        return self.qw.nbytes + extra
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self.kernels_by_rows[x.shape[0] >= SPLIT_ROWS]
+        if kernel == "fallback":
+            return self.fallback(x)
+        return self.torch_matmul(x) if kernel == "torch" else self.tile(x)
+
+    def tile(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        if self.qw.kp != self.qw.k:
+            x = F.pad(x, (0, self.qw.kp - self.qw.k))
+        return self.kernels.linear_q(x, self.qw, self.bias)
+
+    def pack_for_torch(self) -> bool:
+        """Build torch's packed copy; False where its kernel cannot take this layout (Q8_0's blocks, a group it
+        lacks) or this torch has none."""
+        w = self.qw
+        try:
+            if w.bits == 4 and w.group in (32, 64, 128, 256):
+                np_ = -(-w.n // 16) * 16  # the op wants N a multiple of 16
+                codes = F.pad(w.codes(), (0, 0, 0, np_ - w.n))
+                packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.contiguous(), 1)
+                zero = w.minv + 8 * w.scale  # the op computes (q - 8) * scale + zero
+                sz = torch.stack([w.scale, zero], -1)  # [N, G, 2]
+                sz = F.pad(sz, (0, 0, 0, 0, 0, np_ - w.n)).transpose(0, 1).contiguous().to(torch.bfloat16)
+                self.packed = (packed, sz)
+            elif w.bits == 8 and w.scale.shape[1] == 1:
+                self.packed = (w.q.view(torch.int8), w.scale[:, 0].to(torch.bfloat16))  # K padded: 40 crashed it
+            else:
+                return False
+            self.torch_matmul(torch.zeros(1, w.k))
+            return True
+        except (AttributeError, RuntimeError, NotImplementedError):
+            self.packed = None
+            return False
+
+    def torch_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.packed is not None
+        w = self.qw
+        xb = x.to(torch.bfloat16)
+        if w.kp != w.k:
+            xb = F.pad(xb, (0, w.kp - w.k))
+        if w.bits == 4:
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(xb, self.packed[0], w.group, self.packed[1])[:, : w.n]
+        else:
+            out = torch._weight_int8pack_mm(xb, *self.packed)
+        out = out.float()
+        return out + self.bias if self.bias is not None else out
+
+
+def _best(fn: Any, sample: list[Any], x: torch.Tensor, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for p in sample:
+            fn(p, x)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def calibrate(
+    projections: list[QuantProjection], reference: Any = None, repeat: int = 3, rows: tuple[int, ...] = CALIBRATION_ROWS
+) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
+    """Per matrix shape, time the tile kernel, torch's packed one (where it takes the layout) and, when `reference`
+    (weight [N, K] float32, bias) -> callable(x) is given, the unquantized path on the dequantized matrices, at each
+    row count on two of the model's own matrices; then pick one kernel below SPLIT_ROWS and one from there
+    (`kernels_by_rows`): torch's where it beats the tile kernel by TORCH_MARGIN summed over that range's row counts,
+    the unquantized path from SPLIT_ROWS where it beats both by FALLBACK_MARGIN at every one of them. Copies that
+    end up unused are dropped. Returns {shape: {rows: {kernel: ms}}}."""
+    groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
+    for p in projections:
+        groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
+    report: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
+    for (n, k, _bits, _group), group in groups.items():
+        sample = group[:: max(1, len(group) // 2)][:2]
+        has_torch = all(p.pack_for_torch() for p in sample)
+        refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
+        table: dict[int, dict[str, float]] = {}
+        for r in rows:
+            x = torch.randn(r, k)
+            t = {"tile": _best(lambda p, x: p.tile(x), sample, x, repeat)}
+            if has_torch:
+                t["torch"] = _best(lambda p, x: p.torch_matmul(x), sample, x, repeat)
+            if refs:
+                t["reference"] = _best(lambda f, x: f(x), refs, x, repeat)
+            table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
+        chosen = []
+        for part in ([r for r in rows if r < SPLIT_ROWS], [r for r in rows if r >= SPLIT_ROWS]):
+            total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch")}
+            best = "torch" if total["torch"] < TORCH_MARGIN * total["tile"] else "tile"
+            if (
+                part
+                and part[0] >= SPLIT_ROWS
+                and all(
+                    "reference" in table[r] and table[r]["reference"] < FALLBACK_MARGIN * table[r][best] for r in part
+                )
+            ):
+                best = "fallback"
+            chosen.append(best)
+        kernels_by_rows = (chosen[0], chosen[1])
+        for p in group:
+            p.kernels_by_rows = kernels_by_rows
+            if "torch" in kernels_by_rows:
+                if p.packed is None:
+                    p.pack_for_torch()
+            else:
+                p.packed = None
+            if "fallback" in kernels_by_rows and reference is not None:
+                p.fallback = reference(p.qw.dequantize(), p.bias)
+        log.info("quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s", n, k, chosen[0],
+                 SPLIT_ROWS, chosen[1], table)  # fmt: skip
+        report[(n, k)] = table
+    return report
+
+
+# ---- the runner's projections ---------------------------------------------------------------------------------------
+
+GGUF_NAMES = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
+GGUF_ARCHS = {"llama"}  # whose GGUF tensor layout (q/k rows permuted for rotary) is handled here
+
+
+class QuantError(ValueError):
+    """A --quantization this model or device cannot serve: the message names what is supported."""
+
+
+def gguf_layers(path: Any, cfg: Any) -> list[list[QuantWeight | None]]:
+    """Per layer, the four fused projections (qkv, o, gate_up, down) from the GGUF's own blocks, rows in the HF
+    checkpoint's order (llama.cpp's converter permutes q and k for its rotary layout; undone here as transformers'
+    GGUF loader does); None where a part's block type has no kernel or the parts differ in layout."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    out: list[list[QuantWeight | None]] = []
+    skipped: dict[str, int] = {}
+    for li in range(cfg.num_hidden_layers):
+        fused: list[QuantWeight | None] = []
+        for names in GGUF_NAMES:
+            parts: list[QuantWeight] = []
+            for name in names:
+                t = tensors[f"blk.{li}.{name}.weight"]
+                qw = from_gguf(t.tensor_type.name, t.data, int(t.shape[0]))
+                if qw is None:
+                    skipped[t.tensor_type.name] = skipped.get(t.tensor_type.name, 0) + 1
+                    break
+                if name in ("attn_q", "attn_k"):
+                    h = heads if name == "attn_q" else kv
+                    index = torch.arange(qw.n).reshape(h, qw.n // h // 2, 2).transpose(1, 2).reshape(-1)
+                    qw = take_rows(qw, index)
+                parts.append(qw)
+            try:
+                fused.append(concat(parts) if len(parts) == len(names) else None)
+            except ValueError:
+                skipped["mixed layouts"] = skipped.get("mixed layouts", 0) + 1
+                fused.append(None)
+        out.append(fused)
+    for kind, count in skipped.items():
+        log.info("GGUF %s: %d tensors of %s have no kernel here: their projections are served dequantized",
+                 path, count, kind)  # fmt: skip
+    return out
+
+
+def quantized_projections(
+    proj: list[tuple[Any, ...]], layers: list[Any], mode: str, kernels: Any, gguf_path: Any = None, cfg: Any = None
+) -> tuple[list[tuple[Any, ...]], str]:
+    """The runner's projections (per layer qkv, o, gate_up, down) with their weights quantized for `mode` (int8,
+    int4: from the float weights; gguf: the GGUF's own blocks), the HF modules' weights they replace freed (kept as
+    meta tensors of their shapes). Returns (projections, what the weights are, for the log and /v1/models)."""
+
+    direct = gguf_layers(gguf_path, cfg) if mode == "gguf" else None
+    new: list[tuple[Any, ...]] = []
+    sources: dict[str, int] = {}
+    for li, (four, layer) in enumerate(zip(proj, layers)):
+        row: list[Any] = []
+        for j, p in enumerate(four):
+            if direct is not None:
+                qw = direct[li][j]
+                if qw is not None:
+                    if not qw.shape_ok(p.weight):
+                        raise QuantError(f"GGUF layer {li} projection {j}: {qw.n}x{qw.k}, the checkpoint has "
+                                         f"{tuple(p.weight.shape)}")  # fmt: skip
+                    _check_close(qw, p.weight, f"layer {li} projection {j}")
+            else:
+                qw = quantize(p.weight, 8, INT8_GROUP) if mode == "int8" else quantize(p.weight, 4, INT4_GROUP)
+            if qw is None:
+                row.append(p)
+                sources["dequantized"] = sources.get("dequantized", 0) + 1
+                continue
+            row.append(QuantProjection(qw, p.bias, kernels))
+            sources[qw.source] = sources.get(qw.source, 0) + 1
+        new.append(tuple(row))
+        _free(layer)
+    what = " + ".join(f"{k} x{v}" for k, v in sorted(sources.items(), key=lambda kv: -kv[1]))
+    return new, what
+
+
+def _check_close(qw: QuantWeight, w: torch.Tensor, what: str) -> None:
+    """The GGUF's blocks against the (bf16-rounded) checkpoint made from the same file: never silently wrong rows."""
+    ref = w.float()
+    err = (qw.dequantize() - ref).abs().max().item()
+    if err > 0.01 * ref.abs().max().item() + 1e-6:
+        raise QuantError(f"GGUF blocks of {what} do not match the checkpoint made from them (max error {err:.3g})")
+
+
+def _free(layer: Any) -> None:
+    attn, mlp = layer.self_attn, layer.mlp
+    for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        m.weight = torch.nn.Parameter(torch.empty(m.weight.shape, device="meta"), requires_grad=False)
+
+
+def plan(requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, model_type: str) -> str:
+    """What `--quantization requested` means for this model here: "none", "int8", "int4" or "gguf" (the GGUF's own
+    blocks); QuantError for a request that cannot be served, naming what can."""
+    if requested not in CHOICES:
+        raise QuantError(f"--quantization must be one of {', '.join(CHOICES)}, got {requested!r}")
+    if requested == "none":
+        return "none"
+    usable = lean and kernels is not None and str(device) == "cpu"
+    if requested == "auto":
+        return "gguf" if usable and gguf_path is not None and model_type in GGUF_ARCHS else "none"
+    if not lean:
+        raise QuantError(f"--quantization {requested}: quantized weights need the lean runner (Llama, Mistral, "
+                         "Qwen2, Qwen3, Gemma 3 text); this model runs the HF forward: use auto or none")  # fmt: skip
+    if not usable:
+        raise QuantError(f"--quantization {requested}: the quantized kernels run on an x86-64 CPU with AVX2 and FMA and a "
+                         f"g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this {device} only auto and "
+                         "none are supported")  # fmt: skip
+    return requested
