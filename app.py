@@ -31,14 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
     for knob in cfg.KNOBS:
         help_text = f"{knob.help} [env {knob.env}]"
         if knob.name == "model":  # repeated: the first is served at start, the others join --models
-            parser.add_argument(knob.flag, dest=knob.name, action="append", type=knob.parse, default=None,
-                                help=help_text)  # fmt: skip
+            parser.add_argument(
+                knob.flag, dest=knob.name, action="append", type=knob.parse, default=None, help=help_text
+            )
         elif knob.kind is bool:
-            parser.add_argument(knob.flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=help_text)  # fmt: skip
+            parser.add_argument(
+                knob.flag, dest=knob.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
         else:
-            parser.add_argument(knob.flag, dest=knob.name, type=knob.parse, choices=knob.choices, default=None,
-                                help=help_text + (" (comma-separated)" if knob.kind == list[str] else ""))  # fmt: skip
+            parser.add_argument(
+                knob.flag,
+                dest=knob.name,
+                type=knob.parse,
+                choices=knob.choices,
+                default=None,
+                help=help_text + (" (comma-separated)" if knob.kind == list[str] else ""),
+            )
     return parser
 
 
@@ -65,8 +73,10 @@ def check_exposure(settings: cfg.Settings) -> None:
 
     if settings.mcp and settings.reachable_from_outside and not any_credentials(settings):
         # No --insecure-public exception: a tool any agent on the network may call needs a key.
-        raise SystemExit(f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
-                         "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1")  # fmt: skip
+        raise SystemExit(
+            f"refusing {cfg.cli_flag('mcp')} on {settings.bind_host} without credentials: set "
+            "--api-keys (MCP clients send one as 'Authorization: Bearer <key>') or bind 127.0.0.1"
+        )
     unguarded = open_routes(settings)
     if not settings.reachable_from_outside or not unguarded:
         return
@@ -273,8 +283,9 @@ def new_pool(settings: cfg.Settings) -> Any:
         elif not models.on_disk(source, cache):
             models.resolve_model_dir(source, cache, lambda f, s: report(0.6 * f, s))
             step = lambda f, s: report(0.6 + 0.4 * f, s)  # noqa: E731
-        own = settings.replace(model=source, served_model_name=candidate.id,
-                               lora_adapters=settings.lora_adapters if first else [])  # fmt: skip
+        own = settings.replace(
+            model=source, served_model_name=candidate.id, lora_adapters=settings.lora_adapters if first else []
+        )
         service = build_service(own, step)
         if step is not report:  # on disk now: the registry reads its files instead of the published facts
             resolved = models.resolve_model_dir(source, cache)[0]
@@ -282,9 +293,15 @@ def new_pool(settings: cfg.Settings) -> Any:
         return service
 
     itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
-    pool = ModelPool([], loader, bytes_per_param=itemsize, kv_tokens=settings.kv_cache_tokens,
-                     seqs=settings.max_num_seqs, budget_mb=settings.models_memory_mb,
-                     admin=lambda key: is_admin(key, settings))  # fmt: skip
+    pool = ModelPool(
+        [],
+        loader,
+        bytes_per_param=itemsize,
+        kv_tokens=settings.kv_cache_tokens,
+        seqs=settings.max_num_seqs,
+        budget_mb=settings.models_memory_mb,
+        admin=lambda key: is_admin(key, settings),
+    )
     return pool
 
 
@@ -315,8 +332,10 @@ def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
     if not settings.lora_adapters:
         return {}
     if not isinstance(runner, DecoderRunner):
-        raise lora.LoraError(f"{cfg.cli_flag('lora_adapters')}: LoRA adapters need the lean runner (Llama, Mistral, "
-                             "Qwen2, Qwen3); this model runs the HF forward")  # fmt: skip
+        raise lora.LoraError(
+            f"{cfg.cli_flag('lora_adapters')}: LoRA adapters need the lean runner (Llama, Mistral, "
+            "Qwen2, Qwen3); this model runs the HF forward"
+        )
     adapters = lora.preflight(settings.lora_adapters, settings.served_model_name, load=True)
     started = time.perf_counter()
     stacked = runner.set_lora(adapters)
@@ -449,9 +468,15 @@ def serve(app: Any, settings: cfg.Settings) -> None:
 
     # access_log=False: engine/http/middleware.py writes one access line per request (none per health poll at INFO);
     # uvicorn's own would double every line.
-    config = uvicorn_config(app, settings, host=settings.bind_host, port=settings.port, log_level="info",
-                            access_log=False,
-                            timeout_graceful_shutdown=settings.shutdown_timeout_s + 15)  # fmt: skip
+    config = uvicorn_config(
+        app,
+        settings,
+        host=settings.bind_host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=settings.shutdown_timeout_s + 15,
+    )
     DrainingServer(config).run()
 
 

@@ -40,8 +40,12 @@ print("LOAD", took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def load_in_subprocess(cache: str) -> tuple[float, float]:
-    out = subprocess.run([sys.executable, "-c", LOAD_SNIPPET.format(root=str(ROOT), cache=cache)],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_SNIPPET.format(root=str(ROOT), cache=cache)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("LOAD"))
     _, secs, rss = line.split()
     return float(secs), float(rss)
@@ -50,8 +54,14 @@ def load_in_subprocess(cache: str) -> tuple[float, float]:
 async def decode_speed(service, tokens: int) -> float:
     from engine.protocol.request import parse_chat_request
 
-    body = {"model": service.served_name, "messages": [{"role": "user", "content": "Tell me a long story."}],
-            "temperature": 0, "max_tokens": tokens, "ignore_eos": True, "stream": True}  # fmt: skip
+    body = {
+        "model": service.served_name,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "temperature": 0,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
     times: list[float] = []
     async for chunk in await service.start(parse_chat_request(body)):
         if chunk.timeline and chunk.choices:
@@ -63,8 +73,9 @@ async def decode_speed(service, tokens: int) -> float:
 def hf_generate_speed(model, tokenizer, tokens: int) -> float:
     import torch
 
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Tell me a long story."}],
-                                        add_generation_prompt=True, return_tensors="pt")["input_ids"]  # fmt: skip
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tell me a long story."}], add_generation_prompt=True, return_tensors="pt"
+    )["input_ids"]
     with torch.inference_mode():
         model.generate(ids, max_new_tokens=2, do_sample=False)
         t = time.perf_counter()

@@ -70,8 +70,10 @@ def main() -> None:
                 accepts.append(time.perf_counter() - t2)
                 masks.append(t1 - t0)
                 applies.append(t2 - t1)
-            print(f"{label} ({rep}): compile {compiled * 1e3:.1f} ms; {len(ids)} tokens; allowed {us(masks)}; "
-                  f"apply_mask {us(applies)}; accept {us(accepts)}")  # fmt: skip
+            print(
+                f"{label} ({rep}): compile {compiled * 1e3:.1f} ms; {len(ids)} tokens; allowed {us(masks)}; "
+                f"apply_mask {us(applies)}; accept {us(accepts)}"
+            )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,9 @@ def timed(fn, repeat: int) -> float:
 
 def wake_cost_us(spincount: str) -> float:
     env = {**os.environ, "GOMP_SPINCOUNT": spincount}
-    out = subprocess.run([sys.executable, "-c", WAKE_SNIPPET.format(root=str(ROOT))], env=env, capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", WAKE_SNIPPET.format(root=str(ROOT))], env=env, capture_output=True, text=True, check=True
+    )
     return round(float(out.stdout.strip().splitlines()[-1]), 1)
 
 
@@ -92,8 +93,10 @@ def main() -> None:
     torch.set_num_threads(2)
     result: dict = {"cpu_flags": sorted(f for f in cpu_kernels.cpu_flags() if f.startswith(("avx", "amx", "fma")))}
     if not args.skip_wake:
-        result["parallel_region_us"] = {"GOMP_SPINCOUNT=0": wake_cost_us("0"),
-                                        "GOMP_SPINCOUNT=20000": wake_cost_us("20000")}  # fmt: skip
+        result["parallel_region_us"] = {
+            "GOMP_SPINCOUNT=0": wake_cost_us("0"),
+            "GOMP_SPINCOUNT=20000": wake_cost_us("20000"),
+        }
 
     shapes, n_layers, vocab = SHAPES[args.shape]
     hidden = shapes[1][1]
@@ -165,8 +168,11 @@ def main() -> None:
             lambda q=q, pool_k=pool_k, pool_v=pool_v, t32=t32, l32=l32: k.decode_attention(q, pool_k, pool_v, t32, l32),
             30,
         )
-        attn[b] = {"gather_sdpa_us": round(t_torch * 1e6), "kernel_us": round(t_kernel * 1e6),
-                   "speedup": round(t_torch / t_kernel, 2)}  # fmt: skip
+        attn[b] = {
+            "gather_sdpa_us": round(t_torch * 1e6),
+            "kernel_us": round(t_kernel * 1e6),
+            "speedup": round(t_torch / t_kernel, 2),
+        }
     result[f"decode_attention_one_layer_context_{args.context}"] = attn
     print(json.dumps(result, indent=1))
 

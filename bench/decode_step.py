@@ -51,8 +51,11 @@ def main() -> None:
                 runner.forward(step)
             ms = (time.perf_counter() - t) / args.steps * 1000
             cpu_ms = (time.process_time() - cpu) / args.steps * 1000
-            out[batch] = {"ms_per_step": round(ms, 1), "tok_s": round(batch * 1000 / ms, 1),
-                          "cpu_ms_per_step": round(cpu_ms, 1)}  # fmt: skip
+            out[batch] = {
+                "ms_per_step": round(ms, 1),
+                "tok_s": round(batch * 1000 / ms, 1),
+                "cpu_ms_per_step": round(cpu_ms, 1),
+            }
             for c in caches:
                 getattr(runner, "release", lambda c: None)(c)
     print(json.dumps(out))

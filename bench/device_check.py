@@ -126,10 +126,24 @@ WHEELS: tuple[tuple[str, float, bool, str], ...] = (  # (requirement, MB, needed
 
 # Peak memory bandwidth in GB/s by device name (the first key the name contains, in this order).
 PEAK_GBS: tuple[tuple[str, float], ...] = (
-    ("H200", 4800.0), ("H100 PCIe", 2000.0), ("H100", 3350.0), ("H800", 3350.0), ("H20", 4000.0),
-    ("A100-SXM4-80GB", 2039.0), ("A100 80GB", 1935.0), ("A100", 1555.0), ("A800", 2039.0), ("L40S", 864.0), ("L40", 864.0),
-    ("L4", 300.0), ("A10G", 600.0), ("A10", 600.0), ("RTX 4090", 1008.0), ("V100", 900.0), ("T4", 320.0),
-)  # fmt: skip
+    ("H200", 4800.0),
+    ("H100 PCIe", 2000.0),
+    ("H100", 3350.0),
+    ("H800", 3350.0),
+    ("H20", 4000.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB", 1935.0),
+    ("A100", 1555.0),
+    ("A800", 2039.0),
+    ("L40S", 864.0),
+    ("L40", 864.0),
+    ("L4", 300.0),
+    ("A10G", 600.0),
+    ("A10", 600.0),
+    ("RTX 4090", 1008.0),
+    ("V100", 900.0),
+    ("T4", 320.0),
+)
 
 ATOL = 2e-3  # float32 runner against the float32 HF forward (tests/test_model_runner.py)
 BF16_REL = 0.03  # bf16 runner against the float32 forward: max error under 3% of the logits' largest magnitude
@@ -143,17 +157,43 @@ def qwen3_config(**overrides: Any) -> Any:
     from transformers import Qwen3Config
 
     kw: dict[str, Any] = dict(
-        vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=40_960, rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
+        vocab_size=151_936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        hidden_act="silu",
+        max_position_embeddings=40_960,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     return Qwen3Config(**(kw | overrides))
 
 
-SHORT_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=64, vocab_size=16_384)  # fmt: skip
-TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, vocab_size=5000, max_position_embeddings=256)  # fmt: skip
+SHORT_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=16_384,
+)
+TINY_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=5000,
+    max_position_embeddings=256,
+)
 
 
 def random_model(cfg: Any, device: str, dtype: Any, seed: int = 0) -> Any:
@@ -211,13 +251,15 @@ def runner_cases(runner: Any, reference: Any, device: str) -> list[dict[str, Any
 
     with torch.inference_mode():
         ca, cb = KVCache(), KVCache()
-        compare("prefill: chunk beside a whole prompt",
-                runner.forward([Segment(ca, a[:3], want_logits=False), Segment(cb, b)]), [b])  # fmt: skip
+        compare(
+            "prefill: chunk beside a whole prompt",
+            runner.forward([Segment(ca, a[:3], want_logits=False), Segment(cb, b)]),
+            [b],
+        )
         compare("prefill: rest of the chunk", runner.forward([Segment(ca, a[3:])]), [a])
         compare("ragged decode", runner.forward([Segment(ca, [42]), Segment(cb, [43])]), [a + [42], b + [43]])
         cc = KVCache()
-        compare("prompt beside a decode row", runner.forward([Segment(cb, [44]), Segment(cc, a)]),
-                [b + [43, 44], a])  # fmt: skip
+        compare("prompt beside a decode row", runner.forward([Segment(cb, [44]), Segment(cc, a)]), [b + [43, 44], a])
         runner.release(cc)
         twin = runner.fork(ca)
         compare("fork", runner.forward([Segment(twin, [7]), Segment(ca, [8])]), [a + [42, 7], a + [42, 8]])
@@ -238,25 +280,39 @@ def logits_section(device: str, short: bool) -> dict[str, Any]:
         runs.append(("qwen3 tiny fp32, torch ops", qwen3_config(**TINY_SHAPE), torch.float32, False))
     runs.append(("qwen3-0.6B width bf16", qwen3_config(num_hidden_layers=2, vocab_size=4096), torch.bfloat16, None))
     if cpu:  # bf16 through the torch ops: the arithmetic CUDA and MPS run
-        runs.append(("qwen3-0.6B width bf16, torch ops", qwen3_config(num_hidden_layers=2, vocab_size=4096),
-                     torch.bfloat16, False))  # fmt: skip
+        runs.append(
+            (
+                "qwen3-0.6B width bf16, torch ops",
+                qwen3_config(num_hidden_layers=2, vocab_size=4096),
+                torch.bfloat16,
+                False,
+            )
+        )
     checks = []
     for name, cfg, dtype, kernels in runs:
         model = random_model(cfg, device, dtype)
         reference = copy.deepcopy(model).float() if dtype != torch.float32 else model
         target = copy.deepcopy(model)  # the runner rebinds weights in place
-        runner = make_runner(target, device, 4096) if kernels is None else DecoderRunner(target, device, 4096,
-                                                                                             use_kernels=kernels)  # fmt: skip
+        runner = (
+            make_runner(target, device, 4096)
+            if kernels is None
+            else DecoderRunner(target, device, 4096, use_kernels=kernels)
+        )
         cases = runner_cases(runner, reference, device)
         for case in cases:
             tol = ATOL if dtype == torch.float32 else BF16_REL * case["scale"]
             case["tolerance"] = tol
             case["passed"] = bool(case["rows_ok"] and case["max_abs_err"] <= tol)
-        checks.append({
-            "model": name, "runner": type(runner).__name__, "ops": getattr(getattr(runner, "ops", None), "chosen", {}),
-            "weights_dtype": str(getattr(runner, "weights_dtype", dtype)), "cases": cases,
-            "passed": all(c["passed"] for c in cases),
-        })  # fmt: skip
+        checks.append(
+            {
+                "model": name,
+                "runner": type(runner).__name__,
+                "ops": getattr(getattr(runner, "ops", None), "chosen", {}),
+                "weights_dtype": str(getattr(runner, "weights_dtype", dtype)),
+                "cases": cases,
+                "passed": all(c["passed"] for c in cases),
+            }
+        )
         del runner, target, model, reference
     return {"checks": checks, "passed": all(c["passed"] for c in checks)}
 
@@ -285,8 +341,12 @@ def smoke_model_dir(out: Path) -> Path:
     return out
 
 
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
-          "required": ["answer"], "additionalProperties": False}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 
 
 async def _collect(policy: Any, body: dict[str, Any], ctx: Any, stop_after: int = 0) -> dict[str, Any]:
@@ -330,26 +390,45 @@ async def _smoke_requests(policy: Any, service: Any) -> list[dict[str, Any]]:
     got = await _collect(policy, {"messages": msgs, "max_tokens": 8, "ignore_eos": True, "temperature": 0}, ctx)
     c0 = got["choices"].get(0, {})
     tokens = (got["usage"] or {}).get("completion_tokens")
-    row("stream", tokens == 8 and c0.get("finish") == "length" and c0.get("pieces", 0) >= 1,
-        f"{got['chunks']} chunks, {tokens} tokens, finish {c0.get('finish')}")  # fmt: skip
+    row(
+        "stream",
+        tokens == 8 and c0.get("finish") == "length" and c0.get("pieces", 0) >= 1,
+        f"{got['chunks']} chunks, {tokens} tokens, finish {c0.get('finish')}",
+    )
 
-    got = await _collect(policy, {"messages": msgs, "max_tokens": 6, "n": 2, "ignore_eos": True, "temperature": 1.0,
-                                  "seed": 1}, ctx)  # fmt: skip
+    got = await _collect(
+        policy, {"messages": msgs, "max_tokens": 6, "n": 2, "ignore_eos": True, "temperature": 1.0, "seed": 1}, ctx
+    )
     tokens = (got["usage"] or {}).get("completion_tokens")
     finishes = [got["choices"].get(i, {}).get("finish") for i in (0, 1)]
-    row("n=2", sorted(got["choices"]) == [0, 1] and finishes == ["length", "length"] and tokens == 12,
-        f"choices {sorted(got['choices'])}, {tokens} tokens, finish {finishes}")  # fmt: skip
+    row(
+        "n=2",
+        sorted(got["choices"]) == [0, 1] and finishes == ["length", "length"] and tokens == 12,
+        f"choices {sorted(got['choices'])}, {tokens} tokens, finish {finishes}",
+    )
 
-    got = await _collect(policy, {"messages": msgs, "max_tokens": 5, "ignore_eos": True, "temperature": 0,
-                                  "logprobs": True, "top_logprobs": 3}, ctx)  # fmt: skip
+    got = await _collect(
+        policy,
+        {"messages": msgs, "max_tokens": 5, "ignore_eos": True, "temperature": 0, "logprobs": True, "top_logprobs": 3},
+        ctx,
+    )
     entries = got["choices"].get(0, {}).get("logprobs", [])
-    greedy = all(len(e.top_logprobs) == 3 and e.logprob >= max(t.logprob for t in e.top_logprobs) - 1e-4
-                 and e.logprob <= 0 for e in entries)  # fmt: skip
-    row("logprobs", len(entries) == 5 and greedy,
-        f"{len(entries)} entries, top 3 each, greedy token the most likely: {greedy}")  # fmt: skip
+    greedy = all(
+        len(e.top_logprobs) == 3 and e.logprob >= max(t.logprob for t in e.top_logprobs) - 1e-4 and e.logprob <= 0
+        for e in entries
+    )
+    row(
+        "logprobs",
+        len(entries) == 5 and greedy,
+        f"{len(entries)} entries, top 3 each, greedy token the most likely: {greedy}",
+    )
 
-    body = {"messages": msgs, "max_tokens": 96, "temperature": 0,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}}  # fmt: skip
+    body = {
+        "messages": msgs,
+        "max_tokens": 96,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}},
+    }
     got = await _collect(policy, body, ctx)
     c0 = got["choices"].get(0, {})
     try:
@@ -358,12 +437,17 @@ async def _smoke_requests(policy: Any, service: Any) -> list[dict[str, Any]]:
     except ValueError:
         value, ok = None, False
     text = c0.get("text", "")
-    row("json_schema", ok and c0.get("finish") == "stop", f"{json.dumps(value)} from {len(text)} chars, finish "
-        f"{c0.get('finish')}", text=text)  # fmt: skip
+    row(
+        "json_schema",
+        ok and c0.get("finish") == "stop",
+        f"{json.dumps(value)} from {len(text)} chars, finish {c0.get('finish')}",
+        text=text,
+    )
 
     began = time.perf_counter()
-    got = await _collect(policy, {"messages": msgs, "max_tokens": 256, "ignore_eos": True, "temperature": 0}, ctx,
-                         stop_after=3)  # fmt: skip
+    got = await _collect(
+        policy, {"messages": msgs, "max_tokens": 256, "ignore_eos": True, "temperature": 0}, ctx, stop_after=3
+    )
     load: dict[str, Any] = {}
     for _ in range(200):  # the engine drops the aborted sequence at its next step
         load = service.engine.load()
@@ -371,8 +455,12 @@ async def _smoke_requests(policy: Any, service: Any) -> list[dict[str, Any]]:
             break
         await asyncio.sleep(0.05)
     pieces = got["choices"].get(0, {}).get("pieces", 0)
-    row("abort", load.get("running") == 0 and load.get("waiting") == 0 and 3 <= pieces < 256,
-        f"left after {pieces} of 256 tokens; engine idle in {time.perf_counter() - began:.2f} s", load=load)  # fmt: skip
+    row(
+        "abort",
+        load.get("running") == 0 and load.get("waiting") == 0 and 3 <= pieces < 256,
+        f"left after {pieces} of 256 tokens; engine idle in {time.perf_counter() - began:.2f} s",
+        load=load,
+    )
     return rows
 
 
@@ -383,10 +471,28 @@ def smoke_section(device: str) -> dict[str, Any]:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="device-check-") as tmp:
         model_dir = smoke_model_dir(Path(tmp) / "tiny-qwen3-random")
-        settings = settings_from(["--model", str(model_dir), "--device", device.split(":")[0], "--served-model-name",
-                                  "smoke", "--enable-reasoning", "false", "--max-num-seqs", "8", "--kv-cache-tokens",
-                                  "8192", "--max-new-tokens", "256", "--no-adaptive-threads",
-                                  "--cache-dir", str(Path(tmp) / "cache")], environ={})  # fmt: skip
+        settings = settings_from(
+            [
+                "--model",
+                str(model_dir),
+                "--device",
+                device.split(":")[0],
+                "--served-model-name",
+                "smoke",
+                "--enable-reasoning",
+                "false",
+                "--max-num-seqs",
+                "8",
+                "--kv-cache-tokens",
+                "8192",
+                "--max-new-tokens",
+                "256",
+                "--no-adaptive-threads",
+                "--cache-dir",
+                str(Path(tmp) / "cache"),
+            ],
+            environ={},
+        )
         service = build_service(settings)
         try:
             built = time.perf_counter() - began
@@ -394,9 +500,14 @@ def smoke_section(device: str) -> dict[str, Any]:
             rows = asyncio.run(_smoke_requests(policy, service))
         finally:
             service.engine.shutdown()
-    return {"model": "tiny random qwen3 + qwen tokenizer", "runner": type(service.engine.runner).__name__,
-            "ops": getattr(getattr(service.engine.runner, "ops", None), "chosen", {}), "build_s": round(built, 2),
-            "requests": rows, "passed": all(r["passed"] for r in rows)}  # fmt: skip
+    return {
+        "model": "tiny random qwen3 + qwen tokenizer",
+        "runner": type(service.engine.runner).__name__,
+        "ops": getattr(getattr(service.engine.runner, "ops", None), "chosen", {}),
+        "build_s": round(built, 2),
+        "requests": rows,
+        "passed": all(r["passed"] for r in rows),
+    }
 
 
 # ---- throughput --------------------------------------------------------------------------------------------------
@@ -412,8 +523,9 @@ def _timed(fn: Any, device: str) -> float:
     return time.perf_counter() - t
 
 
-def runner_decode(runner: Any, vocab: int, conc: int, prompt: int, steps: int, seconds: float,
-                  device: str) -> dict[str, Any]:  # fmt: skip
+def runner_decode(
+    runner: Any, vocab: int, conc: int, prompt: int, steps: int, seconds: float, device: str
+) -> dict[str, Any]:
     """Prefill `conc` prompts in one step, then greedy decode steps for all of them together, until `steps` steps
     or `seconds` of decoding."""
     import torch
@@ -445,8 +557,14 @@ def runner_decode(runner: Any, vocab: int, conc: int, prompt: int, steps: int, s
         decode_s = time.perf_counter() - t0
     for c in caches:
         runner.release(c)
-    return {"concurrency": conc, "prompt": prompt, "steps": done, "prefill_s": round(prefill_s, 4),
-            "step_ms": round(1000 * decode_s / done, 3), "tokens_per_s": round(conc * done / decode_s, 1)}  # fmt: skip
+    return {
+        "concurrency": conc,
+        "prompt": prompt,
+        "steps": done,
+        "prefill_s": round(prefill_s, 4),
+        "step_ms": round(1000 * decode_s / done, 3),
+        "tokens_per_s": round(conc * done / decode_s, 1),
+    }
 
 
 def hf_generate(model: Any, vocab: int, conc: int, prompt: int, steps: int, device: str) -> dict[str, Any]:
@@ -459,15 +577,22 @@ def hf_generate(model: Any, vocab: int, conc: int, prompt: int, steps: int, devi
     mask = torch.ones_like(ids)
 
     def run(n: int) -> None:
-        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                       pad_token_id=0)  # fmt: skip
+        model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+        )
 
     with torch.inference_mode():
         one = _timed(lambda: run(1), device)
         full = _timed(lambda: run(steps), device)
     rate = conc * (steps - 1) / max(full - one, 1e-9)
-    return {"concurrency": conc, "prompt": prompt, "steps": steps, "prefill_s": round(one, 4),
-            "step_ms": round(1000 * (full - one) / (steps - 1), 3), "tokens_per_s": round(rate, 1)}  # fmt: skip
+    return {
+        "concurrency": conc,
+        "prompt": prompt,
+        "steps": steps,
+        "prefill_s": round(one, 4),
+        "step_ms": round(1000 * (full - one) / (steps - 1), 3),
+        "tokens_per_s": round(rate, 1),
+    }
 
 
 def memory_bandwidth_gbs(device: str, short: bool) -> float:
@@ -529,8 +654,13 @@ def throughput_section(device: str, args: argparse.Namespace) -> tuple[dict[str,
                     raise
                 empty_cache(device)
                 hf = {"concurrency": conc, "error": "out of memory"}
-        rows.append({"runner": r, "hf_generate": hf,
-                     "speedup": round(r["tokens_per_s"] / hf["tokens_per_s"], 2) if hf and "tokens_per_s" in hf else None})  # fmt: skip
+        rows.append(
+            {
+                "runner": r,
+                "hf_generate": hf,
+                "speedup": round(r["tokens_per_s"] / hf["tokens_per_s"], 2) if hf and "tokens_per_s" in hf else None,
+            }
+        )
     ops = getattr(getattr(runner, "ops", None), "chosen", {})
     del runner, target, model
     empty_cache(device)
@@ -543,15 +673,37 @@ def throughput_section(device: str, args: argparse.Namespace) -> tuple[dict[str,
     single = rows[0]["runner"]["tokens_per_s"]
     hf_single = (rows[0]["hf_generate"] or {}).get("tokens_per_s")
     bandwidth = {
-        "device": name, "weight_bytes": wbytes, "peak_gbs": round(peak, 1), "peak_source": source,
-        "measured_sum_gbs": round(measured, 1), "limit_tokens_per_s": round(peak * 1e9 / wbytes, 1),
-        "single_stream_tokens_per_s": single, "fraction": round(wbytes * single / (peak * 1e9), 3),
+        "device": name,
+        "weight_bytes": wbytes,
+        "peak_gbs": round(peak, 1),
+        "peak_source": source,
+        "measured_sum_gbs": round(measured, 1),
+        "limit_tokens_per_s": round(peak * 1e9 / wbytes, 1),
+        "single_stream_tokens_per_s": single,
+        "fraction": round(wbytes * single / (peak * 1e9), 3),
         "hf_generate_fraction": round(wbytes * hf_single / (peak * 1e9), 3) if hf_single else None,
-    }  # fmt: skip
-    shape = {k: getattr(cfg, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                          "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size")}  # fmt: skip
-    throughput = {"model": "qwen3-0.6B shape" if not short else "qwen3 short shape", "shape": shape,
-                  "dtype": "bf16", "made_on_device_s": round(made_s, 2), "ops": ops, "warmup": warm, "levels": rows}  # fmt: skip
+    }
+    shape = {
+        k: getattr(cfg, k)
+        for k in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+        )
+    }
+    throughput = {
+        "model": "qwen3-0.6B shape" if not short else "qwen3 short shape",
+        "shape": shape,
+        "dtype": "bf16",
+        "made_on_device_s": round(made_s, 2),
+        "ops": ops,
+        "warmup": warm,
+        "levels": rows,
+    }
     return throughput, bandwidth
 
 
@@ -750,18 +902,34 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             rows.append((sec, "error", result[sec]["error"], "FAIL"))
     for check in result.get("logits", {}).get("checks", []):
         worst = max(check["cases"], key=lambda c: c["max_abs_err"] / max(c["tolerance"], 1e-12))
-        rows.append(("logits", f"{check['model']} ({len(check['cases'])} steps)",
-                     f"worst {worst['max_abs_err']:.2e} <= {worst['tolerance']:.1e} ({worst['step']}); ops "
-                     f"{ops_summary(check['ops'])}", "ok" if check["passed"] else "FAIL"))  # fmt: skip
+        rows.append(
+            (
+                "logits",
+                f"{check['model']} ({len(check['cases'])} steps)",
+                f"worst {worst['max_abs_err']:.2e} <= {worst['tolerance']:.1e} ({worst['step']}); ops "
+                f"{ops_summary(check['ops'])}",
+                "ok" if check["passed"] else "FAIL",
+            )
+        )
     for r in result.get("smoke", {}).get("requests", []):
         rows.append(("smoke", r["check"], r["detail"], "ok" if r["passed"] else "FAIL"))
     for level in result.get("throughput", {}).get("levels", []):
         r, hf = level["runner"], level["hf_generate"]
-        theirs = (f"generate {hf['tokens_per_s']:.1f} tok/s ({hf['step_ms']:.1f} ms), x{level['speedup']}"
-                  if hf and "tokens_per_s" in hf else f"generate {hf.get('error')}" if hf else "generate skipped")  # fmt: skip
-        rows.append(("throughput", f"decode c={r['concurrency']}",
-                     f"runner {r['tokens_per_s']:.1f} tok/s ({r['step_ms']:.1f} ms/step, {r['steps']} steps); {theirs}",
-                     ""))  # fmt: skip
+        theirs = (
+            f"generate {hf['tokens_per_s']:.1f} tok/s ({hf['step_ms']:.1f} ms), x{level['speedup']}"
+            if hf and "tokens_per_s" in hf
+            else f"generate {hf.get('error')}"
+            if hf
+            else "generate skipped"
+        )
+        rows.append(
+            (
+                "throughput",
+                f"decode c={r['concurrency']}",
+                f"runner {r['tokens_per_s']:.1f} tok/s ({r['step_ms']:.1f} ms/step, {r['steps']} steps); {theirs}",
+                "",
+            )
+        )
     for c in result.get("ops", {}).get("checks", []):
         detail = c.get("error") or f"{c['max_abs_err']:.2e} (scale {c['scale']:.1f}) {c['impl']}"
         rows.append(("ops", c["op"], detail, "ok" if c["passed"] else "FAIL"))
@@ -779,9 +947,15 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         )
     bw = result.get("bandwidth")
     if bw:
-        rows.append(("bandwidth", "single stream",
-                     f"{bw['fraction']:.3f} of {bw['peak_gbs']:.0f} GB/s ({bw['peak_source']}; sum {bw['measured_sum_gbs']:.0f}"
-                     f" GB/s), {bw['weight_bytes'] / 1e6:.0f} MB/token, limit {bw['limit_tokens_per_s']:.0f} tok/s", ""))  # fmt: skip
+        rows.append(
+            (
+                "bandwidth",
+                "single stream",
+                f"{bw['fraction']:.3f} of {bw['peak_gbs']:.0f} GB/s ({bw['peak_source']}; sum {bw['measured_sum_gbs']:.0f}"
+                f" GB/s), {bw['weight_bytes'] / 1e6:.0f} MB/token, limit {bw['limit_tokens_per_s']:.0f} tok/s",
+                "",
+            )
+        )
     rows.append(("total", "elapsed", f"{result['elapsed_s']:.1f} s", "ok" if result["passed"] else "FAIL"))
     return rows
 
@@ -846,12 +1020,20 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     sections = set(args.sections.split(","))
     result: dict[str, Any] = {
-        "env": {"device": device, "device_name": device_name(device), "torch": torch.__version__,
-                "transformers": transformers.__version__, "python": platform.python_version(),
-                "threads": torch.get_num_threads(), "short": args.short, "argv": sys.argv[1:] if argv is None else argv,
-                "page": page_size(device), "backend": backend_version(device)},
+        "env": {
+            "device": device,
+            "device_name": device_name(device),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "short": args.short,
+            "argv": sys.argv[1:] if argv is None else argv,
+            "page": page_size(device),
+            "backend": backend_version(device),
+        },
         "wheels": [{"requirement": r, "mb": mb, "needed": need, "why": why} for r, mb, need, why in WHEELS],
-    }  # fmt: skip
+    }
     runs = (
         ("logits", lambda: logits_section(device, args.short)),
         ("ops", lambda: ops_section(device)),

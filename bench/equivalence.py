@@ -29,7 +29,10 @@ PROMPTS: list[object] = [
     "Translate 'good morning' into Spanish.",
     "Write a Python function that adds two numbers.",
     "List the days of the week.",
-    [{"role": "system", "content": "You answer in exactly one sentence."}, {"role": "user", "content": "Why is the sky blue?"}],
+    [
+        {"role": "system", "content": "You answer in exactly one sentence."},
+        {"role": "user", "content": "Why is the sky blue?"},
+    ],
     "What is 12 times 12?",
     "Give me a synonym for 'happy'.",
     "Describe a cat to a child.",
@@ -37,7 +40,7 @@ PROMPTS: list[object] = [
     'Reply with a JSON object with keys "name" and "age" for a person called Ada, aged 36.',
     "Summarise the water cycle in two sentences.",
     "Say hello.",
-]  # fmt: skip
+]
 
 
 def main() -> None:
@@ -65,8 +68,9 @@ def main() -> None:
         reference = RemoteBackend(args.against)
     prompts = PROMPTS[: args.prompts]
     try:
-        verdicts = equivalence.run_sync(equivalence.acompare_set(reference, checked, prompts,
-                                                                 max_tokens=args.max_tokens))  # fmt: skip
+        verdicts = equivalence.run_sync(
+            equivalence.acompare_set(reference, checked, prompts, max_tokens=args.max_tokens)
+        )
     finally:
         if service is not None:
             service.engine.shutdown()
@@ -76,8 +80,10 @@ def main() -> None:
         r = v.row()
         where = f"a {r['token_a']!r} / b {r['token_b']!r}" if v.diverge_at is not None else ""
         diff = "" if v.max_logprob_diff is None else f"{v.max_logprob_diff:.2e}"
-        print(f"{i:>2}  {v.verdict:<28} {r['prompt_tokens_a']!s:>4}/{r['prompt_tokens_b']!s:<5} "
-              f"{r['tokens_a']:>4}/{r['tokens_b']:<5} {diff:>14}  {where}{r['error'] or ''}")  # fmt: skip
+        print(
+            f"{i:>2}  {v.verdict:<28} {r['prompt_tokens_a']!s:>4}/{r['prompt_tokens_b']!s:<5} "
+            f"{r['tokens_a']:>4}/{r['tokens_b']:<5} {diff:>14}  {where}{r['error'] or ''}"
+        )
     print("\nsummary:", json.dumps(equivalence.summary(verdicts)))
     if args.json:
         Path(args.json).write_text(json.dumps([v.as_json() for v in verdicts], indent=1, ensure_ascii=False))

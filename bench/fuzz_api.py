@@ -62,8 +62,15 @@ def fuzz(url: str, examples: int, headers: dict[str, str]) -> dict[str, Any]:
             statuses[f"{route} {r.status_code}"] += 1
             wrong = problems(route, r.status_code, r.headers.get("content-type", ""), r.text)
             if wrong:
-                found.append({"route": route, "status": r.status_code, "problems": wrong, "body": raw[:300].decode(
-                    "utf-8", "replace"), "answer": r.text[:300]})  # fmt: skip
+                found.append(
+                    {
+                        "route": route,
+                        "status": r.status_code,
+                        "problems": wrong,
+                        "body": raw[:300].decode("utf-8", "replace"),
+                        "answer": r.text[:300],
+                    }
+                )
 
         run()
         elapsed = time.perf_counter() - started

@@ -34,8 +34,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     cache = cache_root()
-    runners = {"lean": DecoderRunner(load("gemma-3-270m", cache, "cpu", torch.float32).model, "cpu", 32768),
-               "hf": HFRunner(load("gemma-3-270m", cache, "cpu", torch.float32).model, "cpu")}  # fmt: skip
+    runners = {
+        "lean": DecoderRunner(load("gemma-3-270m", cache, "cpu", torch.float32).model, "cpu", 32768),
+        "hf": HFRunner(load("gemma-3-270m", cache, "cpu", torch.float32).model, "cpu"),
+    }
     print(f"threads {torch.get_num_threads()}, lean ops: {runners['lean'].ops.chosen}")
     for batch in (int(b) for b in args.batch.split(",")):
         times: dict[str, list[float]] = {name: [] for name in runners}
@@ -52,8 +54,10 @@ def main() -> None:
                     for c in caches:
                         runner.release(c)
         lean, hf = statistics.median(times["lean"]), statistics.median(times["hf"])
-        print(f"batch {batch}: lean {lean:.0f} ms/step ({batch / lean * 1000:.1f} tok/s), HF forward {hf:.0f} "
-              f"ms/step ({batch / hf * 1000:.1f} tok/s), lean {hf / lean:.2f}x")  # fmt: skip
+        print(
+            f"batch {batch}: lean {lean:.0f} ms/step ({batch / lean * 1000:.1f} tok/s), HF forward {hf:.0f} "
+            f"ms/step ({batch / hf * 1000:.1f} tok/s), lean {hf / lean:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -44,11 +44,15 @@ def main() -> None:
     runner = make_runner(model, "cpu", max(contexts) + 2 * PAGE * (args.steps + 2), seqs=1, step_tokens=512)
     assert isinstance(runner, DecoderRunner) and runner.window is not None
     full, sliding = runner.pool.bytes_per_token, runner.window.pool.bytes_per_token  # one position's KV in each pool
-    print(f"threads {torch.get_num_threads()}, ops {runner.ops.name}, {sum(runner.sliding)} sliding layers of "
-          f"{len(runner.layers)}, window {runner.window.window}, KV bytes a position: {full} full layers, {sliding} "
-          f"sliding ({runner.dtype})")  # fmt: skip
-    print("| context | main pages | window pages | KV held | one pool of every layer | held | sequences per GiB: "
-          "now / before | decode ms/step |")  # fmt: skip
+    print(
+        f"threads {torch.get_num_threads()}, ops {runner.ops.name}, {sum(runner.sliding)} sliding layers of "
+        f"{len(runner.layers)}, window {runner.window.window}, KV bytes a position: {full} full layers, {sliding} "
+        f"sliding ({runner.dtype})"
+    )
+    print(
+        "| context | main pages | window pages | KV held | one pool of every layer | held | sequences per GiB: "
+        "now / before | decode ms/step |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for n in contexts:
         prompt = [(7 * j) % 200_000 + 10 for j in range(n)]
@@ -64,9 +68,11 @@ def main() -> None:
         main, window = len(cache.pages), runner.window.held(cache)
         held = (main * full + window * sliding) * PAGE
         before = main * (full + sliding) * PAGE
-        print(f"| {n} | {main} | {window} | {held / 2**20:.1f} MiB | {before / 2**20:.1f} MiB | "
-              f"{100 * held / before:.0f}% | {GIB // held} / {GIB // before} | "
-              f"{statistics.median(times):.0f} |")  # fmt: skip
+        print(
+            f"| {n} | {main} | {window} | {held / 2**20:.1f} MiB | {before / 2**20:.1f} MiB | "
+            f"{100 * held / before:.0f}% | {GIB // held} / {GIB // before} | "
+            f"{statistics.median(times):.0f} |"
+        )
         runner.release(cache)
 
 

@@ -78,8 +78,10 @@ def main() -> None:
             F.linear(x, head[half:])
             other.result()
 
-        out["vocab_projection_1_row"] = {"one_call_ms": round(timed(lambda: F.linear(x, head)), 1),
-                                         "two_threads_ms": round(timed(split), 1)}  # fmt: skip
+        out["vocab_projection_1_row"] = {
+            "one_call_ms": round(timed(lambda: F.linear(x, head)), 1),
+            "two_threads_ms": round(timed(split), 1),
+        }
     print(json.dumps(out, indent=1))
 
 

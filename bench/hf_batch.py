@@ -28,11 +28,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine  # noqa: F401  (process settings before torch)
 
-PROMPTS = ["Why is the sky blue?", "Give three ideas for a birthday party.", "What makes a good teacher?",
-           "Describe a walk in the forest in autumn.", "How do bees make honey?", "Write a haiku about rain.",
-           "What is a prime number?", "Name four planets.", "How does a bicycle stay upright?", "Tell me a joke.",
-           "What is the capital of Spain?", "Explain photosynthesis simply.", "Why do cats purr?",
-           "List three uses of salt.", "What is 12 times 7?", "Suggest a name for a dog."]  # fmt: skip
+PROMPTS = [
+    "Why is the sky blue?",
+    "Give three ideas for a birthday party.",
+    "What makes a good teacher?",
+    "Describe a walk in the forest in autumn.",
+    "How do bees make honey?",
+    "Write a haiku about rain.",
+    "What is a prime number?",
+    "Name four planets.",
+    "How does a bicycle stay upright?",
+    "Tell me a joke.",
+    "What is the capital of Spain?",
+    "Explain photosynthesis simply.",
+    "Why do cats purr?",
+    "List three uses of salt.",
+    "What is 12 times 7?",
+    "Suggest a name for a dog.",
+]
 
 
 def level(e, tokenizer, c: int, max_tokens: int) -> dict:
@@ -88,8 +101,11 @@ def main() -> None:
     hf_model = copy.deepcopy(loaded.model)  # before the lean runner rearranges the weights it is given
     lim = EngineLimits(step_log=0, max_num_seqs=32)
     kv = lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)
-    runners = {"lean": make_runner(loaded.model, place.device, kv), "hf": HFRunner(hf_model, place.device),
-               "hf1": HFRunner(hf_model, place.device, batched=False)}  # fmt: skip
+    runners = {
+        "lean": make_runner(loaded.model, place.device, kv),
+        "hf": HFRunner(hf_model, place.device),
+        "hf1": HFRunner(hf_model, place.device, batched=False),
+    }
     assert isinstance(runners["lean"], DecoderRunner) and runners["hf"].batched  # type: ignore[union-attr]
     names = args.engines.split(",")
     engines = {n: Engine(runners[n], tok, {tok.eos_token_id}, lim, place.device) for n in names}
@@ -98,9 +114,14 @@ def main() -> None:
         level(e, tok, 2, 4)  # warm-up
     cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("flags")), [])
-    report: dict = {"model": loaded.name, "dtype": str(hf_model.dtype), "threads": torch.get_num_threads(),
-                    "max_tokens": args.max_tokens, "levels": [],
-                    "cpu_flags": " ".join(f for f in flags if f.startswith(("avx", "fma", "amx")))}  # fmt: skip
+    report: dict = {
+        "model": loaded.name,
+        "dtype": str(hf_model.dtype),
+        "threads": torch.get_num_threads(),
+        "max_tokens": args.max_tokens,
+        "levels": [],
+        "cpu_flags": " ".join(f for f in flags if f.startswith(("avx", "fma", "amx"))),
+    }
     print(json.dumps({k: v for k, v in report.items() if k != "levels"}), flush=True)
     try:
         for c in [int(x) for x in args.concurrency.split(",")]:

@@ -39,10 +39,12 @@ PROMPTS = [
     "Summarise the plot of a heist movie you invent.",
 ]
 
-WORDS = ("river stone market garden window paper silver winter orange mountain letter engine yellow forest "
-         "doctor island bridge candle music teacher summer basket pencil cloud village rabbit kitchen harbor "
-         "little quiet green bright heavy early simple broken gentle sudden walks brings finds keeps opens "
-         "carries watches builds remembers follows under above behind between before after")  # fmt: skip
+WORDS = (
+    "river stone market garden window paper silver winter orange mountain letter engine yellow forest "
+    "doctor island bridge candle music teacher summer basket pencil cloud village rabbit kitchen harbor "
+    "little quiet green bright heavy early simple broken gentle sudden walks brings finds keeps opens "
+    "carries watches builds remembers follows under above behind between before after"
+)
 _request_ids = itertools.count()
 
 
@@ -70,9 +72,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) -> Result:
-    body = {"model": args.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
-            "temperature": 0.0, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": args.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": args.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     res = Result()
     start = time.perf_counter()
     last, chunks = None, 0
@@ -205,8 +213,12 @@ def add_load_args(ap: argparse.ArgumentParser, concurrency: str, max_tokens: int
     ap.add_argument("--concurrency", default=concurrency)
     ap.add_argument("--max-tokens", type=int, default=max_tokens)
     ap.add_argument("--requests-per-level", type=int, default=0, help="default: 2x the concurrency, at least 4")
-    ap.add_argument("--prompt-tokens", type=int, default=0,
-                    help="each request a distinct text of about N tokens (default: short questions)")  # fmt: skip
+    ap.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        help="each request a distinct text of about N tokens (default: short questions)",
+    )
     ap.add_argument("--api-key")
 
 
@@ -216,9 +228,13 @@ def main() -> None:
     ap.add_argument("--server-pid", type=int)
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="append the report to this JSON-lines file")
-    ap.add_argument("--weight-mb", type=float, default=0.0,
-                    help="bytes of weights one decode step reads, in MB (SmolLM2-135M: 270 in bf16, 540 in float32, "
-                         "~95 as Q4_1): reports single-stream decode as a fraction of the bandwidth limit")  # fmt: skip
+    ap.add_argument(
+        "--weight-mb",
+        type=float,
+        default=0.0,
+        help="bytes of weights one decode step reads, in MB (SmolLM2-135M: 270 in bf16, 540 in float32, "
+        "~95 as Q4_1): reports single-stream decode as a fraction of the bandwidth limit",
+    )
     args = ap.parse_args()
     args.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     port = httpx.URL(args.url).port or 80
@@ -236,8 +252,10 @@ def main() -> None:
     first = report["levels"][0] if report["levels"] else None
     if args.weight_mb and first and first["concurrency"] == 1:
         limit = report["memory_bandwidth_gbs"] * 1e3 / args.weight_mb  # tokens/s if each step only streamed weights
-        summary |= {"bandwidth_limit_tok_s": round(limit, 1),
-                    "single_stream_fraction_of_limit": round(first["single_stream_tok_s"] / limit, 3)}  # fmt: skip
+        summary |= {
+            "bandwidth_limit_tok_s": round(limit, 1),
+            "single_stream_fraction_of_limit": round(first["single_stream_tok_s"] / limit, 3),
+        }
     report |= summary
     if args.json:
         with open(args.json, "a") as f:

@@ -26,10 +26,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = ["Tell me about the sea.", "Write a short poem about autumn.", "Explain what a CPU cache is.",
-           "List some fruits and their colours."]  # fmt: skip
-MODULES = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
-           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}  # fmt: skip
+PROMPTS = [
+    "Tell me about the sea.",
+    "Write a short poem about autumn.",
+    "Explain what a CPU cache is.",
+    "List some fruits and their colours.",
+]
+MODULES = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+}
 
 
 def random_adapters(model_dir: Path, out: Path, n: int, rank: int) -> list[str]:
@@ -41,9 +52,15 @@ def random_adapters(model_dir: Path, out: Path, n: int, rank: int) -> list[str]:
     cfg = AutoConfig.from_pretrained(model_dir)
     d, f = cfg.hidden_size, cfg.intermediate_size
     hd = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
-    shapes = {"q_proj": (cfg.num_attention_heads * hd, d), "k_proj": (cfg.num_key_value_heads * hd, d),
-              "v_proj": (cfg.num_key_value_heads * hd, d), "o_proj": (d, cfg.num_attention_heads * hd),
-              "gate_proj": (f, d), "up_proj": (f, d), "down_proj": (d, f)}  # fmt: skip
+    shapes = {
+        "q_proj": (cfg.num_attention_heads * hd, d),
+        "k_proj": (cfg.num_key_value_heads * hd, d),
+        "v_proj": (cfg.num_key_value_heads * hd, d),
+        "o_proj": (d, cfg.num_attention_heads * hd),
+        "gate_proj": (f, d),
+        "up_proj": (f, d),
+        "down_proj": (d, f),
+    }
     specs = []
     g = torch.Generator().manual_seed(0)
     for i in range(n):
@@ -56,8 +73,17 @@ def random_adapters(model_dir: Path, out: Path, n: int, rank: int) -> list[str]:
                 tensors[f"{key}.lora_A.weight"] = torch.randn(rank, k, generator=g) / k**0.5
                 tensors[f"{key}.lora_B.weight"] = torch.randn(o, rank, generator=g) * 0.01
         save_file(tensors, str(path / "adapter_model.safetensors"))
-        (path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
-                                                              "target_modules": list(MODULES), "bias": "none"}))  # fmt: skip
+        (path / "adapter_config.json").write_text(
+            json.dumps(
+                {
+                    "peft_type": "LORA",
+                    "r": rank,
+                    "lora_alpha": 2 * rank,
+                    "target_modules": list(MODULES),
+                    "bias": "none",
+                }
+            )
+        )
         specs.append(f"bench-{i}={path}")
     return specs
 
@@ -74,8 +100,13 @@ async def round_(url: str, models: list[str], concurrency: int, max_tokens: int)
             while issued < todo:
                 i = issued
                 issued += 1
-                body = {"model": models[i % len(models)], "max_tokens": max_tokens, "ignore_eos": True,
-                        "temperature": 0.7, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]}  # fmt: skip
+                body = {
+                    "model": models[i % len(models)],
+                    "max_tokens": max_tokens,
+                    "ignore_eos": True,
+                    "temperature": 0.7,
+                    "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                }
                 r = await client.post("/v1/chat/completions", json=body)
                 r.raise_for_status()
                 tokens += r.json()["usage"]["completion_tokens"]
@@ -116,11 +147,20 @@ def main() -> None:
             for name in ("A", "B"):
                 got = asyncio.run(round_(server.url, [base] if name == "A" else ids, c, args.max_tokens))
                 tok_s[name].append(round(got, 1))
-                print(json.dumps({"round": r, "kind": "base only" if name == "A" else "4 adapters mixed",
-                                  "tok_s": round(got, 1)}), flush=True)  # fmt: skip
+                print(
+                    json.dumps(
+                        {"round": r, "kind": "base only" if name == "A" else "4 adapters mixed", "tok_s": round(got, 1)}
+                    ),
+                    flush=True,
+                )
         a, b = statistics.median(tok_s["A"]), statistics.median(tok_s["B"])
-        report.update(base_tok_s=tok_s["A"], mixed_tok_s=tok_s["B"], base_median=a, mixed_median=b,
-                      cost_pct=round(100 * (1 - b / a), 1))  # fmt: skip
+        report.update(
+            base_tok_s=tok_s["A"],
+            mixed_tok_s=tok_s["B"],
+            base_median=a,
+            mixed_median=b,
+            cost_pct=round(100 * (1 - b / a), 1),
+        )
     finally:
         server.stop()
         svc.engine.shutdown()
@@ -135,8 +175,14 @@ def main() -> None:
         finally:
             srv.stop()
             plain.engine.shutdown()
-    flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("flags")), [])  # fmt: skip
+    flags = next(
+        (
+            ln.split(":", 1)[1].split()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("flags")
+        ),
+        [],
+    )
     report["cpu_flags"] = " ".join(sorted({f for f in flags if f.startswith(("avx", "amx"))}))
     print(json.dumps(report), flush=True)
     if args.json:

@@ -32,15 +32,20 @@ from engine.media import load_media
 from engine.multimodal import build_inputs, load_multimodal
 from tests.media_samples import audio_bytes, data_url, tone
 
-PLACEHOLDER = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>",
-               "audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"}  # fmt: skip
+PLACEHOLDER = {
+    "image": "<|vision_start|><|image_pad|><|vision_end|>",
+    "video": "<|vision_start|><|video_pad|><|vision_end|>",
+    "audio": "<|audio_bos|><|AUDIO|><|audio_eos|>",
+}
 
 
 def measure(name: str, part: dict, kind: str, loaded: tuple, repeat: int) -> None:
     model, tok, procs = loaded
     settings = Settings(max_request_length_mb=100)
-    ids = tok(f"<|im_start|>user\n{PLACEHOLDER[kind]}Describe it.<|im_end|>\n<|im_start|>assistant\n",
-              add_special_tokens=False)["input_ids"]  # fmt: skip
+    ids = tok(
+        f"<|im_start|>user\n{PLACEHOLDER[kind]}Describe it.<|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )["input_ids"]
     decode, prep, prefill = [], [], []
     runner = make_runner(model, "cpu")
     for _ in range(repeat):
@@ -55,8 +60,10 @@ def measure(name: str, part: dict, kind: str, loaded: tuple, repeat: int) -> Non
         prefill.append(time.perf_counter() - start)
     ms = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     extra = f", {media.frames_sampled} frames" if media.frames_sampled else ""
-    print(f"{name:36s} decode {ms(decode):7.1f} ms  inputs {ms(prep):7.1f} ms  {inputs.tokens[0]:5d} tokens"
-          f"  prefill {ms(prefill):7.1f} ms{extra}")  # fmt: skip
+    print(
+        f"{name:36s} decode {ms(decode):7.1f} ms  inputs {ms(prep):7.1f} ms  {inputs.tokens[0]:5d} tokens"
+        f"  prefill {ms(prefill):7.1f} ms{extra}"
+    )
 
 
 def main() -> None:
@@ -65,15 +72,30 @@ def main() -> None:
     args = parser.parse_args()
     vl = load_multimodal(build("vl"), torch.float32)
     image = photo((1920, 1080), "JPEG")
-    measure("image 1920x1080 JPEG", {"type": "image_url", "image_url": data_url("image/jpeg", image)}, "image", vl,
-            args.repeat)  # fmt: skip
+    measure(
+        "image 1920x1080 JPEG",
+        {"type": "image_url", "image_url": data_url("image/jpeg", image)},
+        "image",
+        vl,
+        args.repeat,
+    )
     video = clip(10.0, 30, (640, 360))
-    measure("video 10 s 640x360 h264 @2fps", {"type": "video_url", "video_url": data_url("video/mp4", video)},
-            "video", vl, args.repeat)  # fmt: skip
+    measure(
+        "video 10 s 640x360 h264 @2fps",
+        {"type": "video_url", "video_url": data_url("video/mp4", video)},
+        "video",
+        vl,
+        args.repeat,
+    )
     audio = load_multimodal(build("audio"), torch.float32)
     wav = audio_bytes("wav", tone(30.0, 44100, 440.0, 2), 44100)
-    measure("audio 30 s 44.1 kHz stereo WAV", {"type": "audio_url", "audio_url": data_url("audio/x-wav", wav)},
-            "audio", audio, args.repeat)  # fmt: skip
+    measure(
+        "audio 30 s 44.1 kHz stereo WAV",
+        {"type": "audio_url", "audio_url": data_url("audio/x-wav", wav)},
+        "audio",
+        audio,
+        args.repeat,
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() 
 @contextlib.contextmanager
 def busy_core(core: int, seconds: float) -> Iterator[None]:
     """A process spinning on `core` for at most `seconds` (ended sooner when the block exits)."""
-    proc = subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=seconds)],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUSY.format(seconds=seconds)], preexec_fn=lambda: os.sched_setaffinity(0, {core})
+    )
     try:
         time.sleep(0.5)  # let it take the core
         yield

@@ -24,8 +24,13 @@ SYSTEM = " ".join(f"Rule {i}: answer politely, briefly and truthfully." for i in
 async def ttft(service, question: str) -> tuple[float, int, int]:
     from engine.protocol.request import parse_chat_request
 
-    body = {"model": service.served_name, "max_tokens": 4, "temperature": 0, "stream": True,
-            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]}  # fmt: skip
+    body = {
+        "model": service.served_name,
+        "max_tokens": 4,
+        "temperature": 0,
+        "stream": True,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+    }
     first, usage = None, None
     async for chunk in await service.start(parse_chat_request(body)):
         if chunk.timeline and chunk.timeline.token_times_ms and first is None:
@@ -49,8 +54,17 @@ def main() -> None:
         service.engine.shutdown()
         cold.append(t0)
         warm.append(t1)
-        print(json.dumps({"prompt_tokens": prompt, "cold_ttft_ms": round(t0), "cold_cached": cached0,
-                          "warm_ttft_ms": round(t1), "warm_cached": cached1}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "prompt_tokens": prompt,
+                    "cold_ttft_ms": round(t0),
+                    "cold_cached": cached0,
+                    "warm_ttft_ms": round(t1),
+                    "warm_cached": cached1,
+                }
+            )
+        )
     print(json.dumps({"speedup_median": round(statistics.median(cold) / statistics.median(warm), 1)}))
 
 

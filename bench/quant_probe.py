@@ -67,8 +67,9 @@ def speed(model, batches: list[int]) -> dict:
     for w in weights:
         scale = w.float().abs().amax(dim=1).clamp_min(1e-12) / 127
         w8.append(((w.float() / scale[:, None]).round().to(torch.int8), scale.to(torch.bfloat16)))
-        q = torch.quantize_per_channel(w.float(), scale.double(), torch.zeros(len(scale), dtype=torch.long), 0,
-                                       torch.qint8)  # fmt: skip
+        q = torch.quantize_per_channel(
+            w.float(), scale.double(), torch.zeros(len(scale), dtype=torch.long), 0, torch.qint8
+        )
         w8a8.append(torch.ops.quantized.linear_prepack(q, None))
     fp32 = [Projection(w) for w in weights]
     out = {}
@@ -113,8 +114,9 @@ def byte_speed(batches: list[int]) -> dict:
 
     layer, layers, vocab = QWEN_05B
     gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(o, i, generator=gen).div_(i**0.5).to(torch.bfloat16) for _ in range(layers)
-               for o, i in layer] + [torch.randn(vocab, 896, generator=gen).div_(30).to(torch.bfloat16)]  # fmt: skip
+    weights = [
+        torch.randn(o, i, generator=gen).div_(i**0.5).to(torch.bfloat16) for _ in range(layers) for o, i in layer
+    ] + [torch.randn(vocab, 896, generator=gen).div_(30).to(torch.bfloat16)]
     forms = {
         "bf16": [w for w in weights],
         "w8": [],
@@ -135,7 +137,7 @@ def byte_speed(batches: list[int]) -> dict:
         "w8": lambda x: [torch._weight_int8pack_mm(x[q.shape[1]], q, s) for q, s in forms["w8"]],
         "w4": lambda x: [
             torch.ops.aten._weight_int4pack_mm_for_cpu(x[q.shape[1] * 2], q, g, sz) for q, sz, g in forms["w4"]
-        ],  # fmt: skip
+        ],
     }
     out = {"threads": torch.get_num_threads(), "weight_mb": {k: round(v / 1e6) for k, v in nbytes.items()}}
     for name, buf in flat.items():
@@ -146,8 +148,11 @@ def byte_speed(batches: list[int]) -> dict:
         row = {}
         for name, call in calls.items():
             ms = timed(lambda call=call, xs=xs: call(xs))
-            row[name] = {"ms": ms, "gb_s": round(nbytes[name] / ms / 1e6, 1),
-                         "weights_only_tok_s": round(1000 * b / ms, 1)}  # fmt: skip
+            row[name] = {
+                "ms": ms,
+                "gb_s": round(nbytes[name] / ms / 1e6, 1),
+                "weights_only_tok_s": round(1000 * b / ms, 1),
+            }
         out[b] = row
     return out
 
@@ -214,8 +219,12 @@ def accuracy(loaded, tokens: int) -> dict:
             for ids, cont, ref in refs:
                 got = score(ids, cont)
                 p, q = ref.log_softmax(-1), got.log_softmax(-1)
-                res.append({"top1": round((ref.argmax(-1) == got.argmax(-1)).float().mean().item(), 3),
-                            "kl": round((p.exp() * (p - q)).sum(-1).mean().item(), 4)})  # fmt: skip
+                res.append(
+                    {
+                        "top1": round((ref.argmax(-1) == got.argmax(-1)).float().mean().item(), 3),
+                        "kl": round((p.exp() * (p - q)).sum(-1).mean().item(), 4),
+                    }
+                )
             out[name] = res
     finally:
         projection.Projection.__call__ = plain

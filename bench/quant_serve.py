@@ -31,15 +31,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import engine  # noqa: F401  (process settings before torch)
 
-FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
-         "amx_int8", "amx_bf16")  # fmt: skip
+FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
 QUALITY_PROMPTS = [
-    "What is the capital of France?", "Write a haiku about the sea.", "List three primary colours.",
-    "Explain what a CPU cache is in one sentence.", "How do I boil an egg?", "Name a famous painter.",
-    "What is 12 times 12?", "Give me a tip for learning a language.", "Why is the sky blue?",
-    "Write a short poem about autumn.", "What does a compiler do?", "Describe a cat in two sentences.",
-    "What is photosynthesis?", "Suggest a name for a dog.", "How far is the Moon?", "Tell me a fun fact about owls.",
-]  # fmt: skip
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three primary colours.",
+    "Explain what a CPU cache is in one sentence.",
+    "How do I boil an egg?",
+    "Name a famous painter.",
+    "What is 12 times 12?",
+    "Give me a tip for learning a language.",
+    "Why is the sky blue?",
+    "Write a short poem about autumn.",
+    "What does a compiler do?",
+    "Describe a cat in two sentences.",
+    "What is photosynthesis?",
+    "Suggest a name for a dog.",
+    "How far is the Moon?",
+    "Tell me a fun fact about owls.",
+]
 
 
 def runner_for(model_name: str, mode: str, kv_tokens: int = 16384) -> tuple[Any, Any]:
@@ -84,8 +106,12 @@ def weight_bytes(runner: Any) -> int:
 def prompts_for(tok: Any, n: int, vocab: int) -> list[list[int]]:
     if tok is None:  # random-weight model: any ids
         return [[(7 * i + j) % vocab for j in range(24)] for i in range(n)]
-    texts = [tok.apply_chat_template([{"role": "user", "content": QUALITY_PROMPTS[i % 16]}],
-                                     add_generation_prompt=True, tokenize=False) for i in range(n)]  # fmt: skip
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": QUALITY_PROMPTS[i % 16]}], add_generation_prompt=True, tokenize=False
+        )
+        for i in range(n)
+    ]
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -135,10 +161,20 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     flags = cpu_flags()
     kern = kernels()
-    print(json.dumps({"cpu_flags": [f for f in FLAGS if f in flags], "kernels": kern.isa if kern else None,
-                      "threads": torch.get_num_threads()}))  # fmt: skip
-    modes = args.modes.split(",") if args.modes else (
-        ["none", "bf16", "int8", "int4", "auto"] if args.model == "smollm2" else ["bf16", "int4"])  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "cpu_flags": [f for f in FLAGS if f in flags],
+                "kernels": kern.isa if kern else None,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
+    modes = (
+        args.modes.split(",")
+        if args.modes
+        else (["none", "bf16", "int8", "int4", "auto"] if args.model == "smollm2" else ["bf16", "int4"])
+    )
     batches = [int(b) for b in args.batch.split(",")]
     reference = outs = qprompts = None
     if args.quality:
@@ -148,9 +184,13 @@ def main() -> None:
     for mode in modes:
         started = time.perf_counter()
         runner, tok = runner_for(args.model, mode)
-        row: dict[str, Any] = {"model": args.model, "mode": mode, "weights": getattr(runner, "quantization", ""),
-                               "load_s": round(time.perf_counter() - started, 1),
-                               "weight_mb": round(weight_bytes(runner) / 2**20, 1)}  # fmt: skip
+        row: dict[str, Any] = {
+            "model": args.model,
+            "mode": mode,
+            "weights": getattr(runner, "quantization", ""),
+            "load_s": round(time.perf_counter() - started, 1),
+            "weight_mb": round(weight_bytes(runner) / 2**20, 1),
+        }
         for b in batches:
             tps = decode_speed(runner, prompts_for(tok, b, runner.vocab_size), args.tokens, args.repeat)
             row[f"c{b}_tok_s"] = round(tps, 1)

@@ -56,8 +56,11 @@ from schemathesis.specs.openapi.checks import (
 )
 
 API_KEY, PANGU_TOKEN = "schema-fuzz-key", "schema-fuzz-token"
-CHECKS = {"5xx": not_a_server_error, "undocumented": status_code_conformance,
-          "contradicts_schema": (response_schema_conformance, content_type_conformance, response_headers_conformance)}  # fmt: skip
+CHECKS = {
+    "5xx": not_a_server_error,
+    "undocumented": status_code_conformance,
+    "contradicts_schema": (response_schema_conformance, content_type_conformance, response_headers_conformance),
+}
 MUST_BE_ZERO = tuple(CHECKS)
 FIGURES = ("valid_refused", "refused_as_documented", "invalid_accepted")
 # Most examples carry the right credential; the rest none or a wrong one (401 must be documented and shaped).
@@ -94,16 +97,26 @@ class Tally:
         self.counts[kind] += 1
         if len(self.examples[kind]) < 3:
             body = case.body if isinstance(case.body, (dict, list, str, int, float, bool)) else repr(case.body)
-            self.examples[kind].append({"status": response.status_code, "path": case.formatted_path,
-                                        "body": json.dumps(body, ensure_ascii=False)[:300],
-                                        "answer": response.text[:300], "detail": detail[:400]})  # fmt: skip
+            self.examples[kind].append(
+                {
+                    "status": response.status_code,
+                    "path": case.formatted_path,
+                    "body": json.dumps(body, ensure_ascii=False)[:300],
+                    "answer": response.text[:300],
+                    "detail": detail[:400],
+                }
+            )
 
     def report(self) -> dict[str, Any]:
         if self.unsatisfiable:
             return {"requests": 0, "statuses": {}, **self.counts, "examples": {}, "note": "nothing to negate"}
-        return {"requests": sum(self.statuses.values()), "statuses": dict(sorted(self.statuses.items())),
-                **self.counts, "refusal_reasons": dict(self.reasons.most_common(8)),
-                "examples": dict(self.examples)}  # fmt: skip
+        return {
+            "requests": sum(self.statuses.values()),
+            "statuses": dict(sorted(self.statuses.items())),
+            **self.counts,
+            "refusal_reasons": dict(self.reasons.most_common(8)),
+            "examples": dict(self.examples),
+        }
 
 
 def reason(text: str) -> str:
@@ -141,8 +154,16 @@ def refusal_rules(document: dict[str, Any], operation: Any) -> Callable[[Any], s
     return lambda body: next((text for text, rule in rules if rule.is_valid(body)), "")
 
 
-def exercise(operation: Any, mode: GenerationMode, url: str, examples: int, key: str, token: str,
-             session: requests.Session, refused_when: Callable[[Any], str]) -> Tally:  # fmt: skip
+def exercise(
+    operation: Any,
+    mode: GenerationMode,
+    url: str,
+    examples: int,
+    key: str,
+    token: str,
+    session: requests.Session,
+    refused_when: Callable[[Any], str],
+) -> Tally:
     tally = Tally()
 
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -183,15 +204,26 @@ def fuzz(url: str, examples: int, key: str, token: str) -> dict[str, Any]:
         for result in schema.get_all_operations():
             operation = result.ok()
             refused_when = refusal_rules(document, operation)
-            modes = {mode.value: exercise(operation, mode, url, examples, key, token, session, refused_when).report()
-                     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)}  # fmt: skip
+            modes = {
+                mode.value: exercise(operation, mode, url, examples, key, token, session, refused_when).report()
+                for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+            }
             routes[operation.label] = modes
-            print(operation.label, json.dumps({m: {k: r[k] for k in ("statuses", *MUST_BE_ZERO, *FIGURES)}
-                  for m, r in modes.items()}), file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                operation.label,
+                json.dumps({m: {k: r[k] for k in ("statuses", *MUST_BE_ZERO, *FIGURES)} for m, r in modes.items()}),
+                file=sys.stderr,
+                flush=True,
+            )
     totals = {name: sum(mode[name] for modes in routes.values() for mode in modes.values()) for name in MUST_BE_ZERO}
     health = httpx.get(url + "/health", timeout=60).status_code
-    return {"seconds": round(time.perf_counter() - started, 1), "examples_per_route_and_mode": examples,
-            "totals": totals, "health_after": health, "routes": routes}  # fmt: skip
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        "examples_per_route_and_mode": examples,
+        "totals": totals,
+        "health_after": health,
+        "routes": routes,
+    }
 
 
 def main() -> int:

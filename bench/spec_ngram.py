@@ -34,11 +34,15 @@ CODE = """def total_price(items, tax_rate):
     total = total + total * tax_rate
     return total
 """
-TEXT = ("The city council met on Tuesday to discuss the new bus routes. The council agreed that the number 12 bus "
-        "will run every ten minutes from March, and that the number 40 bus will stop at the hospital. Residents "
-        "asked for more buses at night, and the council said it would study night buses next year.")  # fmt: skip
-PERSON = ("Maria Lopez, born 14 May 1988 in Valencia, works as a nurse at Saint Mary Hospital in London. Her email "
-          "is maria.lopez@example.com and her phone number is +44 20 7946 0958.")  # fmt: skip
+TEXT = (
+    "The city council met on Tuesday to discuss the new bus routes. The council agreed that the number 12 bus "
+    "will run every ten minutes from March, and that the number 40 bus will stop at the hospital. Residents "
+    "asked for more buses at night, and the council said it would study night buses next year."
+)
+PERSON = (
+    "Maria Lopez, born 14 May 1988 in Valencia, works as a nurse at Saint Mary Hospital in London. Her email "
+    "is maria.lopez@example.com and her phone number is +44 20 7946 0958."
+)
 REPEATING = [
     f"Rename the variable `total` to `amount` in this code and return the whole code:\n\n{CODE}",
     f"Add a docstring to this function and return the whole function:\n\n{CODE}",
@@ -131,13 +135,17 @@ def main() -> None:
     service = build_service(settings_from(["--prefix-cache-tokens", "0", "--step-log", "0"], environ={}))
     core = service.engine
     lim = EngineLimits(max_model_len=8192, step_log=0)
-    e = Engine(core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)), core.tokenizer,
-               set(core.eos_ids), lim)  # fmt: skip
+    e = Engine(
+        core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)), core.tokenizer, set(core.eos_ids), lim
+    )
     e.start()
     ks = [int(k) for k in args.k.split(",")]
     flags = [f for f in ("avx512f", "avx512_bf16", "avx2", "amx_bf16") if f in Path("/proc/cpuinfo").read_text()]
-    print(json.dumps({"threads": torch.get_num_threads(), "cpu_flags": flags, "lookup_us_per_token":
-                      round(lookup_cost_us(), 2)}))  # fmt: skip
+    print(
+        json.dumps(
+            {"threads": torch.get_num_threads(), "cpu_flags": flags, "lookup_us_per_token": round(lookup_cost_us(), 2)}
+        )
+    )
     runs: dict[tuple[str, int, int], list[tuple[int, float, float]]] = {}  # (tokens, wall s, cpu s) per run
     acc: dict[tuple[str, int, int], list[int]] = {}
     mismatches = 0
@@ -174,16 +182,18 @@ def main() -> None:
     for c in concurrency:
         for name in ("repeating", "open"):
             off, off_total = medians((name, c, 0)), totals((name, c, 0))
-            res = out.setdefault(f"c{c}", {})[name] = {"off_tok_s": round(off[0], 1),
-                                                       "off_cpu_tok_s": round(off[1], 1)}  # fmt: skip
+            res = out.setdefault(f"c{c}", {})[name] = {"off_tok_s": round(off[0], 1), "off_cpu_tok_s": round(off[1], 1)}
             for k in ks:
                 on, on_total = medians((name, c, k)), totals((name, c, k))
                 drafted, accepted = acc[(name, c, k)]
-                res[f"k{k}"] = {"tok_s": round(on[0], 1), "ratio": round(on[0] / off[0], 2),
-                                "cpu_ratio": round(on[1] / off[1], 2),
-                                "total_ratio": round(on_total[0] / off_total[0], 2),
-                                "total_cpu_ratio": round(on_total[1] / off_total[1], 2),
-                                "acceptance": round(accepted / drafted, 2) if drafted else None}  # fmt: skip
+                res[f"k{k}"] = {
+                    "tok_s": round(on[0], 1),
+                    "ratio": round(on[0] / off[0], 2),
+                    "cpu_ratio": round(on[1] / off[1], 2),
+                    "total_ratio": round(on_total[0] / off_total[0], 2),
+                    "total_cpu_ratio": round(on_total[1] / off_total[1], 2),
+                    "acceptance": round(accepted / drafted, 2) if drafted else None,
+                }
     print(json.dumps(out))
     e.shutdown()
     core.shutdown()

@@ -80,8 +80,10 @@ def main() -> None:
             warm = argparse.Namespace(**vars(args))
             warm.url, warm.requests_per_level = server.url, args.warmup
             asyncio.run(level(warm, 1))
-        report: dict = {"levels": [], "bandwidth_gbs": core.roofline.as_json()["bandwidth_gbs"] if core.roofline
-                        else None}  # fmt: skip
+        report: dict = {
+            "levels": [],
+            "bandwidth_gbs": core.roofline.as_json()["bandwidth_gbs"] if core.roofline else None,
+        }
         for c in [int(x) for x in args.concurrency.split(",")]:
             tok_s: dict[str, list[float]] = {"A": [], "B": []}
             for r in range(args.rounds):
@@ -92,14 +94,31 @@ def main() -> None:
                     assert row["failed"] == 0, row
                     tok_s[name].append(row["output_tok_s"])
                     e = core if name == "A" else engine_b
-                    print(json.dumps({"concurrency": c, "round": r, "engine": name, "step_log": name == "A",
-                                      "tok_s": row["output_tok_s"], "threads": e.load()["threads"]}),
-                          flush=True)  # fmt: skip
+                    print(
+                        json.dumps(
+                            {
+                                "concurrency": c,
+                                "round": r,
+                                "engine": name,
+                                "step_log": name == "A",
+                                "tok_s": row["output_tok_s"],
+                                "threads": e.load()["threads"],
+                            }
+                        ),
+                        flush=True,
+                    )
             a, b = statistics.median(tok_s["A"]), statistics.median(tok_s["B"])
             pairs = [1 - x / y for x, y in zip(tok_s["A"], tok_s["B"])]
-            out = {"concurrency": c, "on_tok_s": tok_s["A"], "off_tok_s": tok_s["B"], "on_median": a, "off_median": b,
-                   "cost_pct": round(100 * (1 - a / b), 2), "cost_pct_per_round": [round(100 * p, 2) for p in pairs],
-                   "steps_recorded": core.step_log.total if core.step_log else 0}  # fmt: skip
+            out = {
+                "concurrency": c,
+                "on_tok_s": tok_s["A"],
+                "off_tok_s": tok_s["B"],
+                "on_median": a,
+                "off_median": b,
+                "cost_pct": round(100 * (1 - a / b), 2),
+                "cost_pct_per_round": [round(100 * p, 2) for p in pairs],
+                "steps_recorded": core.step_log.total if core.step_log else 0,
+            }
             report["levels"].append(out)
             print(json.dumps(out), flush=True)
         report["record_us_16_rows"] = round(record_cost_us(core), 2)  # after the rounds: its records fill the ring

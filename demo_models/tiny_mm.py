@@ -40,19 +40,36 @@ def tokenizer() -> Any:
 
 def _text_config(vocab: int) -> dict[str, Any]:
     return dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=CONTEXT, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=SPECIAL_IDS[EOS], pad_token_id=SPECIAL_IDS[PAD],
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=SPECIAL_IDS[EOS],
+        pad_token_id=SPECIAL_IDS[PAD],
+    )
 
 
 def vl_model(vocab: int) -> Any:
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-    text = _text_config(vocab) | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
-                                                       "mrope_section": [2, 3, 3]}}  # fmt: skip
-    vision = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2)  # fmt: skip
+    text = _text_config(vocab) | {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
+    }
+    vision = dict(
+        depth=1,
+        embed_dim=32,
+        hidden_size=64,
+        num_heads=2,
+        mlp_ratio=2,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+    )
     config = Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
     return Qwen2VLForConditionalGeneration(config).eval()
 
@@ -61,18 +78,35 @@ def vl25_model(vocab: int) -> Any:
     """A tiny random Qwen2.5-VL (windowed vision attention, seconds-aware video positions); built in memory."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    text = _text_config(vocab) | {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
-                                                       "mrope_section": [2, 3, 3]}}  # fmt: skip
-    vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])  # fmt: skip
+    text = _text_config(vocab) | {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
+    }
+    vision = dict(
+        depth=2,
+        hidden_size=32,
+        out_hidden_size=64,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=56,
+        fullatt_block_indexes=[1],
+    )
     return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision)).eval()
 
 
 def audio_model(vocab: int, audio_id: int) -> Any:
     from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
 
-    audio = dict(num_mel_bins=128, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
-                 max_source_positions=1500)  # fmt: skip
+    audio = dict(
+        num_mel_bins=128,
+        encoder_layers=1,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        d_model=32,
+        max_source_positions=1500,
+    )
     text = _text_config(vocab) | {"model_type": "qwen2"}
     config = Qwen2AudioConfig(audio_config=audio, text_config=text, audio_token_index=audio_id)
     config.tie_word_embeddings = True

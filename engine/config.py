@@ -247,8 +247,10 @@ def _kind(name: str, hint: Any) -> Any:
 
 def _knobs() -> tuple[Knob, ...]:
     hints = typing.get_type_hints(Settings)
-    return tuple(Knob(f.name, _kind(f.name, hints[f.name]), f.metadata["help"], f.metadata["choices"])
-                 for f in dataclasses.fields(Settings))  # fmt: skip
+    return tuple(
+        Knob(f.name, _kind(f.name, hints[f.name]), f.metadata["help"], f.metadata["choices"])
+        for f in dataclasses.fields(Settings)
+    )
 
 
 KNOBS = _knobs()

@@ -139,13 +139,19 @@ def describe_hf(path: Path, model_id: str, source: str, tool_call_parser: str = 
     model_type = str(config.get("model_type") or "")
     template = _template(path, tok_cfg)
     return Candidate(
-        id=model_id, source=source, format="hf", size_bytes=sum(p.stat().st_size for p in weights),
-        parameters=parameters, architecture=model_type,
+        id=model_id,
+        source=source,
+        format="hf",
+        size_bytes=sum(p.stat().st_size for p in weights),
+        parameters=parameters,
+        architecture=model_type,
         context_length=int(text.get("max_position_embeddings") or tok_cfg.get("model_max_length") or 2048),
-        modalities=detect_modalities(path), reasoning=all(t in special for t in THINK),
+        modalities=detect_modalities(path),
+        reasoning=all(t in special for t in THINK),
         tools=select_parser(tool_call_parser, template, model_type, special) is not None,
-        kv_bytes_per_token=_kv_per_token(text), **_window_kv(text),
-    )  # fmt: skip
+        kv_bytes_per_token=_kv_per_token(text),
+        **_window_kv(text),
+    )
 
 
 def describe_gguf(path: Path, model_id: str, tool_call_parser: str = "auto") -> Candidate:
@@ -162,17 +168,26 @@ def describe_gguf(path: Path, model_id: str, tool_call_parser: str = "auto") -> 
     tokens = field_value("tokenizer.ggml.tokens") or []
     special = {t for t in tokens if isinstance(t, str) and t.startswith("<") and t.endswith(">")}
     heads = int(field_value(f"{arch}.attention.head_count") or 0)
-    cfg = {"num_hidden_layers": field_value(f"{arch}.block_count"), "num_attention_heads": heads,
-           "num_key_value_heads": field_value(f"{arch}.attention.head_count_kv"),
-           "head_dim": field_value(f"{arch}.attention.key_length"),
-           "hidden_size": field_value(f"{arch}.embedding_length")}  # fmt: skip
+    cfg = {
+        "num_hidden_layers": field_value(f"{arch}.block_count"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": field_value(f"{arch}.attention.head_count_kv"),
+        "head_dim": field_value(f"{arch}.attention.key_length"),
+        "hidden_size": field_value(f"{arch}.embedding_length"),
+    }
     template = str(field_value("tokenizer.chat_template") or "")
     return Candidate(
-        id=model_id, source=str(path), format="gguf", size_bytes=path.stat().st_size,
-        parameters=sum(int(t.n_elements) for t in reader.tensors), architecture=arch,
-        context_length=int(field_value(f"{arch}.context_length") or 2048), reasoning=all(t in special for t in THINK),
-        tools=select_parser(tool_call_parser, template, arch, special) is not None, kv_bytes_per_token=_kv_per_token(cfg),
-    )  # fmt: skip
+        id=model_id,
+        source=str(path),
+        format="gguf",
+        size_bytes=path.stat().st_size,
+        parameters=sum(int(t.n_elements) for t in reader.tensors),
+        architecture=arch,
+        context_length=int(field_value(f"{arch}.context_length") or 2048),
+        reasoning=all(t in special for t in THINK),
+        tools=select_parser(tool_call_parser, template, arch, special) is not None,
+        kv_bytes_per_token=_kv_per_token(cfg),
+    )
 
 
 def describe_static(

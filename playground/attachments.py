@@ -18,9 +18,17 @@ from urllib.parse import quote
 from playground.i18n import say
 
 # §3.3: the extensions each kind accepts and their MIME types.
-MIME_OF = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".mp4": "video/mp4",
-           ".avi": "video/x-msvideo", ".wmv": "video/x-ms-wmv", ".mp3": "audio/mpeg", ".wav": "audio/x-wav",
-           ".flac": "audio/flac"}  # fmt: skip
+MIME_OF = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".mp4": "video/mp4",
+    ".avi": "video/x-msvideo",
+    ".wmv": "video/x-ms-wmv",
+    ".mp3": "audio/mpeg",
+    ".wav": "audio/x-wav",
+    ".flac": "audio/flac",
+}
 KIND_OF = {ext: mime.split("/")[0] for ext, mime in MIME_OF.items()}
 AUDIO_FORMAT = {".mp3": "mp3", ".wav": "wav", ".flac": "flac"}
 PART_TYPE = {"image": "image_url", "video": "video_url", "audio": "audio_url"}
@@ -65,8 +73,11 @@ def source_of(part: dict[str, Any]) -> str:
 def how_sent(part: dict[str, Any], lang: str = "en") -> str:
     source = source_of(part)
     if part.get("type") == "input_audio":
-        return say(("input_audio base64 ({n} chars in the body)", "input_audio base64（请求体中 {n} 个字符）"), lang,
-                   n=f"{len(source):,}")  # fmt: skip
+        return say(
+            ("input_audio base64 ({n} chars in the body)", "input_audio base64（请求体中 {n} 个字符）"),
+            lang,
+            n=f"{len(source):,}",
+        )
     if source.startswith("data:"):
         return say(("data URL ({n} chars in the body)", "data URL（请求体中 {n} 个字符）"), lang, n=f"{len(source):,}")
     return f"URL {source[:80]}{'…' if len(source) > 80 else ''}"
@@ -170,8 +181,10 @@ def preview_html(item: dict[str, Any], lang: str = "en", src: str | None = None)
         return f'<img class="pg-thumb" src="{esc}" alt="{alt}" loading="lazy" referrerpolicy="no-referrer">'
     if kind == "video":
         frame = "" if src.startswith("data:") else "#t=0.1"  # a frame past the start: some clips open on black
-        return (f'<video class="pg-thumb" src="{esc}{frame}" preload="metadata" muted playsinline '
-                f'aria-label="{alt}"></video>')  # fmt: skip
+        return (
+            f'<video class="pg-thumb" src="{esc}{frame}" preload="metadata" muted playsinline '
+            f'aria-label="{alt}"></video>'
+        )
     if kind == "audio":
         return f'<audio class="pg-player" src="{esc}" controls preload="metadata" aria-label="{alt}"></audio>'
     return ""
@@ -207,8 +220,10 @@ def pending_html(items: list[dict[str, Any]], lang: str = "en") -> str:
     for a in items:
         bad = " bad" if a["preview"].get("error") or a.get("refused") else ""
         media = preview_html(a, lang)
-        rows.append(f'<li class="pg-attach-item{bad}">{media}<span class="pg-attach-line">'
-                    f"{html.escape(a['summary'])}</span></li>")  # fmt: skip
+        rows.append(
+            f'<li class="pg-attach-item{bad}">{media}<span class="pg-attach-line">'
+            f"{html.escape(a['summary'])}</span></li>"
+        )
     return f'<div class="pg-attach"><b>{html.escape(say(PENDING_TITLE, lang))}</b><ul>{"".join(rows)}</ul></div>'
 
 

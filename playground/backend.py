@@ -58,8 +58,13 @@ class ChatBackend(ABC):
 
     def request(self, messages: Messages, **params: Any) -> ChatCompletionRequest:
         """The streaming request body the API would parse, validated by the API's own parser (None = absent)."""
-        body = {"model": self.model, "messages": as_messages(messages), **params, "stream": True,
-                "stream_options": {"include_usage": True}}  # fmt: skip
+        body = {
+            "model": self.model,
+            "messages": as_messages(messages),
+            **params,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         return parse_chat_request(body)
 
     @abstractmethod
@@ -68,8 +73,9 @@ class ChatBackend(ABC):
         raises ApiError here, before any chunk. `ctx`: who asks, for the embedded policy's per-client limit,
         metrics and access line (None: a notebook); a remote server applies its own."""
 
-    async def stream(self, req: ChatCompletionRequest,
-                     ctx: CallContext | None = None) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
+    async def stream(
+        self, req: ChatCompletionRequest, ctx: CallContext | None = None
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks of one request; leaving the iteration early aborts the request."""
         run = await self.start(req, ctx)
         try:

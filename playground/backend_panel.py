@@ -23,12 +23,16 @@ from playground.session import Session
 
 # The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"
-OUTSIDE = ("this server is reachable beyond this machine, so its page connects only to the base URLs given with "
-           "--remote-backend-urls (none are)",
-           "此服务器可从本机之外访问，因此它的页面只连接 --remote-backend-urls 给出的基础 URL（目前没有给出）")  # fmt: skip
+OUTSIDE = (
+    "this server is reachable beyond this machine, so its page connects only to the base URLs given with "
+    "--remote-backend-urls (none are)",
+    "此服务器可从本机之外访问，因此它的页面只连接 --remote-backend-urls 给出的基础 URL（目前没有给出）",
+)
 INVALID = ("not a valid URL", "不是有效的 URL")
-NOT_ALLOWED = ("not one of the URLs this server's --remote-backend-urls allows",
-               "不在此服务器的 --remote-backend-urls 允许的 URL 之中")  # fmt: skip
+NOT_ALLOWED = (
+    "not one of the URLs this server's --remote-backend-urls allows",
+    "不在此服务器的 --remote-backend-urls 允许的 URL 之中",
+)
 NO_URL = ("enter the remote server's URL, e.g. http://host:8000/v1", "请输入远程服务器的 URL，例如 http://host:8000/v1")
 
 
@@ -75,8 +79,9 @@ def refusal(url: str, settings: Any, lang: str = "en") -> str | None:
     return say(NOT_ALLOWED, lang)
 
 
-async def chosen_backend(kind: str, url: str, api_key: str, model: str, settings: Any = None,
-                         lang: str = "en") -> ChatBackend | None:  # fmt: skip
+async def chosen_backend(
+    kind: str, url: str, api_key: str, model: str, settings: Any = None, lang: str = "en"
+) -> ChatBackend | None:
     """The form's backend (None: the embedded engine). A remote one asks the server's /v1/models when no model is
     named, and raises RemoteError or httpx.HTTPError when it cannot be reached, ValueError when it may not be used
     (its message in `lang`)."""
@@ -133,11 +138,16 @@ class BackendForm:
     go: gr.Button
     status: gr.Markdown
 
-    def wire(self, h: ChatHandlers, session: gr.State, header_comp: gr.HTML,
-             header: Callable[[Any, str, str], str]) -> None:  # fmt: skip
+    def wire(
+        self, h: ChatHandlers, session: gr.State, header_comp: gr.HTML, header: Callable[[Any, str, str], str]
+    ) -> None:
         """The "Use this backend" button: the `/backend` API endpoint (kind, url, api_key, model)."""
-        self.go.click(connector(h, header), [self.kind, self.url, self.key, self.model, session],
-                      [header_comp, self.status], api_name="backend")  # fmt: skip
+        self.go.click(
+            connector(h, header),
+            [self.kind, self.url, self.key, self.model, session],
+            [header_comp, self.status],
+            api_name="backend",
+        )
 
 
 def build() -> BackendForm:
@@ -148,7 +158,7 @@ def build() -> BackendForm:
         url=gr.Textbox(label=t("url"), placeholder="http://host:8000/v1", elem_id="pg-backend-url"),
         key=gr.Textbox(
             label=t("api_key"), type="password", placeholder=t("none_placeholder"), elem_id="pg-backend-key"
-        ),  # fmt: skip
+        ),
         model=gr.Textbox(label=t("model"), placeholder=t("first_model"), elem_id="pg-backend-model"),
         go=gr.Button(t("use_backend"), variant="primary", size="sm", elem_id="pg-backend-go"),
         status=gr.Markdown("", elem_id="pg-backend-status"),

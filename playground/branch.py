@@ -23,7 +23,10 @@ from playground.i18n import say
 from playground.reply import ChoiceView, ReplyView
 
 NOT_THERE = ("that token is no longer there to branch from.", "那个 token 已不在，无法从它分支。")
-REASONING = ("a branch starts from a token of the answer, not of the reasoning.", "分支只能从回答的 token 开始，不能从思考过程开始。")  # fmt: skip
+REASONING = (
+    "a branch starts from a token of the answer, not of the reasoning.",
+    "分支只能从回答的 token 开始，不能从思考过程开始。",
+)
 TOOL_CALLS = ("a reply with tool calls cannot be branched.", "含有工具调用的回复不能分支。")
 NO_TEXT = ("that alternative has no text to continue from (a special token).", "该候选没有可继续的文本（特殊 token）。")
 
@@ -46,8 +49,9 @@ def parse(action: str) -> tuple[int, int, int, int] | None:
     return turn, choice, pos, alt
 
 
-def plan(request: dict[str, Any] | None, reply: ReplyView | None, choice: int, pos: int, alt: int,
-         lang: str = "en") -> Branch | str:  # fmt: skip
+def plan(
+    request: dict[str, Any] | None, reply: ReplyView | None, choice: int, pos: int, alt: int, lang: str = "en"
+) -> Branch | str:
     """The branch from token `pos` of `choice`, taking alternative `alt`; or why there is none (a message)."""
     c = reply.choices.get(choice) if reply is not None else None
     if request is None or reply is None or c is None or not 0 <= pos < len(c.logprobs):

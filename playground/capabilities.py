@@ -32,8 +32,11 @@ def capabilities(service: Any) -> dict[str, bool]:
     """What the loaded model can show: a reasoning split, a tool-call format."""
     reasoning = bool(getattr(getattr(service, "reasoning", None), "available", False))
     try:
-        probe = {"model": service.served_name, "messages": [{"role": "user", "content": "x"}],
-                 "tools": [tools_panel.GET_WEATHER]}  # fmt: skip
+        probe = {
+            "model": service.served_name,
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [tools_panel.GET_WEATHER],
+        }
         service.tool_parser_for(parse_chat_request(probe))
         tools = True
     except (RequestValidationError, AttributeError):
@@ -62,14 +65,23 @@ def media_badges(service: Any, lang: str = "en") -> str:
     for kind, mode in media_modes(service).items():
         shown = kind_name(kind, lang)
         if mode == TAKES:
-            out += _badge(shown, why=say(("{name} takes {kind} input itself", "{name} 自己读取{kind}输入"), lang,
-                                         name=name, kind=shown))  # fmt: skip
+            out += _badge(
+                shown,
+                why=say(("{name} takes {kind} input itself", "{name} 自己读取{kind}输入"), lang, name=name, kind=shown),
+            )
         elif mode == TRANSCRIBES:
-            out += _badge(say(("{kind} → text (Whisper)", "{kind} → 文本（Whisper）"), lang, kind=shown),
-                          why=say(("{name} has no audio input: the server transcribes audio with Whisper and the "
-                                   "model reads the text",
-                                   "{name} 没有音频输入：服务器用 Whisper 把音频转写成文本，模型读取文本"), lang,
-                                  name=name))  # fmt: skip
+            out += _badge(
+                say(("{kind} → text (Whisper)", "{kind} → 文本（Whisper）"), lang, kind=shown),
+                why=say(
+                    (
+                        "{name} has no audio input: the server transcribes audio with Whisper and the "
+                        "model reads the text",
+                        "{name} 没有音频输入：服务器用 Whisper 把音频转写成文本，模型读取文本",
+                    ),
+                    lang,
+                    name=name,
+                ),
+            )
     return out
 
 
@@ -102,13 +114,32 @@ def header_html(service: Any, backend: str = "backend: embedded engine", lang: s
     ]
     weights = getattr(getattr(engine, "runner", None), "weights_label", "")
     if weights:  # --quantization: what the projections' weights are and which kernels run them
-        badges.insert(2, (html.escape(weights), say((
-            "The linear projections' weights as kept in memory (--quantization)",
-            "线性投影权重在内存中的存储形式（--quantization）"), lang)))  # fmt: skip
+        badges.insert(
+            2,
+            (
+                html.escape(weights),
+                say(
+                    (
+                        "The linear projections' weights as kept in memory (--quantization)",
+                        "线性投影权重在内存中的存储形式（--quantization）",
+                    ),
+                    lang,
+                ),
+            ),
+        )
     if getattr(service.model, "plain_template", False):  # models.PLAIN_TEMPLATE: a base model, no chat template
-        badges.append((say(("base model: plain template", "基础模型：纯文本模板"), lang), say((
-            "The checkpoint has no chat template: the messages' text is joined and the model continues it",
-            "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写"), lang)))  # fmt: skip
+        badges.append(
+            (
+                say(("base model: plain template", "基础模型：纯文本模板"), lang),
+                say(
+                    (
+                        "The checkpoint has no chat template: the messages' text is joined and the model continues it",
+                        "该检查点没有聊天模板：各条消息的文本被拼接，模型接着续写",
+                    ),
+                    lang,
+                ),
+            )
+        )
     out = "".join(f'<span class="pg-badge" title="{html.escape(why)}">{b}</span>' for b, why in badges)
     for cap, on in capabilities(service).items():  # what the model can do; the rest is said where it is asked for
         if on:
@@ -124,26 +155,37 @@ def model_notes(service: Any, lang: str = "en") -> tuple[str, str]:
     caps = capabilities(service)
     name = service.served_name
     tools = "" if caps["tools"] else say(NO_TOOLS, lang, name=name)
-    thinking = "" if caps["reasoning"] else say((
-        "ℹ️ {name} does not reason; thinking has no effect.",
-        "ℹ️ {name} 不会推理；思考模式不起作用。"), lang, name=name)  # fmt: skip
+    thinking = (
+        ""
+        if caps["reasoning"]
+        else say(
+            ("ℹ️ {name} does not reason; thinking has no effect.", "ℹ️ {name} 不会推理；思考模式不起作用。"),
+            lang,
+            name=name,
+        )
+    )
     return tools, thinking
 
 
-NO_TOOLS = ("⚠️ **{name} cannot call tools.** It has no tool-call format, so tools are rejected: a message sent "
-            "with tools is refused. You can still write tools here and check their JSON.",
-            "⚠️ **{name} 不能调用工具。** 它没有工具调用格式，因此工具会被拒绝：带工具发送的消息会被拒收。"
-            "你仍然可以在这里编写工具并检查其 JSON。")  # fmt: skip
-SAYS = {TAKES: ("✓ the model sees it", "✓ 模型能看到"),
-        TRANSCRIBES: ("→ transcribed by Whisper, the model reads the text", "→ 由 Whisper 转写，模型读取文本"),
-        REFUSES: ("✗ refused (no {kind} input)", "✗ 会被拒绝（没有{kind}输入）")}  # fmt: skip
+NO_TOOLS = (
+    "⚠️ **{name} cannot call tools.** It has no tool-call format, so tools are rejected: a message sent "
+    "with tools is refused. You can still write tools here and check their JSON.",
+    "⚠️ **{name} 不能调用工具。** 它没有工具调用格式，因此工具会被拒绝：带工具发送的消息会被拒收。"
+    "你仍然可以在这里编写工具并检查其 JSON。",
+)
+SAYS = {
+    TAKES: ("✓ the model sees it", "✓ 模型能看到"),
+    TRANSCRIBES: ("→ transcribed by Whisper, the model reads the text", "→ 由 Whisper 转写，模型读取文本"),
+    REFUSES: ("✗ refused (no {kind} input)", "✗ 会被拒绝（没有{kind}输入）"),
+}
 
 
 def attach_note(service: Any, remote: bool = False, lang: str = "en") -> str:
     """The attach panel's line: what the current model does with each kind, before anything is sent."""
     if remote:
-        text = say(("A remote backend: the server decides which media it takes.", "远程后端：由服务器决定接受哪些媒体。"),
-                   lang)  # fmt: skip
+        text = say(
+            ("A remote backend: the server decides which media it takes.", "远程后端：由服务器决定接受哪些媒体。"), lang
+        )
         return f'<div class="pg-caps">{text}</div>'
     if service is None:
         return say(TEXTS["attach_loading"], lang)
@@ -156,15 +198,27 @@ def attach_note(service: Any, remote: bool = False, lang: str = "en") -> str:
         bits.append(f'<span class="pg-cap {mode}" data-kind="{kind}">{label} {says}</span>')
     hint = ""
     if REFUSES in (modes["image"], modes["video"]):
-        hint = " " + say(('<span class="pg-cap-hint">(the tiny Qwen2-VL demo model takes both: '
-                          "<code>python -m demo_models.tiny_mm vl</code> builds it)</span>",
-                          '<span class="pg-cap-hint">（小型 Qwen2-VL 演示模型两者都接受：'
-                          "<code>python -m demo_models.tiny_mm vl</code> 可构建它）</span>"), lang)  # fmt: skip
+        hint = " " + say(
+            (
+                '<span class="pg-cap-hint">(the tiny Qwen2-VL demo model takes both: '
+                "<code>python -m demo_models.tiny_mm vl</code> builds it)</span>",
+                '<span class="pg-cap-hint">（小型 Qwen2-VL 演示模型两者都接受：'
+                "<code>python -m demo_models.tiny_mm vl</code> 可构建它）</span>",
+            ),
+            lang,
+        )
     name = html.escape(service.served_name)
     sep = " · "
-    return say(('<div class="pg-caps">With <b>{name}</b>: {bits}{hint}</div>',
-                '<div class="pg-caps">使用 <b>{name}</b> 时：{bits}{hint}</div>'), lang, name=name,
-               bits=sep.join(bits), hint=hint)  # fmt: skip
+    return say(
+        (
+            '<div class="pg-caps">With <b>{name}</b>: {bits}{hint}</div>',
+            '<div class="pg-caps">使用 <b>{name}</b> 时：{bits}{hint}</div>',
+        ),
+        lang,
+        name=name,
+        bits=sep.join(bits),
+        hint=hint,
+    )
 
 
 def refusal(service: Any, kind: str, lang: str = "en") -> str | None:
@@ -172,5 +226,9 @@ def refusal(service: Any, kind: str, lang: str = "en") -> str | None:
     if service is None or media_modes(service).get(kind, TAKES) != REFUSES:
         return None
     name = getattr(service, "served_name", None) or say(("the model", "该模型"), lang)
-    return say(("{name} has no {kind} input: the API will refuse this message",
-                "{name} 没有{kind}输入：API 会拒绝这条消息"), lang, name=name, kind=kind_name(kind, lang))  # fmt: skip
+    return say(
+        ("{name} has no {kind} input: the API will refuse this message", "{name} 没有{kind}输入：API 会拒绝这条消息"),
+        lang,
+        name=name,
+        kind=kind_name(kind, lang),
+    )

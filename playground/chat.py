@@ -67,8 +67,15 @@ class ChatHandlers:
         return chosen.service if isinstance(chosen, LocalBackend) else self.get_service()
 
     # ---- building and checking the request ----------------------------------------------------------------
-    def build(self, messages: list[dict[str, Any]], system: str, tools_text: str, tool_choice: str | None,
-              knobs: dict[str, Any], session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+    def build(
+        self,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        knobs: dict[str, Any],
+        session: Session | None = None,
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """(the exact body, None) or (None, why it would be rejected) — nothing is sent either way."""
         service, chosen = self.service(session), self.backend(session)
         lang = session.lang if session is not None else "en"
@@ -100,23 +107,35 @@ class ChatHandlers:
             return say(UNLOADED, lang, name=chosen.name)
         return say(LOADING, lang)
 
-    def preview(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session,
-                **knobs: Any) -> str:  # fmt: skip
+    def preview(
+        self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None, session: Session, **knobs: Any
+    ) -> str:
         """The check line under the input, refreshed whenever a control changes."""
-        _, problem = self.build(conv.messages() + [{"role": "user", "content": "…"}], system, tools_text,
-                                tool_choice, knobs, session)  # fmt: skip
+        _, problem = self.build(
+            conv.messages() + [{"role": "user", "content": "…"}], system, tools_text, tool_choice, knobs, session
+        )
         return check_text(problem, sent=False, lang=session.lang)
 
-    def preview_request(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                        session: Session, request: gr.Request, **knobs: Any) -> Update:  # fmt: skip
+    def preview_request(
+        self,
+        message: str,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> Update:
         """While a message is typed, the Request tab shows the exact request Send would send (JSON, curl,
         Python) with the controls as they are, refreshed at each keystroke; nothing is sent. An empty input leaves the tab as it
         is (the selected reply's request)."""
         unchanged = {c: gr.skip() for c in (self.out.req_json, self.out.curl, self.out.python)}
         if not (message or "").strip():
             return unchanged
-        body, _ = self.build(conv.messages() + [{"role": "user", "content": message}], system, tools_text,
-                             tool_choice, knobs, session)  # fmt: skip
+        body, _ = self.build(
+            conv.messages() + [{"role": "user", "content": message}], system, tools_text, tool_choice, knobs, session
+        )
         if body is None:  # the check line says why
             return unchanged
         return self.out.request_views(body, self.backend(session).url or base_url_of(request))
@@ -132,9 +151,16 @@ class ChatHandlers:
         return any(isinstance(p, dict) and attachments.kind_of_part(p) == "audio" for p in parts)
 
     # ---- streaming one reply ------------------------------------------------------------------------------
-    async def stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
-                     who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None = None,
-                     seed: ReplyView | None = None) -> AsyncIterator[Update]:  # fmt: skip
+    async def stream(
+        self,
+        conv: Conversation,
+        body: dict[str, Any],
+        session: Session,
+        base_url: str,
+        who: CallContext,
+        restore: tuple[str, list[dict[str, Any]]] | None = None,
+        seed: ReplyView | None = None,
+    ) -> AsyncIterator[Update]:
         """Stream one reply into the conversation, through the session's backend as `who`. `restore` (the typed
         text and attachments of a new message): if the API refuses the request before it starts, the message
         goes back to the input, explained. `seed`: the reply so far (a branch's kept text), which the stream
@@ -146,9 +172,16 @@ class ChatHandlers:
         finally:
             session.streams -= 1
 
-    async def _stream(self, conv: Conversation, body: dict[str, Any], session: Session, base_url: str,
-                      who: CallContext, restore: tuple[str, list[dict[str, Any]]] | None,
-                      seed: ReplyView | None = None) -> AsyncIterator[Update]:  # fmt: skip
+    async def _stream(
+        self,
+        conv: Conversation,
+        body: dict[str, Any],
+        session: Session,
+        base_url: str,
+        who: CallContext,
+        restore: tuple[str, list[dict[str, Any]]] | None,
+        seed: ReplyView | None = None,
+    ) -> AsyncIterator[Update]:
         o, chosen, lang = self.out, self.backend(session), session.lang
         base_url = chosen.url or base_url  # curl / Python name the server used
         conv.lang = lang
@@ -159,8 +192,15 @@ class ChatHandlers:
         conv.selected = len(conv.turns) - 1
         shown = lambda: display(conv)[0]  # noqa: E731
         notice = say(LOADING_WHISPER, lang) if self.loads_whisper(body, session) else ""
-        yield {o.chatbot: shown(), o.conv: conv, o.check: notice, o.tool_row: gr.update(visible=False),
-               o.pending: [], o.pending_view: "", **o.panels(turn, base_url, lang=lang)}  # fmt: skip
+        yield {
+            o.chatbot: shown(),
+            o.conv: conv,
+            o.check: notice,
+            o.tool_row: gr.update(visible=False),
+            o.pending: [],
+            o.pending_view: "",
+            **o.panels(turn, base_url, lang=lang),
+        }
         started = False
         with session.running() as run:
             try:
@@ -187,14 +227,25 @@ class ChatHandlers:
             del conv.turns[-2:]
             conv.selected = None
             text, pending = restore
-            yield {o.chatbot: shown(), o.conv: conv, o.box: text, o.check: say(REFUSED, lang, error=reply.error),
-                   o.pending: pending, o.pending_view: attachments.pending_html(pending, lang=lang),
-                   **o.panels(conv.selected_reply(), base_url, conv=conv, lang=lang)}  # fmt: skip
+            yield {
+                o.chatbot: shown(),
+                o.conv: conv,
+                o.box: text,
+                o.check: say(REFUSED, lang, error=reply.error),
+                o.pending: pending,
+                o.pending_view: attachments.pending_html(pending, lang=lang),
+                **o.panels(conv.selected_reply(), base_url, conv=conv, lang=lang),
+            }
             return
         reply.stopped, reply.done = run.stopped, True
         self.report_media(conv, body, reply)
-        yield {o.chatbot: shown(), o.conv: conv, o.check: f"⚠️ {reply.error}" if reply.error else "",
-               **o.panels(turn, base_url, conv=conv, lang=lang), **o.tool_prompt(conv)}  # fmt: skip
+        yield {
+            o.chatbot: shown(),
+            o.conv: conv,
+            o.check: f"⚠️ {reply.error}" if reply.error else "",
+            **o.panels(turn, base_url, conv=conv, lang=lang),
+            **o.tool_prompt(conv),
+        }
 
     @staticmethod
     def report_media(conv: Conversation, body: dict[str, Any], reply: ReplyView) -> bool:
@@ -203,9 +254,18 @@ class ChatHandlers:
         conv.add_media(body, reply.media)
         return True
 
-    async def send(self, message: str, pending: list[dict[str, Any]], conv: Conversation, system: str,
-                   tools_text: str, tool_choice: str | None, session: Session, request: gr.Request,
-                   **knobs: Any) -> AsyncIterator[Any]:  # fmt: skip
+    async def send(
+        self,
+        message: str,
+        pending: list[dict[str, Any]],
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> AsyncIterator[Any]:
         pending = list(pending or [])
         if not (message or "").strip() and not pending:
             yield gr.skip()
@@ -218,21 +278,38 @@ class ChatHandlers:
             async for out in self.send_text(message, pending, conv, session, request, knobs):
                 yield out
             return
-        user = Turn("user", message or "", parts=[a["part"] for a in pending],
-                    attachments=[a["summary"] for a in pending],
-                    previews=[attachments.kept_preview(a) for a in pending])  # fmt: skip
-        body, problem = self.build(conv.messages() + [{"role": "user", "content": user.content_value()}], system,
-                                   tools_text, tool_choice, knobs, session)  # fmt: skip
+        user = Turn(
+            "user",
+            message or "",
+            parts=[a["part"] for a in pending],
+            attachments=[a["summary"] for a in pending],
+            previews=[attachments.kept_preview(a) for a in pending],
+        )
+        body, problem = self.build(
+            conv.messages() + [{"role": "user", "content": user.content_value()}],
+            system,
+            tools_text,
+            tool_choice,
+            knobs,
+            session,
+        )
         if body is None:  # explained, and nothing is sent: the message goes back to the box (the page emptied it)
             yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
             return
         conv.adopt(user)
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
-                                     restore=(message or "", pending)):  # fmt: skip
+        async for out in self.stream(
+            conv,
+            body,
+            session,
+            base_url_of(request),
+            caller(request, "chat", self.policy),
+            restore=(message or "", pending),
+        ):
             yield out
 
-    def build_text(self, prompt: str, knobs: dict[str, Any],
-                   session: Session | None = None) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+    def build_text(
+        self, prompt: str, knobs: dict[str, Any], session: Session | None = None
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """Text mode's (the exact /v1/completions body, None) or (None, why it would be rejected)."""
         service, chosen = self.service(session), self.backend(session)
         lang = session.lang if session is not None else "en"
@@ -246,8 +323,15 @@ class ChatHandlers:
         problem = textmode.check(body)
         return (None, problem) if problem else (body, None)
 
-    async def send_text(self, message: str, pending: list[dict[str, Any]], conv: Conversation, session: Session,
-                        request: gr.Request, knobs: dict[str, Any]) -> AsyncIterator[Any]:  # fmt: skip
+    async def send_text(
+        self,
+        message: str,
+        pending: list[dict[str, Any]],
+        conv: Conversation,
+        session: Session,
+        request: gr.Request,
+        knobs: dict[str, Any],
+    ) -> AsyncIterator[Any]:
         """Text mode's Send: the box's text as a raw prompt (no template, no history), its continuation streamed
         into the conversation as a chat reply is; attachments wait for chat mode."""
         body, problem = self.build_text(message or "", knobs, session)
@@ -256,23 +340,42 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=session.lang), self.out.box: message or ""}
             return
         conv.adopt(Turn("user", message))
-        async for out in self.stream(conv, body, session, base_url_of(request), caller(request, "chat", self.policy),
-                                     restore=(message, pending)):  # fmt: skip
+        async for out in self.stream(
+            conv, body, session, base_url_of(request), caller(request, "chat", self.policy), restore=(message, pending)
+        ):
             yield out
 
-    async def regenerate(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                         session: Session, request: gr.Request, **knobs: Any) -> AsyncIterator[Update]:  # fmt: skip
+    async def regenerate(
+        self,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> AsyncIterator[Update]:
         """A new version of the last reply; the one it replaces stays, one "‹" away."""
         at = conv.regenerate_at()
         if at is None:
             yield {self.out.check: check_text(say(NOTHING_TO_REGENERATE, session.lang), lang=session.lang)}
             return
-        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "regenerate",
-                                     at=at):  # fmt: skip
+        async for out in self._rerun(
+            conv, system, tools_text, tool_choice, session, request, knobs, "regenerate", at=at
+        ):
             yield out
 
-    async def edit(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                   session: Session, data: gr.EditData, request: gr.Request, **knobs: Any) -> AsyncIterator[Update]:  # fmt: skip
+    async def edit(
+        self,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        data: gr.EditData,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> AsyncIterator[Update]:
         _, owner = display(conv)
         index = data.index if isinstance(data.index, int) else data.index[0]
         turn_at = owner[index] if 0 <= index < len(owner) else -1
@@ -284,13 +387,23 @@ class ChatHandlers:
         if value.startswith("⊕ "):  # an attachment line was edited: attachments are not text, keep the turn's text
             value = old.content
         edited = Turn("user", value, parts=old.parts, attachments=old.attachments, previews=old.previews)
-        async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "edit",
-                                     at=turn_at, new=edited):  # fmt: skip
+        async for out in self._rerun(
+            conv, system, tools_text, tool_choice, session, request, knobs, "edit", at=turn_at, new=edited
+        ):
             yield out
 
-    async def tool_result(self, result: str, call_id: str | None, conv: Conversation, system: str, tools_text: str,
-                          tool_choice: str | None, session: Session, request: gr.Request,
-                          **knobs: Any) -> AsyncIterator[Update]:  # fmt: skip
+    async def tool_result(
+        self,
+        result: str,
+        call_id: str | None,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> AsyncIterator[Update]:
         pending = dict(conv.pending_calls())
         if call_id not in pending:
             yield {self.out.check: check_text(say(NO_CALL_WAITING, session.lang), lang=session.lang)}
@@ -302,9 +415,19 @@ class ChatHandlers:
         async for out in self._rerun(conv, system, tools_text, tool_choice, session, request, knobs, "tool_result"):
             yield out
 
-    async def _rerun(self, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                     session: Session, request: gr.Request, knobs: dict[str, Any], endpoint: str,
-                     at: int | None = None, new: Turn | None = None) -> AsyncIterator[Update]:  # fmt: skip
+    async def _rerun(
+        self,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        request: gr.Request,
+        knobs: dict[str, Any],
+        endpoint: str,
+        at: int | None = None,
+        new: Turn | None = None,
+    ) -> AsyncIterator[Update]:
         """Ask for the next reply. With `at`: a new version of the turns from `at` on (an edit's `new` user turn
         first, or, for a regenerate, just the reply); the old version is kept in the turn's fork."""
         if not conv.turns:
@@ -340,13 +463,24 @@ class ChatHandlers:
         text = conv.turns[last_user].content
         conv.forget_after(last_user)
         o, conv.lang = self.out, lang_of(request)  # the side panel no longer describes a reply that is gone
-        return {o.chatbot: display(conv)[0], o.conv: conv, o.box: text, **o.tool_prompt(conv),
-                **o.panels(conv.selected_reply(), base_url_of(request), conv=conv, lang=conv.lang)}  # fmt: skip
+        return {
+            o.chatbot: display(conv)[0],
+            o.conv: conv,
+            o.box: text,
+            **o.tool_prompt(conv),
+            **o.panels(conv.selected_reply(), base_url_of(request), conv=conv, lang=conv.lang),
+        }
 
     def clear(self, request: gr.Request) -> Update:
         conv, o = Conversation(lang=lang_of(request)), self.out
-        return {o.chatbot: [], o.conv: conv, o.box: "", o.check: "", **o.panels(None, "", lang=conv.lang),
-                **o.tool_prompt(conv)}  # fmt: skip
+        return {
+            o.chatbot: [],
+            o.conv: conv,
+            o.box: "",
+            o.check: "",
+            **o.panels(None, "", lang=conv.lang),
+            **o.tool_prompt(conv),
+        }
 
     def select(self, conv: Conversation, session: Session, data: gr.SelectData, request: gr.Request) -> Any:
         """Clicking a message shows its reply's statistics, timeline, tokens and request in the side panel."""
@@ -366,8 +500,9 @@ class ChatHandlers:
         else:
             yield self.version(action, conv, session, request)
 
-    async def branch(self, action: str, conv: Conversation, session: Session,
-                     request: gr.Request) -> AsyncIterator[Any]:  # fmt: skip
+    async def branch(
+        self, action: str, conv: Conversation, session: Session, request: gr.Request
+    ) -> AsyncIterator[Any]:
         """A click on a token's alternative (tokens.js sends "branch:<turn>:<choice>:<pos>:<alt>:<nonce>"): the
         reply continued from there, with that alternative, as a new version of the turn (playground/branch.py)."""
         lang, where = session.lang, branches.parse(action)
@@ -388,8 +523,9 @@ class ChatHandlers:
             yield {self.out.check: check_text(problem, lang=lang)}
             return
         conv.branch(at, "branch")
-        async for out in self.stream(conv, made.body, session, base_url_of(request), caller(request, "branch", self.policy),
-                                     seed=made.reply):  # fmt: skip
+        async for out in self.stream(
+            conv, made.body, session, base_url_of(request), caller(request, "branch", self.policy), seed=made.reply
+        ):
             yield out
 
     def version(self, action: str, conv: Conversation, session: Session, request: gr.Request) -> Any:
@@ -400,23 +536,29 @@ class ChatHandlers:
             return gr.skip()
         if not conv.switch(int(at), -1 if step.startswith("prev") else 1):
             return gr.skip()
-        return {self.out.chatbot: display(conv)[0], **self._shown(conv, session, request),
-                **self.out.tool_prompt(conv)}  # fmt: skip
+        return {self.out.chatbot: display(conv)[0], **self._shown(conv, session, request), **self.out.tool_prompt(conv)}
 
     def _shown(self, conv: Conversation, session: Session, request: gr.Request) -> Update:
         """The selected reply in the side panel, and the chat re-drawn with it highlighted."""
         turn, conv.lang = conv.selected_reply(), session.lang
         remote = self.backend(session).url
         url = remote if remote and turn and turn.reply and turn.reply.backend != "embedded" else None
-        return {self.out.chatbot: display(conv)[0], self.out.conv: conv,
-                **self.out.panels(turn, url or base_url_of(request), conv=conv, lang=conv.lang)}  # fmt: skip
+        return {
+            self.out.chatbot: display(conv)[0],
+            self.out.conv: conv,
+            **self.out.panels(turn, url or base_url_of(request), conv=conv, lang=conv.lang),
+        }
 
 
-QUEUED = ("⏳ **Queued:** your message is sent when the reply in progress ends (Stop ends it now).",
-          "⏳ **已排队：** 当前回复结束后发送您的消息（点“停止”可立即结束）。")  # fmt: skip
+QUEUED = (
+    "⏳ **Queued:** your message is sent when the reply in progress ends (Stop ends it now).",
+    "⏳ **已排队：** 当前回复结束后发送您的消息（点“停止”可立即结束）。",
+)
 BUSY = ("wait for the reply in progress to end (or Stop it), then branch.", "请等当前回复结束（或点“停止”）后再分支。")
-NO_MEDIA_IN_TEXT = ("text mode sends text only: remove the attachments or switch to Chat.",
-                    "文本模式只发送文本：请移除附件或切换到对话模式。")  # fmt: skip
+NO_MEDIA_IN_TEXT = (
+    "text mode sends text only: remove the attachments or switch to Chat.",
+    "文本模式只发送文本：请移除附件或切换到对话模式。",
+)
 NOTHING_TO_REGENERATE = ("there is no reply to regenerate yet.", "还没有可以重新生成的回复。")
 NOT_SENT = ("⚠️ **Not sent:** {problem}", "⚠️ **未发送：** {problem}")
 WOULD_REFUSE = ("⚠️ **Send would be refused:** {problem}", "⚠️ **发送将被拒绝：** {problem}")
@@ -425,7 +567,7 @@ PAGE_HINTS = {
     "when stream is true": (
         " (the page always streams: set `best_of` equal to `n`, or clear `best_of`)",
         "（页面总是流式输出：请把 `best_of` 设为与 `n` 相同，或清空 `best_of`）",
-    ),  # fmt: skip
+    ),
 }
 KNOB = re.compile(r"(?<![`\w.])(" + "|".join(sorted(map(re.escape, BY_NAME), key=len, reverse=True)) + r")(?![`\w])")
 

@@ -38,8 +38,9 @@ def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:
     return f"**{label}**\n\n{text}", stats.table_html(view.stats(), caption="", lang=lang) + chart
 
 
-async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run,
-                       backend: str = "embedded") -> AsyncIterator[list[ReplyView]]:  # fmt: skip
+async def run_together(
+    start: Callable[[Any], Awaitable[Running]], bodies: list[dict[str, Any]], run: Run, backend: str = "embedded"
+) -> AsyncIterator[list[ReplyView]]:
     """Start every body at once (`start`: a parsed request -> its running generation) and yield their views ~10
     times a second until all have finished."""
     views = [ReplyView(backend=backend) for _ in bodies]
@@ -71,8 +72,10 @@ async def run_together(start: Callable[[Any], Awaitable[Running]], bodies: list[
             t.cancel()
 
 
-NOTHING_TO_COMPARE = ("⚠️ Type a message (or end the chat on a user or tool turn) to compare.",
-                      "⚠️ 请输入一条消息（或让对话以用户或工具轮次结束）再进行对比。")  # fmt: skip
+NOTHING_TO_COMPARE = (
+    "⚠️ Type a message (or end the chat on a user or tool turn) to compare.",
+    "⚠️ 请输入一条消息（或让对话以用户或工具轮次结束）再进行对比。",
+)
 
 
 def ab_history(message: str | None, conv: Conversation) -> list[dict[str, Any]] | None:
@@ -92,9 +95,19 @@ class CompareHandlers:
     def __init__(self, chat: ChatHandlers) -> None:
         self.chat = chat
 
-    async def ab(self, message: str, conv: Conversation, system: str, tools_text: str, tool_choice: str | None,
-                 session: Session, preset_b: str, model_b: str | None, request: gr.Request,
-                 **knobs: Any) -> AsyncIterator[tuple]:  # fmt: skip
+    async def ab(
+        self,
+        message: str,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        preset_b: str,
+        model_b: str | None,
+        request: gr.Request,
+        **knobs: Any,
+    ) -> AsyncIterator[tuple]:
         lang = session.lang
         history = ab_history(message, conv)
         if history is None:
@@ -109,23 +122,29 @@ class CompareHandlers:
             bodies.append(body)
         if model_b and model_b != SAME:  # B on a LoRA adapter: A and B still go to the engine together
             bodies[1]["model"] = model_b
-        labels = (say(("A · current settings", "A · 当前设置"), lang),
-                  f"B · {preset_name(preset_b, lang)}" + (f" · {model_b}" if model_b and model_b != SAME else ""))  # fmt: skip
+        labels = (
+            say(("A · current settings", "A · 当前设置"), lang),
+            f"B · {preset_name(preset_b, lang)}" + (f" · {model_b}" if model_b and model_b != SAME else ""),
+        )
         chosen, who = self.chat.backend(session), caller(request, "ab", self.chat.policy)
         with session.running() as run:
             async for views in run_together(lambda req: chosen.start(req, who), bodies, run, chosen.kind):
                 a, b = (side(v, label, lang) for v, label in zip(views, labels))
                 yield "", *a, *b
 
-    async def replay(self, body_text: str, conv: Conversation, session: Session,
-                     request: gr.Request) -> AsyncIterator[str]:  # fmt: skip
+    async def replay(
+        self, body_text: str, conv: Conversation, session: Session, request: gr.Request
+    ) -> AsyncIterator[str]:
         """Send the request shown (as is, or as edited) again; compare request and reply with the original."""
         chosen, service, lang = self.chat.backend(session), self.chat.service(session), session.lang
         try:
             body = json.loads(body_text or "")
         except json.JSONDecodeError as exc:
-            yield say(("⚠️ The request is not valid JSON: {where}.", "⚠️ 请求不是有效的 JSON：{where}。"), lang,
-                      where=json_error(exc, lang))  # fmt: skip
+            yield say(
+                ("⚠️ The request is not valid JSON: {where}.", "⚠️ 请求不是有效的 JSON：{where}。"),
+                lang,
+                where=json_error(exc, lang),
+            )
             return
         text = textmode.is_text(body)  # a text-mode request (/v1/completions' body): replayed down that route
         check = textmode.check if text else controls.check
@@ -160,10 +179,15 @@ def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None, 
             + f"\n\n{new}"
         )
     changed = request_diff(original.request, body)
-    req = (say(("**Request:** ✓ identical to the original request.", "**请求：** ✓ 与原始请求完全相同。"), lang)
-           if changed is None else
-           say(("**Request:** modified — diff of the exact request JSON:", "**请求：** 已修改 — 完整请求 JSON 的差异："),
-               lang) + f"\n\n```diff\n{changed}\n```")  # fmt: skip
+    req = (
+        say(("**Request:** ✓ identical to the original request.", "**请求：** ✓ 与原始请求完全相同。"), lang)
+        if changed is None
+        else say(
+            ("**Request:** modified — diff of the exact request JSON:", "**请求：** 已修改 — 完整请求 JSON 的差异："),
+            lang,
+        )
+        + f"\n\n```diff\n{changed}\n```"
+    )
     if not view.done:
         return f"{head}\n\n{req}\n\n{new}"
     reply = text_diff(original.reply.first.content, new)

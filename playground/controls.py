@@ -34,24 +34,39 @@ SAMPLING = (
     Knob("temperature", "slider", 0.7, None, "0 = greedy. Range [0, 2]; API default 1.", 0.0, 2.0, 0.05),
     Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling; 1 = off. Range (1e-6, 1].", 0.01, 1.0, 0.01),
     Knob("top_k", "int", -1, -1, "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].", -1, 2147483647),
-    Knob("min_p", "slider", 0.0, 0.0, "Keep tokens at least min_p × the top token's probability; 0 = off. [0, 1].",
-         0.0, 1.0, 0.01),
+    Knob(
+        "min_p",
+        "slider",
+        0.0,
+        0.0,
+        "Keep tokens at least min_p × the top token's probability; 0 = off. [0, 1].",
+        0.0,
+        1.0,
+        0.01,
+    ),
     Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage tokens already used; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
     Knob("frequency_penalty", "slider", 0.0, 0.0, "Grows with a token's count; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
-    Knob("repetition_penalty", "slider", 1.0, 1.0, "On tokens seen in prompt or output; 1 = off. (0, 2].", 0.05, 2.0,
-         0.05),
+    Knob(
+        "repetition_penalty",
+        "slider",
+        1.0,
+        1.0,
+        "On tokens seen in prompt or output; 1 = off. (0, 2].",
+        0.05,
+        2.0,
+        0.05,
+    ),
     Knob("seed", "text", "", "", "Empty = random; the same seed reproduces a reply. Range [0, 2⁶⁴−1]."),
-)  # fmt: skip
+)
 
 LENGTH = (
-    Knob("max_tokens", "slider", 256, None, "Reasoning included; capped by the server. Range [1, 2³¹−1].", 1, 2048,
-         1),
+    Knob("max_tokens", "slider", 256, None, "Reasoning included; capped by the server. Range [1, 2³¹−1].", 1, 2048, 1),
     Knob("stop", "lines", "", "", "Stop strings, one per line (1..1024 chars); not with beam search."),
     Knob("stop_token_ids", "text", "", "", "Comma-separated token ids; ids outside [0, 2³¹−1] are ignored."),
     Knob("include_stop_str_in_output", "check", False, False, "Keep the matched stop at the end of the reply."),
     Knob("ignore_eos", "check", False, False, "Generate past end-of-sequence, up to max_tokens."),
     Knob("skip_special_tokens", "check", True, True, "Drop special tokens from the text."),
-)  # fmt: skip
+)
 
 CANDIDATES = (
     Knob("n", "int", 1, 1, "Replies; > 1 needs temperature > 0, no tools. Range [1, 8192] and ≤ max_n.", 1, 8192),
@@ -59,47 +74,120 @@ CANDIDATES = (
     Knob("use_beam_search", "check", False, False, "Width max(n, best_of); no stop strings; max_tokens ≤ 128."),
     Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
     Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
-    Knob("sampler_logprobs", "check", False, False, "Extension: each token's candidates also after the samplers "
-         "(logit_bias, penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs "
-         "logprobs and top_logprobs ≥ 1.", label="sampler_logprobs_label"),
-    Knob("speculative", "choice", "server default", "server default", "Extension: speculative decoding by prompt "
-         "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
-         "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
-         choices=("server default", "on", "off"), label="speculative_label"),
-)  # fmt: skip
+    Knob(
+        "sampler_logprobs",
+        "check",
+        False,
+        False,
+        "Extension: each token's candidates also after the samplers "
+        "(logit_bias, penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs "
+        "logprobs and top_logprobs ≥ 1.",
+        label="sampler_logprobs_label",
+    ),
+    Knob(
+        "speculative",
+        "choice",
+        "server default",
+        "server default",
+        "Extension: speculative decoding by prompt "
+        "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
+        "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
+        choices=("server default", "on", "off"),
+        label="speculative_label",
+    ),
+)
 
 FORMATS = ("none", "JSON schema", "choice list", "regex", "grammar")
 FORMAT = (
-    Knob("format", "dropdown", "none", "none", "Extension (vLLM's structured_outputs): the reply is kept inside a JSON "
-         "schema, one of a list of choices, a regex (matched fully) or a grammar (Lark or GBNF), by constrained "
-         "decoding. One kind per request (not with response_format).", choices=FORMATS, label="format_label"),
-    Knob("format_pattern", "pattern", "", "", "For Format: the JSON schema, the choices one per line, the regex or "
-         "the grammar.", label="format_pattern_label"),
-    Knob("response_format", "choice", "text", "text", "json_object = any JSON object; json_schema = JSON matching the "
-         "schema below. Enforced by constrained decoding.", choices=("text", "json_object", "json_schema")),
-    Knob("json_schema", "code", "", "", 'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
-         "number, boolean, array, object, null)."),
-)  # fmt: skip
+    Knob(
+        "format",
+        "dropdown",
+        "none",
+        "none",
+        "Extension (vLLM's structured_outputs): the reply is kept inside a JSON "
+        "schema, one of a list of choices, a regex (matched fully) or a grammar (Lark or GBNF), by constrained "
+        "decoding. One kind per request (not with response_format).",
+        choices=FORMATS,
+        label="format_label",
+    ),
+    Knob(
+        "format_pattern",
+        "pattern",
+        "",
+        "",
+        "For Format: the JSON schema, the choices one per line, the regex or the grammar.",
+        label="format_pattern_label",
+    ),
+    Knob(
+        "response_format",
+        "choice",
+        "text",
+        "text",
+        "json_object = any JSON object; json_schema = JSON matching the "
+        "schema below. Enforced by constrained decoding.",
+        choices=("text", "json_object", "json_schema"),
+    ),
+    Knob(
+        "json_schema",
+        "code",
+        "",
+        "",
+        'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
+        "number, boolean, array, object, null).",
+    ),
+)
 
 THINKING = (
-    Knob("enable_thinking", "choice", "model default", "model default", "chat_template_kwargs.enable_thinking: a "
-         "reasoning model's thinking mode.", choices=("model default", "on", "off"), label="thinking"),
-    Knob("thinking_budget", "int", 0, 0, "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. "
-         "Range [1, 2³¹−1].", 0, 2147483647),
-)  # fmt: skip
+    Knob(
+        "enable_thinking",
+        "choice",
+        "model default",
+        "model default",
+        "chat_template_kwargs.enable_thinking: a reasoning model's thinking mode.",
+        choices=("model default", "on", "off"),
+        label="thinking",
+    ),
+    Knob(
+        "thinking_budget",
+        "int",
+        0,
+        0,
+        "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. Range [1, 2³¹−1].",
+        0,
+        2147483647,
+    ),
+)
 
 KNOBS = SAMPLING + LENGTH + CANDIDATES + FORMAT + THINKING
 BY_NAME = {k.name: k for k in KNOBS}
 INTEGER_FIELDS = {"top_k", "max_tokens", "n", "best_of", "top_logprobs", "thinking_budget"}
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "Precise (greedy)": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "presence_penalty": 0.0,
-                         "frequency_penalty": 0.0, "repetition_penalty": 1.0},
-    "Balanced": {"temperature": 0.7, "top_p": 0.9, "top_k": 50, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                 "repetition_penalty": 1.05},
-    "Creative": {"temperature": 1.1, "top_p": 0.95, "top_k": -1, "presence_penalty": 0.4, "frequency_penalty": 0.2,
-                 "repetition_penalty": 1.0},
-}  # fmt: skip
+    "Precise (greedy)": {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.0,
+    },
+    "Balanced": {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 50,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.05,
+    },
+    "Creative": {
+        "temperature": 1.1,
+        "top_p": 0.95,
+        "top_k": -1,
+        "presence_penalty": 0.4,
+        "frequency_penalty": 0.2,
+        "repetition_penalty": 1.0,
+    },
+}
 PRESET_FIELDS = tuple(PRESETS["Balanced"])
 
 # Below this many parameters a model answers best greedily: sampled at 0.7, the bundled 135M SmolLM2 named Paris
@@ -149,8 +237,15 @@ def request_fields(values: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = BY_NAME.get(name)
-        if knob is None or name in ("response_format", "json_schema", "enable_thinking", "thinking_budget",
-                                    "speculative", "format", "format_pattern"):  # fmt: skip
+        if knob is None or name in (
+            "response_format",
+            "json_schema",
+            "enable_thinking",
+            "thinking_budget",
+            "speculative",
+            "format",
+            "format_pattern",
+        ):
             continue
         if name in INTEGER_FIELDS:
             value = _integral(value)
@@ -227,11 +322,20 @@ def _thinking(mode: str, budget: int) -> dict[str, Any]:
     return kwargs
 
 
-def build_body(model: str, messages: list[dict[str, Any]], fields: dict[str, Any],
-               tools: list[dict[str, Any]] | None = None, tool_choice: Any = None) -> dict[str, Any]:  # fmt: skip
+def build_body(
+    model: str,
+    messages: list[dict[str, Any]],
+    fields: dict[str, Any],
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+) -> dict[str, Any]:
     """The exact /v1/chat/completions body the UI sends (always streamed, usage included)."""
-    body: dict[str, Any] = {"model": model, "messages": messages, "stream": True,
-                            "stream_options": {"include_usage": True}}  # fmt: skip
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     body.update(fields)
     if tools:
         body["tools"] = tools

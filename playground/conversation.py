@@ -211,10 +211,12 @@ class Conversation:
 THINKING = ("∴ Thinking", "∴ 思考中")
 THOUGHT = ("∴ Thought", "∴ 思考过程")
 TOKENS = ("{n} tokens", "{n} 个 token")
-EXHAUSTED = ("\n\n> ⚠️ The reasoning used up all {n} tokens of max_tokens and the answer is empty. Raise max_tokens, "
-             "set a thinking_budget, or turn thinking off.",
-             "\n\n> ⚠️ 思考用完了 max_tokens 的全部 {n} 个 token，回答为空。请调大 max_tokens、设置 thinking_budget，"
-             "或关闭思考。")  # fmt: skip
+EXHAUSTED = (
+    "\n\n> ⚠️ The reasoning used up all {n} tokens of max_tokens and the answer is empty. Raise max_tokens, "
+    "set a thinking_budget, or turn thinking off.",
+    "\n\n> ⚠️ 思考用完了 max_tokens 的全部 {n} 个 token，回答为空。请调大 max_tokens、设置 thinking_budget，"
+    "或关闭思考。",
+)
 STOPPED = ("\n\n*⏹ stopped*", "\n\n*⏹ 已停止*")
 ARGS_OK = ("✓ arguments match the tool's schema", "✓ 参数符合工具的 schema")
 TRANSCRIBED = ("♪ Transcribed by the server", "♪ 服务器转写")
@@ -227,8 +229,10 @@ PREVIOUS, NEXT = ("previous version", "上一个版本"), ("next version", "下�
 
 
 def _thinking_message(c: ChoiceView, lang: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"title": say(THINKING if c.thinking else THOUGHT, lang),
-                            "status": "pending" if c.thinking else "done"}  # fmt: skip
+    meta: dict[str, Any] = {
+        "title": say(THINKING if c.thinking else THOUGHT, lang),
+        "status": "pending" if c.thinking else "done",
+    }
     if c.token_ids:  # a reply imported from a file of the messages only has no token counts
         meta["log"] = say(TOKENS, lang, n=c.reasoning_tokens)
     end = c.answer_at if c.answer_at else len(c.times_ms)

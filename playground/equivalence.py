@@ -65,13 +65,21 @@ class Verdict:
     def row(self) -> dict[str, Any]:
         """One line of a prompt set's table."""
         at = self.diverge_at
-        return {"verdict": self.verdict, "diverge_at": at, "prompt_diverge_at": self.prompt_diverge_at,
-                "prompt_tokens_a": self.a.prompt_tokens, "prompt_tokens_b": self.b.prompt_tokens,
-                "tokens_a": len(self.a.tokens), "tokens_b": len(self.b.tokens),
-                "token_a": self.a.tokens[at] if at is not None and at < len(self.a.tokens) else None,
-                "token_b": self.b.tokens[at] if at is not None and at < len(self.b.tokens) else None,
-                "max_logprob_diff": self.max_logprob_diff, "text_a": self.a.text, "text_b": self.b.text,
-                "error": self.a.error or self.b.error}  # fmt: skip
+        return {
+            "verdict": self.verdict,
+            "diverge_at": at,
+            "prompt_diverge_at": self.prompt_diverge_at,
+            "prompt_tokens_a": self.a.prompt_tokens,
+            "prompt_tokens_b": self.b.prompt_tokens,
+            "tokens_a": len(self.a.tokens),
+            "tokens_b": len(self.b.tokens),
+            "token_a": self.a.tokens[at] if at is not None and at < len(self.a.tokens) else None,
+            "token_b": self.b.tokens[at] if at is not None and at < len(self.b.tokens) else None,
+            "max_logprob_diff": self.max_logprob_diff,
+            "text_a": self.a.text,
+            "text_b": self.b.text,
+            "error": self.a.error or self.b.error,
+        }
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -107,9 +115,16 @@ async def _side(backend: ChatBackend, label: str, messages: list[dict[str, Any]]
 def _report(label: str, ids: list[int] | None, result: ChatResult) -> SideReport:
     entries = result.logprobs
     usage = result.usage
-    return SideReport(label, ids, usage.prompt_tokens if usage is not None else None, [e.token for e in entries],
-                      [bytes(e.bytes) if e.bytes else e.token.encode() for e in entries],
-                      [e.logprob for e in entries], result.reply, result.finish_reason)  # fmt: skip
+    return SideReport(
+        label,
+        ids,
+        usage.prompt_tokens if usage is not None else None,
+        [e.token for e in entries],
+        [bytes(e.bytes) if e.bytes else e.token.encode() for e in entries],
+        [e.logprob for e in entries],
+        result.reply,
+        result.finish_reason,
+    )
 
 
 END = b"\0end"  # a reply's closing token when it stopped: EOS is "" on one server and "<|im_end|>" on another
@@ -144,15 +159,23 @@ def judge(a: SideReport, b: SideReport) -> Verdict:
     return Verdict(verdict, at, prompt_at, a, b, diffs)
 
 
-async def acompare(a: ChatBackend, b: ChatBackend, messages: Messages, *, max_tokens: int = 32,
-                   a_params: dict[str, Any] | None = None, b_params: dict[str, Any] | None = None,
-                   **params: Any) -> Verdict:  # fmt: skip
+async def acompare(
+    a: ChatBackend,
+    b: ChatBackend,
+    messages: Messages,
+    *,
+    max_tokens: int = 32,
+    a_params: dict[str, Any] | None = None,
+    b_params: dict[str, Any] | None = None,
+    **params: Any,
+) -> Verdict:
     """One request on both backends, greedy with logprobs (`params` for both; `a_params` / `b_params` for one
     side), side by side; both run at once."""
     msgs = as_messages(messages)
     common = {"max_tokens": max_tokens, **params}
-    left, right = await asyncio.gather(_side(a, "a", msgs, {**common, **(a_params or {})}),
-                                       _side(b, "b", msgs, {**common, **(b_params or {})}))  # fmt: skip
+    left, right = await asyncio.gather(
+        _side(a, "a", msgs, {**common, **(a_params or {})}), _side(b, "b", msgs, {**common, **(b_params or {})})
+    )
     return judge(left, right)
 
 
@@ -160,8 +183,9 @@ def compare(a: ChatBackend, b: ChatBackend, messages: Messages, **kw: Any) -> Ve
     return run_sync(acompare(a, b, messages, **kw))
 
 
-async def acompare_set(a: ChatBackend, b: ChatBackend, prompts: Iterable[Messages], *, concurrency: int = 4,
-                       **kw: Any) -> list[Verdict]:  # fmt: skip
+async def acompare_set(
+    a: ChatBackend, b: ChatBackend, prompts: Iterable[Messages], *, concurrency: int = 4, **kw: Any
+) -> list[Verdict]:
     """Every prompt of a set on both backends (at most `concurrency` prompts in flight), in order."""
     gate = asyncio.Semaphore(concurrency)
 

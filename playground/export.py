@@ -43,16 +43,27 @@ def dump(s: Snapshot, media_budget: int | None = None, lean: bool = False) -> di
     alternatives."""
     blobs: dict[str, str] = {}
     turns = _shared([turn_codec.turn_doc(t, lean) for t in s.conv.turns], blobs)
-    doc: dict[str, Any] = {"format": FORMAT, "system": s.system, "tools": s.tools, "tool_choice": s.tool_choice,
-                           "settings": {k: v for k, v in s.settings.items() if k in BY_NAME}}  # fmt: skip
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "system": s.system,
+        "tools": s.tools,
+        "tool_choice": s.tool_choice,
+        "settings": {k: v for k, v in s.settings.items() if k in BY_NAME},
+    }
     if media_budget is None:
         messages = s.conv.messages(with_reasoning=True)
         users = [t for t in s.conv.turns if t.role == "user"]
         user_at = [i for i, m in enumerate(messages) if m["role"] == "user"]
-        media = [{"message": i, "attachments": t.attachments,
-                  "transcripts": {str(j): v for j, v in t.transcripts.items()},
-                  **({"taken": {str(j): r for j, r in t.media.items()}} if t.media else {})}
-                 for i, t in zip(user_at, users) if t.parts]  # fmt: skip
+        media = [
+            {
+                "message": i,
+                "attachments": t.attachments,
+                "transcripts": {str(j): v for j, v in t.transcripts.items()},
+                **({"taken": {str(j): r for j, r in t.media.items()}} if t.media else {}),
+            }
+            for i, t in zip(user_at, users)
+            if t.parts
+        ]
         doc |= {"messages": messages, **({"media": media} if media else {})}
     else:
         blobs = _within(blobs, media_budget)
@@ -126,8 +137,13 @@ def load(data: Any) -> Snapshot:
         if t.role == "tool":
             t.tool_name = t.tool_name or names.get(t.tool_call_id)
     settings = {k: v for k, v in (data.get("settings") or {}).items() if k in BY_NAME}
-    return Snapshot(Conversation(turns), str(data.get("system") or ""), str(data.get("tools") or ""),
-                    str(data.get("tool_choice") or "auto"), settings)  # fmt: skip
+    return Snapshot(
+        Conversation(turns),
+        str(data.get("system") or ""),
+        str(data.get("tools") or ""),
+        str(data.get("tool_choice") or "auto"),
+        settings,
+    )
 
 
 def _turn(i: int, m: Any) -> Turn:
@@ -144,12 +160,22 @@ def _turn(i: int, m: Any) -> Turn:
         return Turn("tool", str(m.get("content") or ""), tool_call_id=m.get("tool_call_id"))
     if role == "assistant":
         calls = [
-            ToolCallItem(index=j, id=c.get("id"), type="function",
-                         function=FunctionCall(name=c["function"].get("name"), arguments=c["function"].get("arguments")))
+            ToolCallItem(
+                index=j,
+                id=c.get("id"),
+                type="function",
+                function=FunctionCall(name=c["function"].get("name"), arguments=c["function"].get("arguments")),
+            )
             for j, c in enumerate(m.get("tool_calls") or [])
-        ]  # fmt: skip
-        choice = ChoiceView(0, content=str(m.get("content") or ""), reasoning=str(m.get("reasoning_content") or ""),
-                            tool_calls=calls, finish_reason="tool_calls" if calls else "stop", answer_at=0)  # fmt: skip
+        ]
+        choice = ChoiceView(
+            0,
+            content=str(m.get("content") or ""),
+            reasoning=str(m.get("reasoning_content") or ""),
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else "stop",
+            answer_at=0,
+        )
         return Turn("assistant", reply=ReplyView(choices={0: choice}, done=True))
     raise ValueError(f"messages[{i}] has no role user, assistant or tool")
 

@@ -71,8 +71,10 @@ def row_of(obj: dict[str, Any], where: str) -> PromptRow:
         messages = obj["messages"]
         if not isinstance(messages, list) or not messages:
             raise PromptSetError(f"{where}: messages must be a non-empty array")
-        out = [{**m, "content": fill(m["content"], values, where)} if isinstance(m.get("content"), str) else m
-               for m in messages]  # fmt: skip
+        out = [
+            {**m, "content": fill(m["content"], values, where)} if isinstance(m.get("content"), str) else m
+            for m in messages
+        ]
         return PromptRow(out, expected, values)
     text = obj.get("user", obj.get("prompt"))
     if not isinstance(text, str) or not text.strip():
@@ -210,8 +212,12 @@ def custom(fn: Callable[..., Any], name: str | None = None) -> Grader:
     return Grader(name or str(getattr(fn, "__name__", "custom")), check)
 
 
-GRADERS: dict[str, Grader] = {"exact": Grader("exact", exact), "contains": Grader("contains", contains),
-                              "regex": regex(), "valid_json": Grader("valid_json", valid_json)}  # fmt: skip
+GRADERS: dict[str, Grader] = {
+    "exact": Grader("exact", exact),
+    "contains": Grader("contains", contains),
+    "regex": regex(),
+    "valid_json": Grader("valid_json", valid_json),
+}
 
 
 # ---- the grid ---------------------------------------------------------------------------------------------------
@@ -259,20 +265,30 @@ class Grid:
             graded = [c.passed for c in cells if c.passed is not None]
             ttft = [c.ttft_ms for c in cells if c.ttft_ms is not None]
             tps = [c.tokens_per_s for c in cells if c.tokens_per_s is not None]
-            out.append({"column": name, "cells": len(cells), "errors": sum(c.error is not None for c in cells),
-                        "pass_rate": sum(graded) / len(graded) if graded else None,
-                        "median_ttft_ms": statistics.median(ttft) if ttft else None,
-                        "median_tokens_per_s": statistics.median(tps) if tps else None,
-                        "total_tokens": sum(c.completion_tokens + (c.prompt_tokens or 0) for c in cells)})  # fmt: skip
+            out.append(
+                {
+                    "column": name,
+                    "cells": len(cells),
+                    "errors": sum(c.error is not None for c in cells),
+                    "pass_rate": sum(graded) / len(graded) if graded else None,
+                    "median_ttft_ms": statistics.median(ttft) if ttft else None,
+                    "median_tokens_per_s": statistics.median(tps) if tps else None,
+                    "total_tokens": sum(c.completion_tokens + (c.prompt_tokens or 0) for c in cells),
+                }
+            )
         return out
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per cell: the table CSV and DataFrames are made of."""
         out = []
         for c in self.cells:
-            row = {"prompt": c.prompt, "title": self.prompts[c.prompt].title, "column": c.column,
-                   "expected": self.prompts[c.prompt].expected, **{k: v for k, v in asdict(c).items()
-                                                                   if k not in ("prompt", "column", "grades")}}  # fmt: skip
+            row = {
+                "prompt": c.prompt,
+                "title": self.prompts[c.prompt].title,
+                "column": c.column,
+                "expected": self.prompts[c.prompt].expected,
+                **{k: v for k, v in asdict(c).items() if k not in ("prompt", "column", "grades")},
+            }
             row |= {f"grade:{k}": v for k, v in c.grades.items()}
             row["passed"] = c.passed
             out.append(row)
@@ -288,18 +304,30 @@ class Grid:
         return buf.getvalue()
 
     def to_json(self) -> str:
-        return json.dumps({"format": "llm-playground/grid@1", "columns": self.columns, "settings": self.settings,
-                           "prompts": [asdict(p) for p in self.prompts],
-                           "cells": [asdict(c) for c in self.cells], "summary": self.summary()},
-                          ensure_ascii=False, indent=1)  # fmt: skip
+        return json.dumps(
+            {
+                "format": "llm-playground/grid@1",
+                "columns": self.columns,
+                "settings": self.settings,
+                "prompts": [asdict(p) for p in self.prompts],
+                "cells": [asdict(c) for c in self.cells],
+                "summary": self.summary(),
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Grid:
         doc = json.loads(text)
         if doc.get("format") != "llm-playground/grid@1":
             raise ValueError("not a saved grid (format llm-playground/grid@1)")
-        return cls([PromptRow(**p) for p in doc["prompts"]], list(doc["columns"]),
-                   [Cell(**c) for c in doc["cells"]], dict(doc.get("settings") or {}))  # fmt: skip
+        return cls(
+            [PromptRow(**p) for p in doc["prompts"]],
+            list(doc["columns"]),
+            [Cell(**c) for c in doc["cells"]],
+            dict(doc.get("settings") or {}),
+        )
 
     def frame(self) -> Any:
         """The cells as a DataFrame (pandas: the notebooks' table)."""
@@ -333,15 +361,30 @@ def _cell(prompt: int, column: str, row: PromptRow, result: ChatResult | str, gr
     if isinstance(result, str):
         return Cell(prompt, column, error=result)
     s = result.stats()
-    cell = Cell(prompt, column, result.reply, s["ttft_ms"], s["tokens_per_s"], result.completion_tokens,
-                s["prompt_tokens"], result.finish_reason)  # fmt: skip
+    cell = Cell(
+        prompt,
+        column,
+        result.reply,
+        s["ttft_ms"],
+        s["tokens_per_s"],
+        result.completion_tokens,
+        s["prompt_tokens"],
+        result.finish_reason,
+    )
     cell.grades = {g.name: g(result.reply, row.expected) for g in graders}
     return cell
 
 
-async def arun_grid(prompts: list[PromptRow], columns: list[Column], graders: Iterable[Grader] = (), *,
-                    concurrency: int = 8, on_progress: Callable[[int, int], None] | None = None,
-                    cancel: asyncio.Event | None = None, ctx: Any = None) -> Grid:  # fmt: skip
+async def arun_grid(
+    prompts: list[PromptRow],
+    columns: list[Column],
+    graders: Iterable[Grader] = (),
+    *,
+    concurrency: int = 8,
+    on_progress: Callable[[int, int], None] | None = None,
+    cancel: asyncio.Event | None = None,
+    ctx: Any = None,
+) -> Grid:
     """Every prompt in every column, at most `concurrency` requests at once; `on_progress(done, total)` after each
     cell; once `cancel` is set, the cells not started yet end as "cancelled". `ctx`: who asks (the page's caller,
     for the embedded policy's per-client limit, metrics and access line; None: a notebook)."""
@@ -363,8 +406,7 @@ async def arun_grid(prompts: list[PromptRow], columns: list[Column], graders: It
     for k, result in enumerate(results):
         i, j = divmod(k, len(columns))
         cells.append(_cell(i, columns[j].name, prompts[i], result, graders))
-    settings = {c.name: {"backend": c.backend.url or "embedded", "model": c.backend.model, **c.params}
-                for c in columns}  # fmt: skip
+    settings = {c.name: {"backend": c.backend.url or "embedded", "model": c.backend.model, **c.params} for c in columns}
     return Grid(prompts, names, cells, settings)
 
 

@@ -33,29 +33,52 @@ MAX_CELLS = 400
 MAX_COLUMNS = 6
 TICK_S = 0.3
 
-EXAMPLE_PROMPTS = "\n".join(json.dumps(r, ensure_ascii=False) for r in [
-    {"user": "What is the capital of {{country}}? Answer with the city only.", "country": "France",
-     "expected": "Paris"},
-    {"user": "What is the capital of {{country}}? Answer with the city only.", "country": "Japan",
-     "expected": "Tokyo"},
-    {"user": "What is two plus two?", "expected": "4|four"},
-    {"user": 'Reply with a JSON object with a key "ok" set to true.'},
-])  # fmt: skip
-EXAMPLE_COLUMNS = json.dumps([{"name": "greedy", "temperature": 0, "max_tokens": 24},
-                              {"name": "creative", "temperature": 1.0, "seed": 1, "max_tokens": 24}], indent=1)  # fmt: skip
+EXAMPLE_PROMPTS = "\n".join(
+    json.dumps(r, ensure_ascii=False)
+    for r in [
+        {
+            "user": "What is the capital of {{country}}? Answer with the city only.",
+            "country": "France",
+            "expected": "Paris",
+        },
+        {
+            "user": "What is the capital of {{country}}? Answer with the city only.",
+            "country": "Japan",
+            "expected": "Tokyo",
+        },
+        {"user": "What is two plus two?", "expected": "4|four"},
+        {"user": 'Reply with a JSON object with a key "ok" set to true.'},
+    ]
+)
+EXAMPLE_COLUMNS = json.dumps(
+    [
+        {"name": "greedy", "temperature": 0, "max_tokens": 24},
+        {"name": "creative", "temperature": 1.0, "seed": 1, "max_tokens": 24},
+    ],
+    indent=1,
+)
 
 RUNNING = ("Running: {done} of {total} cells", "运行中：{done} / {total} 个单元格")
 FINISHED = ("{n} cells in {s:.1f} s", "{n} 个单元格，用时 {s:.1f} 秒")
 CANCELLED = ("Cancelled: {n} cells not run", "已取消：{n} 个单元格未运行")
-NO_COLUMNS = ("Columns must be a JSON array of objects (request fields, with an optional name and url).",
-              "列必须是对象组成的 JSON 数组（请求字段，可选 name 和 url）。")  # fmt: skip
-TOO_MANY = ("{cells} cells is more than a page's grid takes ({max}); use the notebook for bigger sets.",
-            "{cells} 个单元格超过页面网格的上限（{max}）；更大的集合请用 notebook。")  # fmt: skip
+NO_COLUMNS = (
+    "Columns must be a JSON array of objects (request fields, with an optional name and url).",
+    "列必须是对象组成的 JSON 数组（请求字段，可选 name 和 url）。",
+)
+TOO_MANY = (
+    "{cells} cells is more than a page's grid takes ({max}); use the notebook for bigger sets.",
+    "{cells} 个单元格超过页面网格的上限（{max}）；更大的集合请用 notebook。",
+)
 TOO_MANY_COLUMNS = ("At most {max} columns.", "最多 {max} 列。")
 NOT_A_GRID = ("Not a saved grid: {why}", "不是保存的网格：{why}")
-HEADS = {"column": ("column", "列"), "pass_rate": ("pass rate", "通过率"), "median_ttft_ms": ("median TTFT", "TTFT 中位数"),
-         "median_tokens_per_s": ("median tok/s", "tok/s 中位数"), "total_tokens": ("tokens", "token 数"),
-         "errors": ("errors", "错误")}  # fmt: skip
+HEADS = {
+    "column": ("column", "列"),
+    "pass_rate": ("pass rate", "通过率"),
+    "median_ttft_ms": ("median TTFT", "TTFT 中位数"),
+    "median_tokens_per_s": ("median tok/s", "tok/s 中位数"),
+    "total_tokens": ("tokens", "token 数"),
+    "errors": ("errors", "错误"),
+}
 PROMPT_HEAD = ("prompt", "提示")
 EXPECTED_HEAD = ("expected", "期望")
 
@@ -76,8 +99,15 @@ class GridTab:
     def wire(self, h: ChatHandlers, session: gr.State) -> None:
         handlers = GridHandlers(h)
         outs = [self.progress, self.result, self.csv, self.json]
-        self.run.click(handlers.run, [self.prompts, self.columns, self.graders, session], outs, api_name="grid",
-                       concurrency_id="grid", concurrency_limit=4, show_progress="hidden")  # fmt: skip
+        self.run.click(
+            handlers.run,
+            [self.prompts, self.columns, self.graders, session],
+            outs,
+            api_name="grid",
+            concurrency_id="grid",
+            concurrency_limit=4,
+            show_progress="hidden",
+        )
         self.cancel.click(handlers.cancel, session, None, api_name=False, queue=False)  # type: ignore[arg-type]
         # The browser reads the file it uploaded; the server gets its text, never a path (playground/persist.py).
         text = gr.Textbox(visible="hidden")
@@ -89,8 +119,12 @@ def grid_tab() -> GridTab:
     gr.Markdown(t("grid_help"))
     prompts = gr.Code(EXAMPLE_PROMPTS, language="json", label=t("grid_prompts"), lines=6, elem_id="pg-grid-prompts")
     columns = gr.Code(EXAMPLE_COLUMNS, language="json", label=t("grid_columns"), lines=5, elem_id="pg-grid-columns")
-    graders = gr.CheckboxGroup([(t("grader_" + k), k) for k in ("exact", "contains", "regex", "valid_json")],
-                               value=["contains"], label=t("grid_graders"), elem_id="pg-grid-graders")  # fmt: skip
+    graders = gr.CheckboxGroup(
+        [(t("grader_" + k), k) for k in ("exact", "contains", "regex", "valid_json")],
+        value=["contains"],
+        label=t("grid_graders"),
+        elem_id="pg-grid-graders",
+    )
     with gr.Row():
         run = gr.Button(t("grid_run"), variant="primary", size="sm", elem_id="pg-grid-run")
         cancel = gr.Button(t("grid_cancel"), size="sm", elem_id="pg-grid-cancel")
@@ -105,8 +139,10 @@ def grid_tab() -> GridTab:
 
 def bar_html(done: int, total: int, line: str) -> str:
     share = done / total if total else 1.0
-    return (f'<div class="pg-progress" title="{share:.0%}"><span class="pg-progress-done" style="width:{share:.1%}">'
-            f'</span></div><div class="pg-note pg-progress-note">{html.escape(line)}</div>')  # fmt: skip
+    return (
+        f'<div class="pg-progress" title="{share:.0%}"><span class="pg-progress-done" style="width:{share:.1%}">'
+        f'</span></div><div class="pg-note pg-progress-note">{html.escape(line)}</div>'
+    )
 
 
 def _num(v: Any, fmt: str) -> str:
@@ -130,15 +166,20 @@ def result_html(g: grid.Grid, lang: str) -> str:
         for name in g.columns:
             c = g.cell(i, name)
             mark = {True: "pg-pass", False: "pg-fail", None: ""}[c.passed]
-            badges = " ".join(f'<span class="pg-grade {"pg-pass" if v else "pg-fail"}" title="{html.escape(k)}">'
-                              f'{"✓" if v else "✗"} {html.escape(k)}</span>'
-                              for k, v in c.grades.items() if v is not None)  # fmt: skip
+            badges = " ".join(
+                f'<span class="pg-grade {"pg-pass" if v else "pg-fail"}" title="{html.escape(k)}">'
+                f"{'✓' if v else '✗'} {html.escape(k)}</span>"
+                for k, v in c.grades.items()
+                if v is not None
+            )
             text = html.escape(c.error) if c.error else html.escape(c.reply[:300])
             timing = f'<span class="pg-note">{_num(c.ttft_ms, ".0f")} ms · {c.completion_tokens} tok</span>'
             cells.append(f'<td class="{mark}"><div class="pg-grid-reply">{text}</div>{badges} {timing}</td>')
         expected = html.escape(p.expected) if p.expected else "–"
-        body.append(f"<tr><td>{html.escape(p.title)}<div class='pg-note'>{say(EXPECTED_HEAD, lang)}: {expected}"
-                    f"</div></td>{''.join(cells)}</tr>")  # fmt: skip
+        body.append(
+            f"<tr><td>{html.escape(p.title)}<div class='pg-note'>{say(EXPECTED_HEAD, lang)}: {expected}"
+            f"</div></td>{''.join(cells)}</tr>"
+        )
     table = f'<table class="pg-grid-cells"><tr><th>{say(PROMPT_HEAD, lang)}</th>{cols}</tr>{"".join(body)}</table>'
     return summary + table
 
@@ -162,8 +203,9 @@ class GridHandlers:
             name = str(params.pop("name", None) or f"column {i + 1}")
             url, model, key = params.pop("url", None), params.pop("model", None), params.pop("api_key", None)
             if url:
-                backend = await chosen_backend(REMOTE, str(url), str(key or ""), str(model or ""),
-                                               self.h.policy.settings, session.lang)  # fmt: skip
+                backend = await chosen_backend(
+                    REMOTE, str(url), str(key or ""), str(model or ""), self.h.policy.settings, session.lang
+                )
             else:
                 backend = self.h.local(session)
                 if model:
@@ -171,8 +213,9 @@ class GridHandlers:
             out.append(grid.Column(name, backend, params))  # type: ignore[arg-type]
         return out
 
-    async def run(self, prompts_text: str, columns_text: str, graders: list[str], session: Session,
-                  request: gr.Request) -> Any:  # fmt: skip
+    async def run(
+        self, prompts_text: str, columns_text: str, graders: list[str], session: Session, request: gr.Request
+    ) -> Any:
         lang = session.lang
         hidden = (gr.update(visible=False), gr.update(visible=False))
         try:
@@ -193,9 +236,17 @@ class GridHandlers:
         cancel = session.grid_cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
         began = loop.time()
-        task = asyncio.ensure_future(grid.arun_grid(
-            rows, columns, chosen, concurrency=GRID_CONCURRENCY, cancel=cancel, ctx=caller(request, "grid", self.h.policy),
-            on_progress=lambda n, _total: done.__setitem__(0, n)))  # fmt: skip
+        task = asyncio.ensure_future(
+            grid.arun_grid(
+                rows,
+                columns,
+                chosen,
+                concurrency=GRID_CONCURRENCY,
+                cancel=cancel,
+                ctx=caller(request, "grid", self.h.policy),
+                on_progress=lambda n, _total: done.__setitem__(0, n),
+            )
+        )
         try:
             while not task.done():
                 yield (bar_html(done[0], total, say(RUNNING, lang, done=done[0], total=total)), gr.skip(), *hidden)
@@ -210,9 +261,12 @@ class GridHandlers:
         folder = Path(tempfile.mkdtemp(prefix="playground-grid-"))
         (folder / "grid.csv").write_text(result.to_csv(), encoding="utf-8")
         (folder / "grid.json").write_text(result.to_json(), encoding="utf-8")
-        yield (bar_html(total - skipped, total, line), result_html(result, lang),
-               gr.update(value=str(folder / "grid.csv"), visible=True),
-               gr.update(value=str(folder / "grid.json"), visible=True))  # fmt: skip
+        yield (
+            bar_html(total - skipped, total, line),
+            result_html(result, lang),
+            gr.update(value=str(folder / "grid.csv"), visible=True),
+            gr.update(value=str(folder / "grid.json"), visible=True),
+        )
 
     @staticmethod
     def cancel(session: Session) -> None:
@@ -227,6 +281,10 @@ class GridHandlers:
         try:
             g = grid.Grid.from_json(text)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return "", f'<div class="pg-note">⚠️ {say(NOT_A_GRID, session.lang, why=html.escape(str(exc)))}</div>', \
-                gr.update(visible=False), gr.update(visible=False)  # fmt: skip
+            return (
+                "",
+                f'<div class="pg-note">⚠️ {say(NOT_A_GRID, session.lang, why=html.escape(str(exc)))}</div>',
+                gr.update(visible=False),
+                gr.update(visible=False),
+            )
         return "", result_html(g, session.lang), gr.update(visible=False), gr.update(visible=False)

@@ -102,8 +102,10 @@ def wire_model_picker(demo: gr.Blocks, h: Any, header: Any, model_b: gr.Dropdown
         names = model_choices(policy)
         shown = len(names) > 1
         b = b_choices(policy, h.service(sess))
-        return (gr.update(choices=names, value=current_value(sess), visible=shown),
-                gr.update(choices=b, value=SAME, visible=len(b) > 1))  # fmt: skip
+        return (
+            gr.update(choices=names, value=current_value(sess), visible=shown),
+            gr.update(choices=b, value=SAME, visible=len(b) > 1),
+        )
 
     def on_load(sess: Any) -> tuple[Any, Any, Any]:
         if pool is not None and not sess.model:  # this page talks to the model it opened on, whatever others pick

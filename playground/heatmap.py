@@ -99,8 +99,16 @@ def _data(entries: list[LogprobEntry], lang: str, alts: int | None, turn: int | 
     return escape(text.replace("$", "\\u0024"), quote=False)
 
 
-def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool = True, alts: int | None = None,
-                 turn: int | None = None, choice: int = 0, accepted: list[int] | None = None) -> str:  # fmt: skip
+def heatmap_html(
+    entries: list[LogprobEntry],
+    lang: str = "en",
+    *,
+    titles: bool = True,
+    alts: int | None = None,
+    turn: int | None = None,
+    choice: int = 0,
+    accepted: list[int] | None = None,
+) -> str:
     """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many; `turn`
     (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without)."""
     spans, drafted = [], set(accepted or ())
@@ -115,30 +123,55 @@ def heatmap_html(entries: list[LogprobEntry], lang: str = "en", *, titles: bool 
 # Accepted speculative drafts (engine/core/speculative.py): underlined. Inline, as the sanitiser keeps `style`.
 SPEC_CLASS = "pg-spec"
 SPEC_STYLE = "text-decoration: underline 2px #0284c7; text-underline-offset: 3px"
-SPEC_NOTE = ("Underlined: {k:,} tokens that were speculative drafts, accepted.",
-             "带下划线：{k:,} 个被接受的推测草稿 token。")  # fmt: skip
+SPEC_NOTE = (
+    "Underlined: {k:,} tokens that were speculative drafts, accepted.",
+    "带下划线：{k:,} 个被接受的推测草稿 token。",
+)
 
 
 def legend_html(lang: str = "en") -> str:
     chips = "".join(f'<span class="pg-lg pg-p{b}" title="{b * 10}–{b * 10 + 10}%"></span>' for b in range(BUCKETS))
     label = say(("token probability", "token 概率"), lang)
-    return (f'<div class="pg-legend"><span class="pg-lg-label">{label}</span><span class="pg-lg-end">0%</span>'
-            f'<span class="pg-lg-bar">{chips}</span><span class="pg-lg-end">100%</span></div>')  # fmt: skip
+    return (
+        f'<div class="pg-legend"><span class="pg-lg-label">{label}</span><span class="pg-lg-end">0%</span>'
+        f'<span class="pg-lg-bar">{chips}</span><span class="pg-lg-end">100%</span></div>'
+    )
 
 
 def _summary(entries: list[LogprobEntry], lang: str) -> str:
     low = sum(1 for e in entries if e.logprob < math.log(0.5))
     mean = sum(math.exp(e.logprob) for e in entries) / len(entries)
-    return say(("{n} tokens · mean p {mean:.1%} · {low} below 50%", "{n} 个 token · 平均 p {mean:.1%} · {low} 个低于 50%"),
-               lang, n=len(entries), mean=mean, low=low)  # fmt: skip
+    return say(
+        ("{n} tokens · mean p {mean:.1%} · {low} below 50%", "{n} 个 token · 平均 p {mean:.1%} · {low} 个低于 50%"),
+        lang,
+        n=len(entries),
+        mean=mean,
+        low=low,
+    )
 
 
-def tokens_html(entries: list[LogprobEntry], lang: str = "en", *, turn: int | None = None, choice: int = 0,
-                accepted: list[int] | None = None) -> str:  # fmt: skip
+def tokens_html(
+    entries: list[LogprobEntry],
+    lang: str = "en",
+    *,
+    turn: int | None = None,
+    choice: int = 0,
+    accepted: list[int] | None = None,
+) -> str:
     if not entries:
-        return ('<div class="pg-empty">' + say(("Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
-                "Sampling to see each token's probability here.", "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
-                "top_logprobs），即可在这里看到每个 token 的概率。"), lang) + "</div>")  # fmt: skip
+        return (
+            '<div class="pg-empty">'
+            + say(
+                (
+                    "Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
+                    "Sampling to see each token's probability here.",
+                    "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
+                    "top_logprobs），即可在这里看到每个 token 的概率。",
+                ),
+                lang,
+            )
+            + "</div>"
+        )
     head = f'<div class="pg-note">{_summary(entries, lang)} · {say(HINT, lang)}</div>'
     body = heatmap_html(entries, lang, turn=turn, choice=choice, accepted=accepted)
     if accepted:
@@ -146,16 +179,18 @@ def tokens_html(entries: list[LogprobEntry], lang: str = "en", *, turn: int | No
     return head + legend_html(lang) + body
 
 
-def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
-                  turn: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def chat_messages(
+    c: ChoiceView, lang: str = "en", *, done: bool | None = None, turn: int | None = None
+) -> list[dict[str, Any]]:
     """The reply itself as a heatmap in the chat: one collapsed message under the answer, once the reply is final
     (`done`; by default when the choice has its finish reason), so streaming re-renders carry none of it. A long
     reply shows its first CHAT_TOKENS tokens with CHAT_ALTS alternatives each, and no native tooltips."""
     if not c.logprobs or not (c.finish_reason is not None if done is None else done):
         return []
     shown = c.logprobs[:CHAT_TOKENS]
-    body = legend_html(lang) + heatmap_html(shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index,
-                                            accepted=c.accepted)  # fmt: skip
+    body = legend_html(lang) + heatmap_html(
+        shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index, accepted=c.accepted
+    )
     if c.accepted:
         body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(c.accepted))}</div>'
     if len(shown) < len(c.logprobs):
@@ -179,26 +214,54 @@ def chat_messages(c: ChoiceView, lang: str = "en", *, done: bool | None = None,
 
 def candidates_html(view: ReplyView, lang: str = "en") -> str:
     if len(view.choices) < 2:
-        return '<div class="pg-empty">' + say(("Set <b>n</b> > 1 (with temperature > 0) to compare candidates here.",
-                                              "把 <b>n</b> 设为大于 1（且 temperature > 0），即可在这里比较候选。"), lang) + "</div>"  # fmt: skip
+        return (
+            '<div class="pg-empty">'
+            + say(
+                (
+                    "Set <b>n</b> > 1 (with temperature > 0) to compare candidates here.",
+                    "把 <b>n</b> 设为大于 1（且 temperature > 0），即可在这里比较候选。",
+                ),
+                lang,
+            )
+            + "</div>"
+        )
     ranked = sorted(view.choices.values(), key=lambda c: -(c.cumulative_logprob or -math.inf))
     scored = any(c.cumulative_logprob is not None for c in ranked)
     if scored:
-        head = say(("{n} candidates, best cumulative logprob first", "{n} 个候选，累计 logprob 最高的在前"), lang,
-                   n=len(ranked))  # fmt: skip
+        head = say(
+            ("{n} candidates, best cumulative logprob first", "{n} 个候选，累计 logprob 最高的在前"),
+            lang,
+            n=len(ranked),
+        )
     else:
-        head = say(("{n} candidates · turn on <b>logprobs</b> in Sampling to rank them by cumulative logprob",
-                    "{n} 个候选 · 在「采样」中打开 <b>logprobs</b> 即可按累计 logprob 排序"), lang, n=len(ranked))  # fmt: skip
+        head = say(
+            (
+                "{n} candidates · turn on <b>logprobs</b> in Sampling to rank them by cumulative logprob",
+                "{n} 个候选 · 在「采样」中打开 <b>logprobs</b> 即可按累计 logprob 排序",
+            ),
+            lang,
+            n=len(ranked),
+        )
     cols = []
     for place, c in enumerate(ranked):
         lp = c.cumulative_logprob
-        facts = [say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" ★" if place == 0 and lp is not None else ""),
-                 say(("{n} tokens", "{n} 个 token"), lang, n=len(c.times_ms))]  # fmt: skip
+        facts = [
+            say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" ★" if place == 0 and lp is not None else ""),
+            say(("{n} tokens", "{n} 个 token"), lang, n=len(c.times_ms)),
+        ]
         if lp is not None:
-            facts.append(say(("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),
-                             lang, lp=lp, per=lp / len(c.logprobs)))  # fmt: skip
+            facts.append(
+                say(
+                    ("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),
+                    lang,
+                    lp=lp,
+                    per=lp / len(c.logprobs),
+                )
+            )
         facts.append(escape(c.finish_reason or "…"))
         text = heatmap_html(c.logprobs, lang, choice=c.index) if c.logprobs else escape(c.content)
-        cols.append(f'<div class="pg-cand"><div class="pg-note">{" · ".join(facts)}</div>'
-                    f'<div class="pg-cand-text">{text}</div></div>')  # fmt: skip
+        cols.append(
+            f'<div class="pg-cand"><div class="pg-note">{" · ".join(facts)}</div>'
+            f'<div class="pg-cand-text">{text}</div></div>'
+        )
     return f'<div class="pg-note">{head}</div><div class="pg-cands">' + "".join(cols) + "</div>"

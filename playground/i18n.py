@@ -17,7 +17,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "mode": (
         "Mode: Chat sends the conversation through the chat template; Text sends the box's text as a raw prompt",
         "模式：对话模式经聊天模板发送整段对话；文本模式把输入框的文字作为原始提示发送",
-    ),  # fmt: skip
+    ),
     "mode_chat": ("Chat", "对话"),
     "mode_text": ("Text", "文本"),
     "stop": ("Stop", "停止"),

@@ -82,17 +82,39 @@ class ChatColumn:
 
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
     """The chat, its input row, the tool-result row, the chat's own buttons, attachments and the system prompt."""
-    chatbot = gr.Chatbot(label=t("chat"), height="62vh", editable="user", elem_id="pg-chat",
-                         placeholder=t("service_help"), buttons=["copy", "copy_all"], feedback_options=None)  # type: ignore[arg-type]  # fmt: skip
+    chatbot = gr.Chatbot(
+        label=t("chat"),
+        height="62vh",
+        editable="user",
+        elem_id="pg-chat",
+        placeholder=t("service_help"),  # type: ignore[arg-type]
+        buttons=["copy", "copy_all"],
+        feedback_options=None,
+    )
     with gr.Row():
-        box = gr.Textbox(label=t("message"), placeholder=t("placeholder"), show_label=False, scale=6, lines=1,
-                         max_lines=8, elem_id="pg-input")  # fmt: skip
+        box = gr.Textbox(
+            label=t("message"),
+            placeholder=t("placeholder"),
+            show_label=False,
+            scale=6,
+            lines=1,
+            max_lines=8,
+            elem_id="pg-input",
+        )
         send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
         stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
     # Chat | Text (playground/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
     with gr.Row(elem_id="pg-mode-row"):
-        mode = gr.Radio(choices(textmode.MODE_KEYS), value=textmode.CHAT, label=t("mode"), show_label=False,
-                        container=False, scale=0, min_width=170, elem_id="pg-mode")  # fmt: skip
+        mode = gr.Radio(
+            choices(textmode.MODE_KEYS),
+            value=textmode.CHAT,
+            label=t("mode"),
+            show_label=False,
+            container=False,
+            scale=0,
+            min_width=170,
+            elem_id="pg-mode",
+        )
     context = gr.HTML("", elem_id="pg-context")  # playground/context_meter.py
     pending_view = gr.HTML("", elem_id="pg-attach-list")
     check = gr.Markdown("", elem_id="pg-check")
@@ -104,8 +126,24 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
         upload = gr.UploadButton(t("import"), size="sm", file_types=[".json"], elem_id="pg-import")  # type: ignore[arg-type]
     pending, caps_note = attach_panel.build(attach, pending_view, session)
     system = gr.Textbox(label=t("system"), lines=2, max_lines=8, placeholder=t("none_placeholder"), elem_id="pg-system")
-    return ChatColumn(chatbot, box, send, stop, pending_view, check, tools, regen, clear, download, upload, pending,
-                      caps_note, system, context, mode)  # fmt: skip
+    return ChatColumn(
+        chatbot,
+        box,
+        send,
+        stop,
+        pending_view,
+        check,
+        tools,
+        regen,
+        clear,
+        download,
+        upload,
+        pending,
+        caps_note,
+        system,
+        context,
+        mode,
+    )
 
 
 @dataclass(eq=False)
@@ -142,8 +180,12 @@ def tools_tab(session: gr.State | None = None, get_service: Callable[[Session], 
     code = gr.Code("", language="json", label=t("tools_json"), lines=12, elem_id="pg-tools")
     check = gr.Markdown("", elem_id="pg-tools-check")
     choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto", label="tool_choice", allow_custom_value=False)
-    example.change(lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(), example, code,
-                   api_name=False)  # type: ignore[arg-type]  # fmt: skip
+    example.change(
+        lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(),
+        example,
+        code,
+        api_name=False,  # type: ignore[arg-type]
+    )
     if session is None:
         code.change(tools_changed, [code, choice], [check, choice], api_name=False)  # type: ignore[arg-type]
     else:
@@ -175,10 +217,16 @@ def tools_changed(text: str, current: str | None, lang: str = "en", cannot: str 
     elif not tools:
         message = say(("No tools.", "没有工具。"), lang)
     elif cannot:
-        message = say(("⚠️ {name} cannot call tools: a message sent with them is refused. The JSON itself is fine: "
-                       "{n} tool(s) valid.",
-                       "⚠️ {name} 不能调用工具：带这些工具发送的消息会被拒收。JSON 本身没有问题：{n} 个工具有效。"),
-                      lang, name=cannot, n=len(tools))  # fmt: skip
+        message = say(
+            (
+                "⚠️ {name} cannot call tools: a message sent with them is refused. The JSON itself is fine: "
+                "{n} tool(s) valid.",
+                "⚠️ {name} 不能调用工具：带这些工具发送的消息会被拒收。JSON 本身没有问题：{n} 个工具有效。",
+            ),
+            lang,
+            name=cannot,
+            n=len(tools),
+        )
     else:
         message = say(("✓ {n} tool(s) valid", "✓ {n} 个工具有效"), lang, n=len(tools))
     return message, gr.update(choices=options, value=value)

@@ -64,8 +64,7 @@ def chat_tool(policy: RequestPolicy, identify: Identify) -> Any:
         Returns:
             The model's reply text.
         """
-        messages = [*([{"role": "system", "content": system}] if system else []),
-                    {"role": "user", "content": message}]  # fmt: skip
+        messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": message}]
         params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
         if seed >= 0:
             params["seed"] = seed
@@ -92,6 +91,8 @@ def mount(app: Any, policy: RequestPolicy, identify: Identify) -> Any:
     blocks = build(policy, identify)
     app = gr.mount_gradio_app(app, blocks, path=PATH, mcp_server=True, footer_links=[])
     if blocks.mcp_server_obj is None:  # Gradio logs and carries on; a server asked for MCP must not
-        raise SystemExit(f"--mcp: {blocks.mcp_error or 'Gradio could not start its MCP server'} "
-                         "(the `mcp` package is in requirements.txt)")  # fmt: skip
+        raise SystemExit(
+            f"--mcp: {blocks.mcp_error or 'Gradio could not start its MCP server'} "
+            "(the `mcp` package is in requirements.txt)"
+        )
     return app

@@ -134,9 +134,17 @@ class Restored:
         choice = gr.update(choices=options, value=snap.tool_choice if snap.tool_choice in options else "auto")
         knobs = {comp: snap.settings[name] for name, comp in self.knobs.items() if name in snap.settings}
         o = self.out
-        return {o.chatbot: display(snap.conv)[0], o.conv: snap.conv, o.check: "", **o.tool_prompt(snap.conv),
-                **o.panels(snap.conv.selected_reply(), base_url_of(request), conv=snap.conv, lang=lang), self.system: snap.system,
-                self.tools: snap.tools, self.tool_choice: choice, **knobs}  # fmt: skip
+        return {
+            o.chatbot: display(snap.conv)[0],
+            o.conv: snap.conv,
+            o.check: "",
+            **o.tool_prompt(snap.conv),
+            **o.panels(snap.conv.selected_reply(), base_url_of(request), conv=snap.conv, lang=lang),
+            self.system: snap.system,
+            self.tools: snap.tools,
+            self.tool_choice: choice,
+            **knobs,
+        }
 
 
 def wire(
@@ -154,9 +162,18 @@ def wire(
     exports = exports or Exports()
     text = gr.Textbox(visible="hidden")
     imported = upload.upload(None, upload, text, js=READ_UPLOAD, api_name=False, queue=False)  # type: ignore[arg-type]
-    changes = [*changes, imported.then(restored.restore, text, restored.outputs(), api_name=False),
-               demo.load(restored.restore, saved_state, restored.outputs(), api_name=False)]  # type: ignore[arg-type]  # fmt: skip
+    changes = [
+        *changes,
+        imported.then(restored.restore, text, restored.outputs(), api_name=False),
+        demo.load(restored.restore, saved_state, restored.outputs(), api_name=False),  # type: ignore[arg-type]
+    ]
     for event in changes:
-        event.then(exports.save, inputs, [saved_state, download], inputs_kwargs=restored.knobs, api_name=False,
-                   show_progress="hidden")  # fmt: skip
+        event.then(
+            exports.save,
+            inputs,
+            [saved_state, download],
+            inputs_kwargs=restored.knobs,
+            api_name=False,
+            show_progress="hidden",
+        )
     demo.unload(exports.unload)

@@ -16,7 +16,10 @@ from playground.reply import ReplyView
 READING = ("Reading the prompt: {done:,} of {total:,} tokens", "正在读取提示：{done:,} / {total:,} 个 token")
 CACHED = ("{n:,} from the prefix cache", "{n:,} 个来自前缀缓存")
 LEFT = ("about {s} left", "约剩 {s}")
-READ = ("Prompt read: {total:,} tokens, waiting for the first token", "提示已读完：{total:,} 个 token，等待第一个 token")  # fmt: skip
+READ = (
+    "Prompt read: {total:,} tokens, waiting for the first token",
+    "提示已读完：{total:,} 个 token，等待第一个 token",
+)
 
 
 def seconds_left(reports: list[PromptProgressInfo]) -> float | None:
@@ -58,6 +61,8 @@ def progress_html(reply: ReplyView, lang: str = "en") -> str | None:
             facts.append(say(LEFT, lang, s=_duration(left, lang)))
         line = " · ".join(facts)
     cache = p.cache / p.total if p.total else 0.0
-    return (f'<div class="pg-progress" title="{share:.0%}"><span class="pg-progress-cache" style="width:{cache:.1%}">'
-            f'</span><span class="pg-progress-done" style="width:{max(0.0, share - cache):.1%}"></span></div>'
-            f'<div class="pg-note pg-progress-note">{line}</div>')  # fmt: skip
+    return (
+        f'<div class="pg-progress" title="{share:.0%}"><span class="pg-progress-cache" style="width:{cache:.1%}">'
+        f'</span><span class="pg-progress-done" style="width:{max(0.0, share - cache):.1%}"></span></div>'
+        f'<div class="pg-note pg-progress-note">{line}</div>'
+    )

@@ -29,20 +29,25 @@ MAX_CHIPS = 3000
 FIELDS = ("model", "messages", "chat_template", "chat_template_kwargs", "tools", "tool_choice")
 
 EMPTY = ("Type a message (or send one) to see its prompt.", "输入（或发送）一条消息即可查看它的提示词。")
-NO_REPLY = ("No reply yet: send a message, or pick “the message being typed”.",
-            "还没有回复：请先发送一条消息，或选择“正在输入的消息”。")  # fmt: skip
+NO_REPLY = (
+    "No reply yet: send a message, or pick “the message being typed”.",
+    "还没有回复：请先发送一条消息，或选择“正在输入的消息”。",
+)
 REFUSED = ("⚠️ Refused: {error}", "⚠️ 被拒绝：{error}")
-NOT_AVAILABLE = ("The prompt is not available from this backend (it has no POST /tokenize).",
-                 "此后端不提供提示词（它没有 POST /tokenize）。")  # fmt: skip
+NOT_AVAILABLE = (
+    "The prompt is not available from this backend (it has no POST /tokenize).",
+    "此后端不提供提示词（它没有 POST /tokenize）。",
+)
 NO_TEXT = ("This backend answers the tokens only, not the rendered text.", "此后端只返回 token，不返回渲染后的文本。")
 OF_INPUT = (
     "The prompt of the message being typed, as Send would send it",
     "正在输入的消息的提示词（与点击发送时一致）",
 )
 OF_REPLY = ("The prompt of the selected reply's request", "所选回复的请求的提示词")
-COUNTS = ("{count} tokens · {special} special · {media} media · {chars} characters · limit {limit} (context "
-          "{context})", "{count} 个 token · 特殊 {special} 个 · 媒体 {media} 个 · {chars} 个字符 · 上限 {limit}（上下文 "
-          "{context}）")  # fmt: skip
+COUNTS = (
+    "{count} tokens · {special} special · {media} media · {chars} characters · limit {limit} (context {context})",
+    "{count} 个 token · 特殊 {special} 个 · 媒体 {media} 个 · {chars} 个字符 · 上限 {limit}（上下文 {context}）",
+)
 TOO_LONG = ("⚠️ Longer than the prompt limit: chat would refuse this request.", "⚠️ 超过提示词上限：对话会拒绝此请求。")
 TEXT_HEAD = ("Rendered prompt", "渲染后的提示词")
 TOKENS_HEAD = ("Tokens (hover for id and piece)", "token（悬停查看 id 与片段）")
@@ -55,13 +60,28 @@ class PromptTab:
     show: gr.Button
     view: gr.HTML
 
-    def wire(self, h: ChatHandlers, box: gr.Textbox, pending: gr.State, common: list[Any], knobs: dict[str, Any],
-             tab: Any = None) -> None:  # fmt: skip
+    def wire(
+        self,
+        h: ChatHandlers,
+        box: gr.Textbox,
+        pending: gr.State,
+        common: list[Any],
+        knobs: dict[str, Any],
+        tab: Any = None,
+    ) -> None:
         """`common`: [conv, system, tools code, tool choice, session], as playground/ui.py passes the chat's."""
         handlers = PromptHandlers(h)
         triggers = [self.show.click, self.source.change] + ([tab.select] if tab is not None else [])
-        gr.on(triggers, handlers.show, [self.source, box, pending, *common], self.view, inputs_kwargs=knobs,
-              api_name=False, show_progress="hidden", trigger_mode="always_last")  # fmt: skip
+        gr.on(
+            triggers,
+            handlers.show,
+            [self.source, box, pending, *common],
+            self.view,
+            inputs_kwargs=knobs,
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
 
 
 def prompt_tab() -> PromptTab:
@@ -75,8 +95,18 @@ class PromptHandlers:
     def __init__(self, h: ChatHandlers) -> None:
         self.h = h
 
-    async def show(self, source: str, message: str, pending: list[dict[str, Any]] | None, conv: Conversation,
-                   system: str, tools_text: str, tool_choice: str | None, session: Session, **knobs: Any) -> str:  # fmt: skip
+    async def show(
+        self,
+        source: str,
+        message: str,
+        pending: list[dict[str, Any]] | None,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        **knobs: Any,
+    ) -> str:
         lang = session.lang
         if source == "reply":
             turn = conv.selected_reply()
@@ -96,9 +126,17 @@ class PromptHandlers:
             return note(say(NOT_AVAILABLE, lang))
         return render(answer, lang, say(OF_REPLY if source == "reply" else OF_INPUT, lang))
 
-    def input_body(self, message: str, pending: list[dict[str, Any]] | None, conv: Conversation, system: str,
-                   tools_text: str, tool_choice: str | None, session: Session,
-                   knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:  # fmt: skip
+    def input_body(
+        self,
+        message: str,
+        pending: list[dict[str, Any]] | None,
+        conv: Conversation,
+        system: str,
+        tools_text: str,
+        tool_choice: str | None,
+        session: Session,
+        knobs: dict[str, Any],
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """The body Send would send for the message being typed (with its attachments): (body, None), (None, why
         it would be refused), or (None, None) when there is nothing to send."""
         user = Turn("user", message or "", parts=[a["part"] for a in pending or []])
@@ -161,10 +199,20 @@ def render(answer: dict[str, Any], lang: str, heading: str) -> str:
     spans = {s["start"]: s for s in d.get("media") or []}
     context = answer.get("max_model_len", 0)
     limit = d.get("prompt_limit", context)
-    counts = say(COUNTS, lang, count=len(ids), special=sum(special), media=d.get("media_tokens", 0),
-                 chars=d.get("characters", "–"), limit=limit, context=context)  # fmt: skip
-    parts = [f'<div class="pg-prompt-head">{html.escape(heading)}</div>',
-             f'<div class="pg-prompt-counts" data-count="{len(ids)}">{html.escape(counts)}</div>']  # fmt: skip
+    counts = say(
+        COUNTS,
+        lang,
+        count=len(ids),
+        special=sum(special),
+        media=d.get("media_tokens", 0),
+        chars=d.get("characters", "–"),
+        limit=limit,
+        context=context,
+    )
+    parts = [
+        f'<div class="pg-prompt-head">{html.escape(heading)}</div>',
+        f'<div class="pg-prompt-counts" data-count="{len(ids)}">{html.escape(counts)}</div>',
+    ]
     if limit and len(ids) > limit:
         parts.append(note(say(TOO_LONG, lang)))
     parts.append(f'<div class="pg-prompt-sub">{html.escape(say(TEXT_HEAD, lang))}</div>')

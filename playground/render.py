@@ -31,8 +31,12 @@ class Throttle:
         return False
 
 
-async def throttled(chunks: AsyncIterable[Any], fold: Callable[[Any], None], every: float = 0.1,
-                    clock: Callable[[], float] = time.monotonic) -> AsyncIterator[None]:  # fmt: skip
+async def throttled(
+    chunks: AsyncIterable[Any],
+    fold: Callable[[Any], None],
+    every: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[None]:
     """Fold every chunk and yield whenever the page should repaint: at once when the last repaint is `every` old,
     otherwise as soon as it is, so a slow stream shows each token when it comes and a fast one ~1/every a second.
 
@@ -65,8 +69,11 @@ def message_of(view: ChoiceView) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": view.content}
     if view.tool_calls:
         msg["tool_calls"] = [
-            {"id": c.id or f"call_{c.index}", "type": "function",
-             "function": {"name": c.function.name or "", "arguments": c.function.arguments or ""}}
+            {
+                "id": c.id or f"call_{c.index}",
+                "type": "function",
+                "function": {"name": c.function.name or "", "arguments": c.function.arguments or ""},
+            }
             for c in view.tool_calls
-        ]  # fmt: skip
+        ]
     return msg

@@ -54,8 +54,9 @@ class ChoiceView:
     accepted: list[int] = field(default_factory=list)  # indices of the tokens that were accepted speculative drafts
     _before_answer: int = 0
 
-    def add(self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None,
-            replaces: bool = False) -> None:  # fmt: skip
+    def add(
+        self, c: ChunkChoice, timeline: TokenTimeline | None, usage: Usage | None = None, replaces: bool = False
+    ) -> None:
         """One chunk of this choice; `replaces`: a moderation interception, whose text replaces what was said."""
         d = c.delta
         if d.reasoning_content is not None:
@@ -145,8 +146,9 @@ class ChoiceView:
     @property
     def reasoning_exhausted(self) -> bool:
         """Reasoning used up max_tokens and left no answer: the case the UI warns about."""
-        return (self.finish_reason == "length" and bool(self.reasoning) and not self.content.strip()
-                and not self.tool_calls)  # fmt: skip
+        return (
+            self.finish_reason == "length" and bool(self.reasoning) and not self.content.strip() and not self.tool_calls
+        )
 
 
 @dataclass
@@ -223,8 +225,9 @@ class ReplyView:
     def stats(self, index: int = 0) -> ReplyStats:
         c = self.choices.get(index) or self.first
         t, usage = c.times_ms, self.usage_of(index)
-        s = ReplyStats(completion_tokens=len(t), reasoning_tokens=c.reasoning_tokens, streaming=not self.done,
-                       backend=self.backend)  # fmt: skip
+        s = ReplyStats(
+            completion_tokens=len(t), reasoning_tokens=c.reasoning_tokens, streaming=not self.done, backend=self.backend
+        )
         if usage is not None:
             s.prompt_tokens, s.cached_tokens = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
             s.speculative = usage.speculative

@@ -18,14 +18,14 @@ def request_diff(original: dict[str, Any], replay: dict[str, Any]) -> str | None
     """A unified diff of the two request bodies, or None when they are the same request."""
     if original == replay:
         return None
-    lines = difflib.unified_diff(request_lines(original), request_lines(replay), "original request",
-                                 "replay request", lineterm="", n=2)  # fmt: skip
+    lines = difflib.unified_diff(
+        request_lines(original), request_lines(replay), "original request", "replay request", lineterm="", n=2
+    )
     return "\n".join(lines)
 
 
 def text_diff(original: str, new: str) -> str | None:
     if original == new:
         return None
-    lines = difflib.unified_diff(original.splitlines(), new.splitlines(), "original reply", "replay reply",
-                                 lineterm="")  # fmt: skip
+    lines = difflib.unified_diff(original.splitlines(), new.splitlines(), "original reply", "replay reply", lineterm="")
     return "\n".join(lines)

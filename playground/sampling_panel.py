@@ -11,9 +11,13 @@ from playground import controls
 from playground.controls import Knob
 from playground.i18n import PRESET_KEYS, choices, t
 
-GROUPS = (("acc_sampling", controls.SAMPLING, True), ("acc_length", controls.LENGTH, True),
-          ("acc_candidates", controls.CANDIDATES, False), ("acc_format", controls.FORMAT, False),
-          ("acc_thinking", controls.THINKING, False))  # fmt: skip
+GROUPS = (
+    ("acc_sampling", controls.SAMPLING, True),
+    ("acc_length", controls.LENGTH, True),
+    ("acc_candidates", controls.CANDIDATES, False),
+    ("acc_format", controls.FORMAT, False),
+    ("acc_thinking", controls.THINKING, False),
+)
 
 
 @dataclass(eq=False)
@@ -24,9 +28,17 @@ class SamplingTab:
 
 
 # A choice shown in words of the page's language; its value stays what the request code reads.
-SHOWN_CHOICES = {"model default": "thinking_default", "server default": "server_default", "on": "thinking_on",
-                 "off": "thinking_off", "none": "format_none", "JSON schema": "format_json",
-                 "choice list": "format_choice", "regex": "format_regex", "grammar": "format_grammar"}  # fmt: skip
+SHOWN_CHOICES = {
+    "model default": "thinking_default",
+    "server default": "server_default",
+    "on": "thinking_on",
+    "off": "thinking_off",
+    "none": "format_none",
+    "JSON schema": "format_json",
+    "choice list": "format_choice",
+    "regex": "format_regex",
+    "grammar": "format_grammar",
+}
 
 
 def knob_component(k: Knob) -> gr.Component:
@@ -50,16 +62,21 @@ def knob_component(k: Knob) -> gr.Component:
         return gr.Textbox(value=k.default, label=label, info=info, lines=3, max_lines=12, elem_id=elem_id)
     if k.kind == "code":
         return gr.Code(value=k.default, language="json", label=label, lines=5, elem_id=elem_id)
-    return gr.Textbox(value=k.default, label=label, info=info, lines=2 if k.kind == "lines" else 1,
-                      max_lines=6 if k.kind == "lines" else 1, elem_id=elem_id)  # fmt: skip
+    return gr.Textbox(
+        value=k.default,
+        label=label,
+        info=info,
+        lines=2 if k.kind == "lines" else 1,
+        max_lines=6 if k.kind == "lines" else 1,
+        elem_id=elem_id,
+    )
 
 
 def sampling_tab() -> SamplingTab:
     """The tab's controls; a preset sets the sampling fields it names."""
     knobs: dict[str, Any] = {}
     note = None
-    preset = gr.Radio(choices(PRESET_KEYS), label=t("preset"), value=None, info=t("preset_info"),
-                      elem_id="pg-preset")  # fmt: skip
+    preset = gr.Radio(choices(PRESET_KEYS), label=t("preset"), value=None, info=t("preset_info"), elem_id="pg-preset")
     for title, group, open_ in GROUPS:
         with gr.Accordion(t(title), open=open_):
             if group is controls.THINKING:
@@ -69,8 +86,12 @@ def sampling_tab() -> SamplingTab:
                     for k in row:
                         knobs[k.name] = knob_component(k)
     assert note is not None
-    preset.change(lambda p: [controls.PRESETS[p][f] for f in controls.PRESET_FIELDS] if p else gr.skip(), preset,
-                  [knobs[f] for f in controls.PRESET_FIELDS], api_name=False)  # type: ignore[arg-type]  # fmt: skip
+    preset.change(
+        lambda p: [controls.PRESETS[p][f] for f in controls.PRESET_FIELDS] if p else gr.skip(),
+        preset,
+        [knobs[f] for f in controls.PRESET_FIELDS],
+        api_name=False,  # type: ignore[arg-type]
+    )
     return SamplingTab(knobs, preset, note)
 
 

@@ -40,27 +40,37 @@ STRIP_BINS = 150  # the strip's columns: 0.2 s each, however many steps ran (one
 REMOTE_TIMEOUT_S = 5.0
 
 LOADING = ("The model is loading…", "模型加载中…")
-REMOTE = ("Not available from this backend: the Server tab shows the embedded engine's state, and this session "
-          "answers with a remote server (see the Backend tab).",
-          "此后端不提供：服务器标签页显示的是内置引擎的状态，而本会话由远程服务器回答（见“后端”标签页）。")  # fmt: skip
+REMOTE = (
+    "Not available from this backend: the Server tab shows the embedded engine's state, and this session "
+    "answers with a remote server (see the Backend tab).",
+    "此后端不提供：服务器标签页显示的是内置引擎的状态，而本会话由远程服务器回答（见“后端”标签页）。",
+)
 DONE = ("✓ Prefix cache emptied: {blocks} blocks dropped.", "✓ 前缀缓存已清空：丢弃了 {blocks} 个块。")
-NO_CACHE = ("This server runs without a prefix cache (`--prefix-cache-tokens 0`).",
-            "此服务器未启用前缀缓存（`--prefix-cache-tokens 0`）。")  # fmt: skip
-NOT_ADMIN = ("⚠️ Not reset: that is not an admin key (`--admin-keys`).",
-             "⚠️ 未清空：这不是管理员密钥（`--admin-keys`）。")  # fmt: skip
-NO_ADMIN = ("⚠️ Not reset: resetting needs an admin key, and this server has none (`--admin-keys`).",
-            "⚠️ 未清空：清空需要管理员密钥，而此服务器没有配置（`--admin-keys`）。")  # fmt: skip
+NO_CACHE = (
+    "This server runs without a prefix cache (`--prefix-cache-tokens 0`).",
+    "此服务器未启用前缀缓存（`--prefix-cache-tokens 0`）。",
+)
+NOT_ADMIN = (
+    "⚠️ Not reset: that is not an admin key (`--admin-keys`).",
+    "⚠️ 未清空：这不是管理员密钥（`--admin-keys`）。",
+)
+NO_ADMIN = (
+    "⚠️ Not reset: resetting needs an admin key, and this server has none (`--admin-keys`).",
+    "⚠️ 未清空：清空需要管理员密钥，而此服务器没有配置（`--admin-keys`）。",
+)
 NOT_REMOTE = ("⚠️ Not reset: this session answers with a remote backend.", "⚠️ 未清空：本会话使用远程后端。")
 STEPS_TITLE = ("Engine steps, last {s} s", "引擎步，最近 {s} 秒")
 STEPS_REMOTE_TITLE = ("Engine steps of {url}, last {s} s", "{url} 的引擎步，最近 {s} 秒")
 STEPS_NONE = ("No engine step in the last {s} s: send a message.", "最近 {s} 秒没有引擎步：发送一条消息。")
 STEPS_OFF = ("The engine keeps no step records (`--step-log 0`).", "引擎未记录步信息（`--step-log 0`）。")
 STEPS_NA = ("Engine steps: not available from this backend ({why}).", "引擎步：此后端不提供（{why}）。")
-STEPS_SUMMARY = ("{n} steps · busy {busy}% of the time · rows per step: median {rows}, max {max_rows} · median "
-                 "{pct}% of the limit · {shared} steps shared · {preempted} preemptions · bandwidth {bw} GB/s "
-                 "(measured at start)",
-                 "{n} 步 · {busy}% 的时间在运行步 · 每步行数：中位数 {rows}，最多 {max_rows} · 物理极限占比中位数 "
-                 "{pct}% · {shared} 步多请求同批 · 抢占 {preempted} 次 · 带宽 {bw} GB/s（启动时测得）")  # fmt: skip
+STEPS_SUMMARY = (
+    "{n} steps · busy {busy}% of the time · rows per step: median {rows}, max {max_rows} · median "
+    "{pct}% of the limit · {shared} steps shared · {preempted} preemptions · bandwidth {bw} GB/s "
+    "(measured at start)",
+    "{n} 步 · {busy}% 的时间在运行步 · 每步行数：中位数 {rows}，最多 {max_rows} · 物理极限占比中位数 "
+    "{pct}% · {shared} 步多请求同批 · 抢占 {preempted} 次 · 带宽 {bw} GB/s（启动时测得）",
+)
 STRIP_ROWS = ("rows", "行数")
 STRIP_PCT = ("% of limit", "极限占比")
 
@@ -83,8 +93,13 @@ ROWS = {
 def needs_admin(settings: Any) -> bool:
     """Whether the reset takes an admin key: the server has credentials of any kind (as engine/http/auth.py's
     `any_credentials`), or admin keys."""
-    return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk
-                or settings.admin_keys)  # fmt: skip
+    return bool(
+        settings.api_keys
+        or settings.pangu_auth_tokens
+        or settings.pangu_app_codes
+        or settings.pangu_aksk
+        or settings.admin_keys
+    )
 
 
 def is_admin(key: str, admin_keys: list[str]) -> bool:
@@ -102,8 +117,10 @@ def _bar(used: int, total: int) -> str:
 
 
 def _row(key: str, value: str, lang: str, bar: str = "") -> str:
-    return (f'<tr><th>{html.escape(say(ROWS[key], lang))}</th>'
-            f'<td data-srv="{key}">{value}</td><td class="pg-srv-gauge">{bar}</td></tr>')  # fmt: skip
+    return (
+        f"<tr><th>{html.escape(say(ROWS[key], lang))}</th>"
+        f'<td data-srv="{key}">{value}</td><td class="pg-srv-gauge">{bar}</td></tr>'
+    )
 
 
 def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S, svc: Any = None) -> dict[str, Any] | None:
@@ -117,8 +134,12 @@ def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S, svc: Any
     log, roof, now = engine.step_log, engine.roofline, time.perf_counter()
     if log is None:
         return {"enabled": False, "steps": [], "roofline": None}
-    return {"enabled": True, "seconds": seconds, "roofline": roof.as_json() if roof is not None else None,
-            "steps": [r.as_json(now) for r in log.recent(seconds, now)]}  # fmt: skip
+    return {
+        "enabled": True,
+        "seconds": seconds,
+        "roofline": roof.as_json() if roof is not None else None,
+        "steps": [r.as_json(now) for r in log.recent(seconds, now)],
+    }
 
 
 async def remote_steps(backend: Any, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | str:
@@ -168,26 +189,33 @@ def strip_svg(steps: list[dict[str, Any]], lang: str, seconds: float = STEPS_WIN
         pct = min(100.0, weighted / ms)
         ph = pct_h * pct / 100
         y0 = top_h + gap + pct_h
-        parts.append(f'<rect class="pg-strip-pct" x="{x:.1f}" y="{y0 - ph:.1f}" width="{bw:.2f}" height="{ph:.1f}">'
-                     f"<title>{pct:.0f}%</title></rect>")  # fmt: skip
+        parts.append(
+            f'<rect class="pg-strip-pct" x="{x:.1f}" y="{y0 - ph:.1f}" width="{bw:.2f}" height="{ph:.1f}">'
+            f"<title>{pct:.0f}%</title></rect>"
+        )
     h_all = top_h + gap + pct_h + 14
-    axis = (f'<text class="pg-strip-label" x="{left - 4}" y="10" text-anchor="end">{rows_max}</text>'
-            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h}" text-anchor="end">0</text>'
-            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + 8}" text-anchor="end">100%</text>'
-            f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + pct_h}" text-anchor="end">0</text>'
-            f'<text class="pg-strip-name" x="{left + 3}" y="10">{html.escape(say(STRIP_ROWS, lang))}</text>'
-            f'<text class="pg-strip-name" x="{left + 3}" y="{top_h + gap + 8}">{html.escape(say(STRIP_PCT, lang))}'
-            f"</text>"
-            f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h}" y2="{top_h}"/>'
-            f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h + gap + pct_h}" y2="{top_h + gap + pct_h}"/>'
-            f'<text class="pg-strip-label" x="{left}" y="{h_all - 2}">−{seconds:g} s</text>'
-            f'<text class="pg-strip-label" x="{w}" y="{h_all - 2}" text-anchor="end">0 s</text>')  # fmt: skip
-    return (f'<svg class="pg-strip" viewBox="0 0 {w} {h_all}" role="img" data-steps="{len(steps)}" '
-            f'preserveAspectRatio="none">{axis}{"".join(parts)}</svg>')  # fmt: skip
+    axis = (
+        f'<text class="pg-strip-label" x="{left - 4}" y="10" text-anchor="end">{rows_max}</text>'
+        f'<text class="pg-strip-label" x="{left - 4}" y="{top_h}" text-anchor="end">0</text>'
+        f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + 8}" text-anchor="end">100%</text>'
+        f'<text class="pg-strip-label" x="{left - 4}" y="{top_h + gap + pct_h}" text-anchor="end">0</text>'
+        f'<text class="pg-strip-name" x="{left + 3}" y="10">{html.escape(say(STRIP_ROWS, lang))}</text>'
+        f'<text class="pg-strip-name" x="{left + 3}" y="{top_h + gap + 8}">{html.escape(say(STRIP_PCT, lang))}'
+        f"</text>"
+        f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h}" y2="{top_h}"/>'
+        f'<line class="pg-strip-axis" x1="{left}" x2="{w}" y1="{top_h + gap + pct_h}" y2="{top_h + gap + pct_h}"/>'
+        f'<text class="pg-strip-label" x="{left}" y="{h_all - 2}">−{seconds:g} s</text>'
+        f'<text class="pg-strip-label" x="{w}" y="{h_all - 2}" text-anchor="end">0 s</text>'
+    )
+    return (
+        f'<svg class="pg-strip" viewBox="0 0 {w} {h_all}" role="img" data-steps="{len(steps)}" '
+        f'preserveAspectRatio="none">{axis}{"".join(parts)}</svg>'
+    )
 
 
-def steps_html(doc: dict[str, Any] | str | None, lang: str, url: str | None = None,
-               seconds: float = STEPS_WINDOW_S) -> str:  # fmt: skip
+def steps_html(
+    doc: dict[str, Any] | str | None, lang: str, url: str | None = None, seconds: float = STEPS_WINDOW_S
+) -> str:
     """The strip and its summary for one /server/steps answer (a str: why the backend gave none; None: loading)."""
     if doc is None:
         return ""
@@ -195,8 +223,9 @@ def steps_html(doc: dict[str, Any] | str | None, lang: str, url: str | None = No
         return f'<div class="pg-srv-note" data-steps="na">{html.escape(say(STEPS_NA, lang, why=doc))}</div>'
     if not doc.get("enabled"):
         return f'<div class="pg-srv-note" data-steps="off">{html.escape(say(STEPS_OFF, lang))}</div>'
-    title = say(STEPS_REMOTE_TITLE, lang, url=url, s=f"{seconds:g}") if url else say(STEPS_TITLE, lang,
-                                                                                     s=f"{seconds:g}")  # fmt: skip
+    title = (
+        say(STEPS_REMOTE_TITLE, lang, url=url, s=f"{seconds:g}") if url else say(STEPS_TITLE, lang, s=f"{seconds:g}")
+    )
     steps = doc["steps"]
     head = f'<div class="pg-steps-title">{html.escape(title)}</div>'
     if not steps:
@@ -205,13 +234,22 @@ def steps_html(doc: dict[str, Any] | str | None, lang: str, url: str | None = No
     rows = [int(s.get("rows") or 0) for s in steps]
     busy = min(100.0, 100 * sum(float(s.get("ms") or 0.0) for s in steps) / 1000 / seconds)
     roof = doc.get("roofline") or {}
-    line = say(STEPS_SUMMARY, lang, n=len(steps), busy=f"{busy:.0f}", rows=f"{statistics.median(rows):g}",
-               max_rows=max(rows), pct=f"{statistics.median(float(s.get('pct') or 0.0) for s in steps):.0f}",
-               shared=sum(1 for s in steps if len(s.get("requests") or []) > 1),
-               preempted=sum(int(s.get("preemptions") or 0) for s in steps),
-               bw=roof.get("bandwidth_gbs", "?"))  # fmt: skip
-    return (f'<div class="pg-steps" data-steps="{len(steps)}" data-max-rows="{max(rows)}">{head}'
-            f'{strip_svg(steps, lang, seconds)}<div class="pg-steps-summary">{html.escape(line)}</div></div>')  # fmt: skip
+    line = say(
+        STEPS_SUMMARY,
+        lang,
+        n=len(steps),
+        busy=f"{busy:.0f}",
+        rows=f"{statistics.median(rows):g}",
+        max_rows=max(rows),
+        pct=f"{statistics.median(float(s.get('pct') or 0.0) for s in steps):.0f}",
+        shared=sum(1 for s in steps if len(s.get("requests") or []) > 1),
+        preempted=sum(int(s.get("preemptions") or 0) for s in steps),
+        bw=roof.get("bandwidth_gbs", "?"),
+    )
+    return (
+        f'<div class="pg-steps" data-steps="{len(steps)}" data-max-rows="{max(rows)}">{head}'
+        f'{strip_svg(steps, lang, seconds)}<div class="pg-steps-summary">{html.escape(line)}</div></div>'
+    )
 
 
 def render(state: dict[str, Any] | None, lang: str, remote: bool = False) -> str:
@@ -223,25 +261,54 @@ def render(state: dict[str, Any] | None, lang: str, remote: bool = False) -> str
     req, kv, pc = state["requests"], state["kv_cache"], state["prefix_cache"]
     rows = []
     if kv["pages_total"] is not None:
-        rows.append(_row("kv_pages", f"{kv['pages_used']} / {kv['pages_total']}", lang,
-                         _bar(kv["pages_used"], kv["pages_total"])))  # fmt: skip
+        rows.append(
+            _row(
+                "kv_pages", f"{kv['pages_used']} / {kv['pages_total']}", lang, _bar(kv["pages_used"], kv["pages_total"])
+            )
+        )
     if "window_pages_total" in kv:
-        rows.append(_row("window_pages", f"{kv['window_pages_used']} / {kv['window_pages_total']}", lang,
-                         _bar(kv["window_pages_used"], kv["window_pages_total"])))  # fmt: skip
-    rows.append(_row("kv_tokens", f"{kv['tokens_used']} / {kv['tokens_capacity']}", lang,
-                     _bar(kv["tokens_used"], kv["tokens_capacity"])))  # fmt: skip
+        rows.append(
+            _row(
+                "window_pages",
+                f"{kv['window_pages_used']} / {kv['window_pages_total']}",
+                lang,
+                _bar(kv["window_pages_used"], kv["window_pages_total"]),
+            )
+        )
+    rows.append(
+        _row(
+            "kv_tokens",
+            f"{kv['tokens_used']} / {kv['tokens_capacity']}",
+            lang,
+            _bar(kv["tokens_used"], kv["tokens_capacity"]),
+        )
+    )
     if pc.get("enabled"):
-        rows.append(_row("prefix_blocks", f"{pc['blocks']} / {pc['capacity_blocks']}", lang,
-                         _bar(pc["blocks"], pc["capacity_blocks"])))  # fmt: skip
-        tokens = say(("{hit} of {query} prompt tokens", "{query} 个提示 token 中的 {hit} 个"), lang,
-                     hit=pc["hit_tokens"], query=pc["query_tokens"])  # fmt: skip
+        rows.append(
+            _row(
+                "prefix_blocks",
+                f"{pc['blocks']} / {pc['capacity_blocks']}",
+                lang,
+                _bar(pc["blocks"], pc["capacity_blocks"]),
+            )
+        )
+        tokens = say(
+            ("{hit} of {query} prompt tokens", "{query} 个提示 token 中的 {hit} 个"),
+            lang,
+            hit=pc["hit_tokens"],
+            query=pc["query_tokens"],
+        )
         rows.append(_row("hit_rate", f"{100 * pc['hit_rate']:.1f}% <small>({tokens})</small>", lang))
         rows.append(_row("hit_lookups", f"{pc['hit_lookups']} / {pc['lookups']}", lang))
     else:
         rows.append(_row("prefix_blocks", html.escape(say(("off", "未启用"), lang)), lang))
-    rows += [_row("running", f"{req['running']}", lang), _row("waiting", f"{req['waiting']}", lang),
-             _row("in_flight", f"{req['in_flight']}", lang), _row("preemptions", f"{state['preemptions']}", lang),
-             _row("steps", f"{state['steps']}", lang)]  # fmt: skip
+    rows += [
+        _row("running", f"{req['running']}", lang),
+        _row("waiting", f"{req['waiting']}", lang),
+        _row("in_flight", f"{req['in_flight']}", lang),
+        _row("preemptions", f"{state['preemptions']}", lang),
+        _row("steps", f"{state['steps']}", lang),
+    ]
     return f'<table class="pg-srv">{"".join(rows)}</table>'
 
 
@@ -314,8 +381,9 @@ class ServerTab:
         self.timer.tick(h.view, session, self.view, **refresh)
         if isinstance(self.tab, gr.Tab):
             self.tab.select(h.view, session, self.view, **refresh)
-        self.reset.click(h.reset, [self.key, session], [self.note, self.view], api_name="reset_prefix_cache",
-                         show_progress="hidden")  # fmt: skip
+        self.reset.click(
+            h.reset, [self.key, session], [self.note, self.view], api_name="reset_prefix_cache", show_progress="hidden"
+        )
 
 
 def build(policy: RequestPolicy) -> ServerTab:
@@ -326,10 +394,15 @@ def build(policy: RequestPolicy) -> ServerTab:
     gr.Markdown(t("server_help"))
     view = gr.HTML(render(None, "en"), elem_id="pg-server")
     with gr.Row(equal_height=False, elem_id="pg-server-actions"):
-        key = gr.Textbox(label=t("admin_key"), type="password", visible=admin, scale=2, elem_id="pg-server-key",
-                         info=t("admin_key_help") if admin else None)  # fmt: skip
-        reset = gr.Button(t("reset_prefix_cache"), variant="secondary", size="sm", scale=1,
-                          elem_id="pg-server-reset")  # fmt: skip
+        key = gr.Textbox(
+            label=t("admin_key"),
+            type="password",
+            visible=admin,
+            scale=2,
+            elem_id="pg-server-key",
+            info=t("admin_key_help") if admin else None,
+        )
+        reset = gr.Button(t("reset_prefix_cache"), variant="secondary", size="sm", scale=1, elem_id="pg-server-reset")
     note = gr.Markdown("", elem_id="pg-server-note")
     timer = gr.Timer(TICK_S)
     return ServerTab(view=view, key=key, reset=reset, note=note, timer=timer, tab=tab)

@@ -7,13 +7,48 @@ import shlex
 from typing import Any
 
 # Fields the openai SDK has no keyword for: they travel in `extra_body`.
-SDK_KEYWORDS = {"model", "messages", "stream", "stream_options", "temperature", "top_p", "presence_penalty",
-                "frequency_penalty", "seed", "stop", "max_tokens", "max_completion_tokens", "n", "logprobs",
-                "top_logprobs", "tools", "tool_choice", "response_format", "user"}  # fmt: skip
+SDK_KEYWORDS = {
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "user",
+}
 # ... and of `completions.create` (a text-mode body: `prompt`, no `messages`; docs/completions.md).
-COMPLETION_KEYWORDS = {"model", "prompt", "stream", "stream_options", "temperature", "top_p", "presence_penalty",
-                       "frequency_penalty", "seed", "stop", "max_tokens", "n", "best_of", "logprobs", "echo",
-                       "logit_bias", "suffix", "user"}  # fmt: skip
+COMPLETION_KEYWORDS = {
+    "model",
+    "prompt",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+    "max_tokens",
+    "n",
+    "best_of",
+    "logprobs",
+    "echo",
+    "logit_bias",
+    "suffix",
+    "user",
+}
 
 
 def _text(body: dict[str, Any]) -> bool:
@@ -27,8 +62,10 @@ def as_json(body: dict[str, Any]) -> str:
 def as_curl(body: dict[str, Any], base_url: str) -> str:
     data = json.dumps(body, ensure_ascii=False)
     route = "/v1/completions" if _text(body) else "/v1/chat/completions"
-    return (f"curl -sN {shlex.quote(base_url.rstrip('/') + route)} \\\n"
-            f"  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(data)}")  # fmt: skip
+    return (
+        f"curl -sN {shlex.quote(base_url.rstrip('/') + route)} \\\n"
+        f"  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(data)}"
+    )
 
 
 def as_python(body: dict[str, Any], base_url: str) -> str:

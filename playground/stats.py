@@ -13,28 +13,43 @@ from playground.reply import ReplyStats
 # English name -> (Chinese name, (English meaning, Chinese meaning)); also the names `not_provided` lists.
 NAMES: dict[str, tuple[str, tuple[str, str]]] = {
     "prompt tokens": ("提示 token 数", ("tokens of the templated conversation", "套用对话模板后的 token 数")),
-    "media tokens": ("媒体 token 数", ("of the prompt: the image, video and audio parts the model took itself",
-                                      "提示中由模型自己读取的图像、视频和音频部分")),
+    "media tokens": (
+        "媒体 token 数",
+        (
+            "of the prompt: the image, video and audio parts the model took itself",
+            "提示中由模型自己读取的图像、视频和音频部分",
+        ),
+    ),
     "cached tokens": ("缓存 token 数", ("prompt tokens reused from the prefix cache", "从前缀缓存复用的提示 token")),
     "completion tokens": ("生成 token 数", ("tokens generated, reasoning included", "生成的 token，包括推理部分")),
     "reasoning tokens": ("推理 token 数", ("of those, inside the thinking block", "其中位于思考块内的部分")),
-    "time to first token": ("首 token 时间", ("accepted → first token (preparation + queue + prefill)",
-                                             "接受请求 → 第一个 token（准备 + 排队 + 预填充）")),
-    "preparation": ("准备", ("validation, media loading or transcription, template, tokens",
-                             "校验、加载或转写媒体、套用模板、分词")),
-    "queue wait": ("排队等待", ("handed to the engine → its first step for this request",
-                                "交给引擎 → 引擎为该请求执行第一步")),
+    "time to first token": (
+        "首 token 时间",
+        ("accepted → first token (preparation + queue + prefill)", "接受请求 → 第一个 token（准备 + 排队 + 预填充）"),
+    ),
+    "preparation": (
+        "准备",
+        ("validation, media loading or transcription, template, tokens", "校验、加载或转写媒体、套用模板、分词"),
+    ),
+    "queue wait": (
+        "排队等待",
+        ("handed to the engine → its first step for this request", "交给引擎 → 引擎为该请求执行第一步"),
+    ),
     "prefill": ("预填充", ("the first step: prompt in, first token out", "第一步：读入提示，输出第一个 token")),
     "decode speed": ("解码速度", ("tokens after the first, over their time", "第一个之后的 token 数除以它们的用时")),
     "end to end": ("端到端", ("accepted → last token", "接受请求 → 最后一个 token")),
-    "batch size (max)": ("批大小（最大）", ("most sequences decoded together with this one",
-                                          "与本请求一同解码的最多序列数")),
-    "speculative acceptance": ("推测接受率", ("n-gram drafts accepted / drafted (speculative decoding)",
-                                              "被接受的多元组草稿 / 草稿总数（推测解码）")),
+    "batch size (max)": (
+        "批大小（最大）",
+        ("most sequences decoded together with this one", "与本请求一同解码的最多序列数"),
+    ),
+    "speculative acceptance": (
+        "推测接受率",
+        ("n-gram drafts accepted / drafted (speculative decoding)", "被接受的多元组草稿 / 草稿总数（推测解码）"),
+    ),
     "finish reason": ("结束原因", ("stop, length, tool_calls, …", "stop、length、tool_calls、…")),
     "engine timeline": ("引擎时间线", ("", "")),
     "token ids": ("token id", ("", "")),
-}  # fmt: skip
+}
 NOT_PROVIDED = ("not provided", "未提供")
 STREAMING = ("streaming…", "生成中…")
 BACKENDS = {"remote": "远程", "embedded": "内置引擎"}
@@ -129,16 +144,25 @@ def table_html(s: ReplyStats, caption: str | None = None, lang: str = "en") -> s
         for k, v, why in _keyed(s, lang)
     )
     if caption is None:
-        caption = say(("this reply, streaming…", "本条回复，生成中…") if s.streaming else
-                      ("the selected reply · click any reply to inspect it", "所选回复 · 点击任意回复即可查看"),
-                      lang)  # fmt: skip
+        caption = say(
+            ("this reply, streaming…", "本条回复，生成中…")
+            if s.streaming
+            else ("the selected reply · click any reply to inspect it", "所选回复 · 点击任意回复即可查看"),
+            lang,
+        )
     note = ""
     if s.not_provided:
         backend = BACKENDS.get(s.backend, s.backend) if lang == "zh" else s.backend
         missing = ("、" if lang == "zh" else ", ").join(name(k, lang) for k in s.not_provided)
-        text = say(("Not provided by the {backend} backend: {missing}. Times are when chunks arrived here (network "
-                    "included), not engine times.",
-                    "{backend}后端未提供：{missing}。时间是数据块到达此处的时刻（含网络），不是引擎时间。"),
-                   lang, backend=backend, missing=missing)  # fmt: skip
+        text = say(
+            (
+                "Not provided by the {backend} backend: {missing}. Times are when chunks arrived here (network "
+                "included), not engine times.",
+                "{backend}后端未提供：{missing}。时间是数据块到达此处的时刻（含网络），不是引擎时间。",
+            ),
+            lang,
+            backend=backend,
+            missing=missing,
+        )
         note = f'<p class="pg-missing" data-stat="not provided">{html.escape(text)}</p>'
     return f'<table class="pg-stats"><caption>{caption}</caption>{body}</table>{note}'

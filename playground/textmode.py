@@ -28,10 +28,14 @@ MODE_KEYS = {CHAT: "mode_chat", TEXT: "mode_text"}  # the radio's values and the
 PROMPT_LOGPROBS = 5  # alternatives asked for each prompt token in text mode
 LOGPROBS = 5  # and for each generated token, unless Sampling's top_logprobs says otherwise
 
-PROMPT_TITLE = ("Your text, as the model reads it: how surprised it is by each token",
-                "模型如何读您的文本：它对每个 token 的意外程度")  # fmt: skip
-PROMPT_NOTE = ("the first token has no probability (nothing comes before it)",
-               "第一个 token 没有概率（它之前没有任何内容）")  # fmt: skip
+PROMPT_TITLE = (
+    "Your text, as the model reads it: how surprised it is by each token",
+    "模型如何读您的文本：它对每个 token 的意外程度",
+)
+PROMPT_NOTE = (
+    "the first token has no probability (nothing comes before it)",
+    "第一个 token 没有概率（它之前没有任何内容）",
+)
 REPLY_TITLE = ("The continuation", "续写部分")
 REMOTE_ONLY = ("this backend has no text completion: switch to Chat", "此后端不支持文本续写：请切换到对话模式")
 
@@ -102,8 +106,10 @@ def prompt_heatmap_html(prompt_logprobs: list[Any] | None, lang: str = "en", k: 
     entries = prompt_entries(prompt_logprobs, k)
     if not entries:
         return ""
-    head = (f'<div class="pg-note pg-prompt-title"><b>{say(PROMPT_TITLE, lang)}</b> · '
-            f"{heatmap._summary(entries, lang)} · {say(PROMPT_NOTE, lang)}</div>")  # fmt: skip
+    head = (
+        f'<div class="pg-note pg-prompt-title"><b>{say(PROMPT_TITLE, lang)}</b> · '
+        f"{heatmap._summary(entries, lang)} · {say(PROMPT_NOTE, lang)}</div>"
+    )
     return f'<div class="pg-prompt-heat">{head}{heatmap.heatmap_html(entries, lang)}</div>'
 
 
@@ -120,5 +126,7 @@ def continuation_html(prompt: str, continuation: str, extra: str = "") -> str:
     """The prompt with its continuation after it, highlighted: one HTML block (no blank line, so Markdown leaves
     it alone); `extra`: Markdown-free notes after it (stopped, an error)."""
     shown = _raw(continuation) if continuation else "…"
-    return (f'<div class="pg-textmode"><span class="pg-text-prompt">{_raw(prompt)}</span>'
-            f'<mark class="pg-text-cont">{shown}</mark>{_raw(extra)}</div>')  # fmt: skip
+    return (
+        f'<div class="pg-textmode"><span class="pg-text-prompt">{_raw(prompt)}</span>'
+        f'<mark class="pg-text-cont">{shown}</mark>{_raw(extra)}</div>'
+    )

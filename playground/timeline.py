@@ -23,15 +23,23 @@ PREPARE = "#64748b"
 # Every visible string as its (English, Chinese) pair (playground.i18n.say).
 EMPTY = ("Send a message to see each token's timing here.", "发送一条消息，即可在此查看每个 token 的耗时。")
 ARIA = ("per-token timeline", "逐 token 时间线")
-NAMES = {"prepare": ("prepare", "准备"), "queue": ("queue", "排队"), "prefill": ("prefill", "预填充"),
-         "reasoning": ("reasoning", "推理"), "answer": ("answer", "回答"), "batch": ("batch", "批大小"),
-         "first": ("to first token", "首 token 前")}  # fmt: skip
+NAMES = {
+    "prepare": ("prepare", "准备"),
+    "queue": ("queue", "排队"),
+    "prefill": ("prefill", "预填充"),
+    "reasoning": ("reasoning", "推理"),
+    "answer": ("answer", "回答"),
+    "batch": ("batch", "批大小"),
+    "first": ("to first token", "首 token 前"),
+}
 TIPS = {
     "prepare": ("preparation {ms} (media, template, tokens)", "准备 {ms}（媒体、模板、分词）"),
     "queue": ("queue wait {ms}", "排队等待 {ms}"),
     "prefill": ("prefill {ms}", "预填充 {ms}"),
-    "first": ("first token after {ms} (queue, prefill and network, not split)",
-              "{ms} 后收到首个 token（排队、预填充与网络，未拆分）"),
+    "first": (
+        "first token after {ms} (queue, prefill and network, not split)",
+        "{ms} 后收到首个 token（排队、预填充与网络，未拆分）",
+    ),
     "decode": ("decode", "解码"),
     "wait": ("wait {ms} before token {i}", "第 {i} 个 token 前等待 {ms}"),
     "token": ("token {i}: {ms}", "第 {i} 个 token：{ms}"),
@@ -39,14 +47,18 @@ TIPS = {
     "waited": (", waited {ms}", "，等待 {ms}"),
     "ends": ("reasoning ends after token {i}", "推理在第 {i} 个 token 后结束"),
     "answer": ("answer →", "回答 →"),
-}  # fmt: skip
+}
 Y_TITLE = {True: ("ms per decode step", "每个解码步耗时 (ms)"), False: ("ms between tokens", "token 间隔 (ms)")}
 CAPTION = {
-    True: ("dots: ms per decode step · line: batch size · x: time since the request was accepted",
-           "圆点：每个解码步的耗时 · 折线：批大小 · 横轴：自请求被接受起的时间"),
-    False: ("dots: ms between tokens as they arrived here · x: time since the request was sent",
-            "圆点：token 到达此处的间隔 · 横轴：自请求发出起的时间"),
-}  # fmt: skip
+    True: (
+        "dots: ms per decode step · line: batch size · x: time since the request was accepted",
+        "圆点：每个解码步的耗时 · 折线：批大小 · 横轴：自请求被接受起的时间",
+    ),
+    False: (
+        "dots: ms between tokens as they arrived here · x: time since the request was sent",
+        "圆点：token 到达此处的间隔 · 横轴：自请求发出起的时间",
+    ),
+}
 NICE_STEPS = (1, 2, 2.5, 5, 10)
 
 
@@ -109,8 +121,14 @@ def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str
     engine = c.engine_timeline
     batches, waits = (c.batch_sizes, c.queue_waits_us) if engine else ([], [])
     bmax = max(max(batches, default=1), 1)
-    legend = [(PREPARE, "prepare"), (QUEUE, "queue"), (PREFILL, "prefill"), (THINK, "reasoning"), (ANSWER, "answer"),
-              (BATCH, "batch")]  # fmt: skip
+    legend = [
+        (PREPARE, "prepare"),
+        (QUEUE, "queue"),
+        (PREFILL, "prefill"),
+        (THINK, "reasoning"),
+        (ANSWER, "answer"),
+        (BATCH, "batch"),
+    ]
     if not engine:
         legend = [(PREFILL, "first"), (THINK, "reasoning"), (ANSWER, "answer")]
     spots, lx, ly = [], LEFT, 0  # each legend entry's place: a new row when the next one would pass the right edge
@@ -124,12 +142,16 @@ def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str
     top, low = TOP + ly, BOTTOM + 12 * (len(caption) - 1)
     pw, ph = width - LEFT - RIGHT, height - top - low - LANE_H - 10
     plot_top = top + LANE_H + 10
-    out = [f'<svg class="pg-timeline" viewBox="0 0 {width} {height}" width="100%" role="img" '
-           f'aria-label="{escape(say(ARIA, lang))}" xmlns="http://www.w3.org/2000/svg" font-size="10" '
-           f'font-family="ui-sans-serif, system-ui, sans-serif">']  # fmt: skip
+    out = [
+        f'<svg class="pg-timeline" viewBox="0 0 {width} {height}" width="100%" role="img" '
+        f'aria-label="{escape(say(ARIA, lang))}" xmlns="http://www.w3.org/2000/svg" font-size="10" '
+        f'font-family="ui-sans-serif, system-ui, sans-serif">'
+    ]
     for color, name, lx, ly in spots:
-        out.append(f'<rect x="{lx}" y="{6 + ly}" width="9" height="9" fill="{color}"/>'
-                   f'<text x="{lx + 12}" y="{14 + ly}" fill="currentColor">{escape(name)}</text>')  # fmt: skip
+        out.append(
+            f'<rect x="{lx}" y="{6 + ly}" width="9" height="9" fill="{color}"/>'
+            f'<text x="{lx + 12}" y="{14 + ly}" fill="currentColor">{escape(name)}</text>'
+        )
 
     # the lane: where the request's time went, step by step
     p0 = c.prepare_ms or 0.0
@@ -159,33 +181,46 @@ def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str
     if run_start is not None:
         lane.append((run_start, t[-1], run_color, decode))
     for a, b, color, text in lane:
-        out.append(f'<rect x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 0.5):.1f}" height="{LANE_H}" '
-                   f'fill="{color}"><title>{escape(text)}</title></rect>')  # fmt: skip
+        out.append(
+            f'<rect x="{x(a):.1f}" y="{top}" width="{max(x(b) - x(a), 0.5):.1f}" height="{LANE_H}" '
+            f'fill="{color}"><title>{escape(text)}</title></rect>'
+        )
 
     # axes: x from 0 to a round end just past the last token, in ms or s; y in ms, its unit along it
     bottom = plot_top + ph
-    out.append(f'<line x1="{LEFT}" y1="{bottom}" x2="{LEFT + pw}" y2="{bottom}" stroke="currentColor" '
-               f'stroke-opacity="0.4"/><line x1="{LEFT}" y1="{plot_top}" x2="{LEFT}" y2="{bottom}" '
-               f'stroke="currentColor" stroke-opacity="0.4"/>')  # fmt: skip
+    out.append(
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{LEFT + pw}" y2="{bottom}" stroke="currentColor" '
+        f'stroke-opacity="0.4"/><line x1="{LEFT}" y1="{plot_top}" x2="{LEFT}" y2="{bottom}" '
+        f'stroke="currentColor" stroke-opacity="0.4"/>'
+    )
     for k in range(round(span / xstep) + 1):
         v = k * xstep
         anchor = "end" if k and abs(v - span) < xstep / 2 else "middle"
-        out.append(f'<line x1="{x(v):.1f}" y1="{bottom}" x2="{x(v):.1f}" y2="{bottom + 3}" stroke="currentColor" '
-                   f'stroke-opacity="0.4"/><text class="pg-xtick" x="{x(v) + (3 if anchor == "end" else 0):.1f}" '
-                   f'y="{bottom + 14}" text-anchor="{anchor}" fill="currentColor">{tick_label(v, span)}</text>')  # fmt: skip
+        out.append(
+            f'<line x1="{x(v):.1f}" y1="{bottom}" x2="{x(v):.1f}" y2="{bottom + 3}" stroke="currentColor" '
+            f'stroke-opacity="0.4"/><text class="pg-xtick" x="{x(v) + (3 if anchor == "end" else 0):.1f}" '
+            f'y="{bottom + 14}" text-anchor="{anchor}" fill="currentColor">{tick_label(v, span)}</text>'
+        )
     for k in range(round(ymax / ystep) + 1):
         v = k * ystep
         y = bottom - ph * v / ymax
-        out.append(f'<text class="pg-ytick" x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end" fill="currentColor">'
-                   f"{v:g}</text>")  # fmt: skip
-    out.append(f'<text class="pg-yunit" transform="translate(9 {plot_top + ph / 2:.1f}) rotate(-90)" '
-               f'text-anchor="middle" fill="currentColor">{escape(say(Y_TITLE[engine], lang))}</text>')  # fmt: skip
+        out.append(
+            f'<text class="pg-ytick" x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end" fill="currentColor">{v:g}</text>'
+        )
+    out.append(
+        f'<text class="pg-yunit" transform="translate(9 {plot_top + ph / 2:.1f}) rotate(-90)" '
+        f'text-anchor="middle" fill="currentColor">{escape(say(Y_TITLE[engine], lang))}</text>'
+    )
     if engine:
-        out.append(f'<text x="{LEFT + pw + 4}" y="{plot_top - 4}" fill="{BATCH}">{escape(say(NAMES["batch"], lang))}'
-                   f'</text><text x="{LEFT + pw + 4}" y="{plot_top + 8}" fill="{BATCH}">{bmax}</text>')  # fmt: skip
+        out.append(
+            f'<text x="{LEFT + pw + 4}" y="{plot_top - 4}" fill="{BATCH}">{escape(say(NAMES["batch"], lang))}'
+            f'</text><text x="{LEFT + pw + 4}" y="{plot_top + 8}" fill="{BATCH}">{bmax}</text>'
+        )
     for k, line in enumerate(caption):
-        out.append(f'<text class="pg-caption" x="{width / 2}" y="{height - 2 - 12 * (len(caption) - 1 - k)}" '
-                   f'text-anchor="middle" fill="currentColor">{escape(line)}</text>')  # fmt: skip
+        out.append(
+            f'<text class="pg-caption" x="{width / 2}" y="{height - 2 - 12 * (len(caption) - 1 - k)}" '
+            f'text-anchor="middle" fill="currentColor">{escape(line)}</text>'
+        )
 
     # batch size per step, as a step line on the right axis
     pts = []
@@ -196,8 +231,9 @@ def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str
             pts.append(f"{x(t[i - 1]):.1f},{y:.1f}")
         pts.append(f"{x(t[i]):.1f},{y:.1f}")
     if batches:
-        out.append(f'<polyline points="{" ".join(pts)}" fill="none" stroke="{BATCH}" stroke-width="1.2" '
-                   f'stroke-opacity="0.8"/>')  # fmt: skip
+        out.append(
+            f'<polyline points="{" ".join(pts)}" fill="none" stroke="{BATCH}" stroke-width="1.2" stroke-opacity="0.8"/>'
+        )
 
     # every decode step: its duration, coloured by phase, with its numbers on hover
     stride = max(1, (n - 1) // MAX_POINTS + 1)
@@ -209,12 +245,15 @@ def svg(c: ChoiceView, lang: str = "en", width: int = W, height: int = H) -> str
             text += tip("batch", b=batches[i])
         if i < len(waits):
             text += tip("waited", ms=_ms(waits[i] / 1000))
-        out.append(f'<circle cx="{x(t[i]):.1f}" cy="{y:.1f}" r="2.2" fill="{color}"><title>{escape(text)}</title>'
-                   "</circle>")  # fmt: skip
+        out.append(
+            f'<circle cx="{x(t[i]):.1f}" cy="{y:.1f}" r="2.2" fill="{color}"><title>{escape(text)}</title></circle>'
+        )
     if c.reasoning and 0 < boundary < n:
         bx = x(t[boundary - 1])
-        out.append(f'<line x1="{bx:.1f}" y1="{top}" x2="{bx:.1f}" y2="{bottom}" stroke="{THINK}" '
-                   f'stroke-dasharray="4 3"><title>{escape(tip("ends", i=boundary))}</title></line>'
-                   f'<text x="{bx + 3:.1f}" y="{plot_top + 10}" fill="{THINK}">{escape(tip("answer"))}</text>')  # fmt: skip
+        out.append(
+            f'<line x1="{bx:.1f}" y1="{top}" x2="{bx:.1f}" y2="{bottom}" stroke="{THINK}" '
+            f'stroke-dasharray="4 3"><title>{escape(tip("ends", i=boundary))}</title></line>'
+            f'<text x="{bx + 3:.1f}" y="{plot_top + 10}" fill="{THINK}">{escape(tip("answer"))}</text>'
+        )
     out.append("</svg>")
     return "".join(out)

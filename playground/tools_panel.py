@@ -75,8 +75,9 @@ def parse_tools(text: str, lang: str = "en") -> tuple[list[dict[str, Any]] | Non
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return None, say(("Tools are not valid JSON: {where}.", "工具不是有效的 JSON：{where}。"), lang,
-                         where=json_error(exc, lang))  # fmt: skip
+        return None, say(
+            ("Tools are not valid JSON: {where}.", "工具不是有效的 JSON：{where}。"), lang, where=json_error(exc, lang)
+        )
     if isinstance(value, dict):
         value = [value]  # one tool typed on its own
     if not isinstance(value, list):
@@ -116,8 +117,9 @@ _JSON_TYPES: dict[str, Any] = {
 }
 
 
-def check_arguments(tools: list[dict[str, Any]] | None, name: str | None, arguments: str,
-                    lang: str = "en") -> list[str]:  # fmt: skip
+def check_arguments(
+    tools: list[dict[str, Any]] | None, name: str | None, arguments: str, lang: str = "en"
+) -> list[str]:
     """Problems with one call's arguments against its tool's schema (top level: required, types, unknown keys),
     in `lang`."""
     tool = next((t["function"] for t in tools or [] if t["function"]["name"] == name), None)
@@ -132,8 +134,11 @@ def check_arguments(tools: list[dict[str, Any]] | None, name: str | None, argume
         return [say(("arguments are not a JSON object", "参数不是 JSON 对象"), lang)]
     schema = tool.get("parameters") or {}
     props: dict[str, Any] = schema.get("properties") or {}
-    problems = [say(("missing required {key!r}", "缺少必需的参数 {key!r}"), lang, key=key)
-                for key in schema.get("required") or [] if key not in args]  # fmt: skip
+    problems = [
+        say(("missing required {key!r}", "缺少必需的参数 {key!r}"), lang, key=key)
+        for key in schema.get("required") or []
+        if key not in args
+    ]
     for key, value in args.items():
         if key not in props:
             if not schema.get("additionalProperties", False):
@@ -144,6 +149,13 @@ def check_arguments(tools: list[dict[str, Any]] | None, name: str | None, argume
         if expected is None:
             continue
         if not isinstance(value, expected) or (kind != "boolean" and isinstance(value, bool)):  # true is no integer
-            problems.append(say(("{key!r} should be {kind}, got {value}", "{key!r} 应为 {kind}，实际为 {value}"), lang,
-                                key=key, kind=kind, value=json.dumps(value)))  # fmt: skip
+            problems.append(
+                say(
+                    ("{key!r} should be {kind}, got {value}", "{key!r} 应为 {kind}，实际为 {value}"),
+                    lang,
+                    key=key,
+                    kind=kind,
+                    value=json.dumps(value),
+                )
+            )
     return problems

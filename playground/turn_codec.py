@@ -16,10 +16,21 @@ from playground.conversation import Fork, Turn
 from playground.reply import ChoiceView, ReplyView
 
 # ChoiceView's plain fields, kept as they are (lists of numbers, strings, flags).
-CHOICE_FIELDS = ("content", "reasoning", "token_ids", "times_ms", "batch_sizes", "queue_waits_us", "prepare_ms",
-                 "finish_reason", "answer_at", "reasoning_part", "engine_timeline", "xray_id")  # fmt: skip
-REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id", "branched",
-                "prompt_logprobs")  # fmt: skip
+CHOICE_FIELDS = (
+    "content",
+    "reasoning",
+    "token_ids",
+    "times_ms",
+    "batch_sizes",
+    "queue_waits_us",
+    "prepare_ms",
+    "finish_reason",
+    "answer_at",
+    "reasoning_part",
+    "engine_timeline",
+    "xray_id",
+)
+REPLY_FIELDS = ("error", "stopped", "done", "transcription", "media", "backend", "id", "branched", "prompt_logprobs")
 
 
 def _usage(u: Usage | None) -> dict[str, Any] | None:
@@ -110,9 +121,11 @@ def turn_doc(t: Turn, lean: bool = False, with_fork: bool = True) -> dict[str, A
     if t.media:
         doc["taken"] = {str(j): v for j, v in t.media.items()}
     if with_fork and t.fork is not None and len(t.fork) > 1:
-        doc["versions"] = {"active": t.fork.active, "kinds": t.fork.kinds,
-                           "others": {str(k): tail_doc(tail, lean) for k, tail in enumerate(t.fork.tails)
-                                      if tail is not None}}  # fmt: skip
+        doc["versions"] = {
+            "active": t.fork.active,
+            "kinds": t.fork.kinds,
+            "others": {str(k): tail_doc(tail, lean) for k, tail in enumerate(t.fork.tails) if tail is not None},
+        }
     return doc
 
 
@@ -168,8 +181,11 @@ def _fork_of(versions: dict[str, Any], shown: Turn) -> Fork | None:
     ):
         return None  # an inconsistent record: the shown version alone
     kinds = versions.get("kinds")
-    fork = Fork(tails=[others.get(k) for k in range(n)], active=active,
-                kinds=[str(x) for x in kinds] if isinstance(kinds, list) and len(kinds) == n else ["?"] * n)  # fmt: skip
+    fork = Fork(
+        tails=[others.get(k) for k in range(n)],
+        active=active,
+        kinds=[str(x) for x in kinds] if isinstance(kinds, list) and len(kinds) == n else ["?"] * n,
+    )
     for tail in others.values():
         tail[0].fork = fork
     shown.fork = fork

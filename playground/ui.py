@@ -84,17 +84,33 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         common = [conv, chat.system, tools.code, tools.choice, session]
         changes = wire_chat(h, chat, common, {**sampling.knobs, "mode": chat.mode})  # /chat's last input: the mode
         cmp = CompareHandlers(h)
-        run: dict[str, Any] = {"inputs_kwargs": sampling.knobs, "concurrency_id": "chat", "concurrency_limit": 16,
-               "show_progress": "hidden"}  # fmt: skip
+        run: dict[str, Any] = {
+            "inputs_kwargs": sampling.knobs,
+            "concurrency_id": "chat",
+            "concurrency_limit": 16,
+            "show_progress": "hidden",
+        }
         ab.go.click(cmp.ab, [chat.box, *common, ab.preset_b, ab.model_b], ab.outputs(), api_name="ab", **run)
         picked = wire_model_picker(demo, h, header, ab.model_b, session)
         # Run A/B refuses an empty input before anything runs: the tab says so, its button disabled (a tab not
         # shown misses the updates sent while hidden, so also when it is opened), and again after each chat change.
-        ready = {"fn": ab_ready, "inputs": [chat.box, conv, session], "outputs": [ab.check, ab.go],
-                 "api_name": False, "queue": False, "show_progress": "hidden"}  # fmt: skip
+        ready = {
+            "fn": ab_ready,
+            "inputs": [chat.box, conv, session],
+            "outputs": [ab.check, ab.go],
+            "api_name": False,
+            "queue": False,
+            "show_progress": "hidden",
+        }
         gr.on([chat.box.change, ab_item.select], trigger_mode="always_last", **ready)
-        req.replay.click(cmp.replay, [req.req_json, conv, session], req.replay_out, api_name="replay",
-                         concurrency_id="chat", show_progress="hidden")  # fmt: skip
+        req.replay.click(
+            cmp.replay,
+            [req.req_json, conv, session],
+            req.replay_out,
+            api_name="replay",
+            concurrency_id="chat",
+            show_progress="hidden",
+        )
         backend.wire(h, session, header.html, header_html)
         server.wire(policy, session, h.service)
         grid_view.wire(h, session)
@@ -102,8 +118,14 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
         # and after each change of the conversation.
         meter = ContextMeter(prompt_view.PromptHandlers(h))
-        measure = {"fn": meter.measure, "inputs": [chat.box, chat.pending, *common], "outputs": chat.context,
-                   "inputs_kwargs": sampling.knobs, "api_name": False, "show_progress": "hidden"}  # fmt: skip
+        measure = {
+            "fn": meter.measure,
+            "inputs": [chat.box, chat.pending, *common],
+            "outputs": chat.context,
+            "inputs_kwargs": sampling.knobs,
+            "api_name": False,
+            "show_progress": "hidden",
+        }
         gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
         for event in [*changes, picked]:  # a model switch changes the context window too
             event.then(**measure)
@@ -118,45 +140,91 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         persist.wire(demo, restored, saved_state, chat.download, chat.upload, changes, common[:4])
 
         watched = [chat.system, tools.code, tools.choice, *sampling.knobs.values()]
-        gr.on([c.change for c in watched], h.preview, common, chat.check, inputs_kwargs=sampling.knobs,
-              api_name=False, show_progress="hidden", trigger_mode="always_last")  # fmt: skip
+        gr.on(
+            [c.change for c in watched],
+            h.preview,
+            common,
+            chat.check,
+            inputs_kwargs=sampling.knobs,
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
         # The user's typing only (`input`, not the box being cleared or refilled): the request Send would send.
         # Not on every control's change: a restored conversation sets ~30 controls at once.
         # ... and when the tab is opened after typing (a tab not shown missed the updates sent while it was hidden).
-        gr.on([chat.box.input, request_item.select], h.preview_request, [chat.box, *common],
-              [req.req_json, req.curl, req.python], inputs_kwargs=sampling.knobs, api_name=False,
-              show_progress="hidden", trigger_mode="always_last")  # fmt: skip
+        gr.on(
+            [chat.box.input, request_item.select],
+            h.preview_request,
+            [chat.box, *common],
+            [req.req_json, req.curl, req.python],
+            inputs_kwargs=sampling.knobs,
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
         wire_load(demo, h, header, chat, tools, sampling, session, saved_state, picked)
     return demo
 
 
-def chat_outputs(chat: ChatColumn, conv: gr.State, stats: StatsTab, req: RequestTab,
-                 xray_view: gr.HTML) -> ChatOutputs:  # fmt: skip
-    return ChatOutputs(chatbot=chat.chatbot, conv=conv, box=chat.box, check=chat.check, stats=stats.stats,
-                       timeline=stats.timeline, heat=stats.heat, cands=stats.cands, req_json=req.req_json,
-                       curl=req.curl, python=req.python, raw=req.raw, tool_row=chat.tools.group,
-                       tool_call=chat.tools.call, pending=chat.pending, pending_view=chat.pending_view,
-                       xray=xray_view)  # fmt: skip
+def chat_outputs(chat: ChatColumn, conv: gr.State, stats: StatsTab, req: RequestTab, xray_view: gr.HTML) -> ChatOutputs:
+    return ChatOutputs(
+        chatbot=chat.chatbot,
+        conv=conv,
+        box=chat.box,
+        check=chat.check,
+        stats=stats.stats,
+        timeline=stats.timeline,
+        heat=stats.heat,
+        cands=stats.cands,
+        req_json=req.req_json,
+        curl=req.curl,
+        python=req.python,
+        raw=req.raw,
+        tool_row=chat.tools.group,
+        tool_call=chat.tools.call,
+        pending=chat.pending,
+        pending_view=chat.pending_view,
+        xray=xray_view,
+    )
 
 
 def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[str, Any]) -> list[Any]:
     """The chat's events (the `/chat`, `/regenerate`, `/tool_result`, `/clear` and `/stop` endpoints among them);
     returns those that change the conversation, which the page then saves."""
     outputs = h.out.all()
-    run: dict[str, Any] = {"inputs_kwargs": knobs, "outputs": outputs, "concurrency_id": "chat",
-                           "concurrency_limit": 16, "show_progress": "hidden"}  # fmt: skip
+    run: dict[str, Any] = {
+        "inputs_kwargs": knobs,
+        "outputs": outputs,
+        "concurrency_id": "chat",
+        "concurrency_limit": 16,
+        "show_progress": "hidden",
+    }
     bot, session, tools = chat.chatbot, common[-1], chat.tools
     # Send empties the box in the browser at once (a step with no server round trip) and sends what it held, so
     # text typed right after Send is never erased by the reply; a Send while a reply streams waits for it.
     sent = gr.Textbox(visible="hidden", elem_id="pg-sent")
-    sending = gr.on([chat.box.submit, chat.send.click], None, chat.box, [chat.box, sent], js="(m) => ['', m]",
-                    queue=False, api_name=False, trigger_mode="multiple")  # fmt: skip
+    sending = gr.on(
+        [chat.box.submit, chat.send.click],
+        None,
+        chat.box,
+        [chat.box, sent],
+        js="(m) => ['', m]",
+        queue=False,
+        api_name=False,
+        trigger_mode="multiple",
+    )
     # The "‹ k/n ›" links of a turn with versions: playground/chat.js writes "<turn>:prev|next:<nonce>" here; a
     # token's alternative in the heatmap's popover (playground/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
     # A branch streams a reply as Send does: in the chat's concurrency group.
-    acting: dict[str, Any] = {"outputs": outputs, "api_name": False, "show_progress": "hidden",
-                              "concurrency_id": "chat", "concurrency_limit": 16}  # fmt: skip
+    acting: dict[str, Any] = {
+        "outputs": outputs,
+        "api_name": False,
+        "show_progress": "hidden",
+        "concurrency_id": "chat",
+        "concurrency_limit": 16,
+    }
     changes = [
         sending.then(h.send, [sent, chat.pending, *common], api_name="chat", trigger_mode="multiple", **run),
         action.change(h.act, [action, common[0], session], **acting),
@@ -235,8 +303,14 @@ def wire_load(
         cap = service.settings.max_new_tokens
         mode = textmode.default_mode(service) if not session.remote else textmode.CHAT  # a base model: Text
         if not defaults:
-            return (empty_chat, system, gr.skip(), gr.update(maximum=cap), *(gr.skip() for _ in controls.PRESET_FIELDS),
-                    mode)  # fmt: skip
+            return (
+                empty_chat,
+                system,
+                gr.skip(),
+                gr.update(maximum=cap),
+                *(gr.skip() for _ in controls.PRESET_FIELDS),
+                mode,
+            )
         preset, values = controls.model_defaults(service.model.parameters, service.model.generation_config)
         budget = gr.update(maximum=cap, value=min(values["max_tokens"], cap))
         return (empty_chat, system, preset, budget, *(values[k] for k in controls.PRESET_FIELDS), mode)
@@ -248,8 +322,12 @@ def wire_load(
         shown = (header_html(service, lang=session.lang), tools_text, thinking_text)
         return (*shown, *model_start(session, defaults=not saved))
 
-    demo.load(on_load, [session, saved_state], [header.html, tools.note, sampling.thinking_note, *model_outputs],
-              api_name=False)  # type: ignore[arg-type]  # fmt: skip
+    demo.load(
+        on_load,
+        [session, saved_state],
+        [header.html, tools.note, sampling.thinking_note, *model_outputs],
+        api_name=False,  # type: ignore[arg-type]
+    )
     picked.then(
         lambda session: model_start(session, defaults=True),
         session,
@@ -262,8 +340,13 @@ def wire_load(
         return attach_note(h.service(session), session.remote, session.lang)
 
     header.html.change(media_note, session, chat.caps_note, api_name=False, show_progress="hidden")  # type: ignore[arg-type]
-    header.html.change(lambda session: model_notes(h.service(session), session.lang), session,
-                       [tools.note, sampling.thinking_note], api_name=False, show_progress="hidden")  # type: ignore[arg-type]  # fmt: skip
+    header.html.change(
+        lambda session: model_notes(h.service(session), session.lang),
+        session,
+        [tools.note, sampling.thinking_note],
+        api_name=False,  # type: ignore[arg-type]
+        show_progress="hidden",
+    )
 
 
 def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:

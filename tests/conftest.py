@@ -40,10 +40,26 @@ BY_MODULE = {
 }  # and every test_ui_browser_* module
 # Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
 API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
-MODEL_MODULES = ("test_engine", "test_model_runner", "test_runner_", "test_prefix_cache", "test_tiny_qwen",
-                 "test_mm_models", "test_media_transcribe", "test_constraints", "test_detokenizer", "test_sampler",
-                 "test_cpu_kernels", "test_threads", "test_request_limits", "test_mm_forms", "test_npu_ops",
-                 "test_device_check", "test_lora", "test_gguf_convert")  # fmt: skip
+MODEL_MODULES = (
+    "test_engine",
+    "test_model_runner",
+    "test_runner_",
+    "test_prefix_cache",
+    "test_tiny_qwen",
+    "test_mm_models",
+    "test_media_transcribe",
+    "test_constraints",
+    "test_detokenizer",
+    "test_sampler",
+    "test_cpu_kernels",
+    "test_threads",
+    "test_request_limits",
+    "test_mm_forms",
+    "test_npu_ops",
+    "test_device_check",
+    "test_lora",
+    "test_gguf_convert",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -115,8 +131,9 @@ def settings() -> Any:
     # The suite's shared model is served dequantized, as before `--quantization auto` served a GGUF's own blocks:
     # its tests check the runner against the HF forward on the same weights (tests/test_quantization.py serves
     # the quantized forms).
-    return settings_from(["--quantization", "none"],
-                         environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"})  # fmt: skip
+    return settings_from(
+        ["--quantization", "none"], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -260,9 +277,16 @@ def _mm_live(settings: Any, kind: str, name: str, root: Path) -> Iterator[LiveSe
 
     # No reasoning split: the tiny models reuse the Qwen3 tokenizer, whose <think> tokens a real Qwen2-VL or
     # Qwen2-Audio tokenizer does not have, so `auto` would split their (random) replies into thinking.
-    cfg = settings.replace(model=str(build(kind)), served_model_name=name, audio_transcription=False,
-                           enable_reasoning="false", media_allow_local=True, media_local_root=str(root),
-                           media_allow_remote=True, media_remote_allowed_domains=["localhost"])  # fmt: skip
+    cfg = settings.replace(
+        model=str(build(kind)),
+        served_model_name=name,
+        audio_transcription=False,
+        enable_reasoning="false",
+        media_allow_local=True,
+        media_local_root=str(root),
+        media_allow_remote=True,
+        media_remote_allowed_domains=["localhost"],
+    )
     yield from built_and_served(cfg)
 
 

@@ -20,13 +20,23 @@ def family_config(family: str, tokenizer: Any, vocab_size: int, **overrides: Any
     """The tiny config of `family` ("phi3", "glm4", or "llama": the lean runner's shape, for references)."""
     from transformers import Glm4Config, LlamaConfig, Phi3Config
 
-    ids = {"pad_token_id": tokenizer.pad_token_id if tokenizer is not None else 0,
-           "bos_token_id": tokenizer.bos_token_id if tokenizer is not None else 1,
-           "eos_token_id": tokenizer.eos_token_id if tokenizer is not None else 2}  # fmt: skip
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id if tokenizer is not None else 0,
+        "bos_token_id": tokenizer.bos_token_id if tokenizer is not None else 1,
+        "eos_token_id": tokenizer.eos_token_id if tokenizer is not None else 2,
+    }
     # A wide init: logits spread enough that greedy choices are far from ties (batched and alone then agree).
-    shape = {"vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-             "initializer_range": 0.2, **ids}  # fmt: skip
+    shape = {
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+        "initializer_range": 0.2,
+        **ids,
+    }
     if family == "phi3":
         shape["sliding_window"] = PHI3_WINDOW
     if family == "glm4":

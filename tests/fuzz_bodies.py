@@ -45,23 +45,47 @@ def number(lo: float, hi: float) -> st.SearchStrategy[Any]:
     )
 
 
-media_url = st.sampled_from([
-    "data:image/png;base64,iVBORw0KGgo=", "data:image/png;base64,@@@", "file:///etc/passwd",
-    "https://example.com/a.png", "http://127.0.0.1/x.jpg", "AAAA", "x" * 4097,
-])  # fmt: skip
+media_url = st.sampled_from(
+    [
+        "data:image/png;base64,iVBORw0KGgo=",
+        "data:image/png;base64,@@@",
+        "file:///etc/passwd",
+        "https://example.com/a.png",
+        "http://127.0.0.1/x.jpg",
+        "AAAA",
+        "x" * 4097,
+    ]
+)
 part = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": anything_or(short_text)}),
-    st.fixed_dictionaries({"type": st.sampled_from(["image_url", "video_url", "audio_url"]),
-                           "image_url": anything_or(media_url | st.fixed_dictionaries({"url": media_url}))}),
-    st.fixed_dictionaries({"type": st.just("input_audio"),
-                           "input_audio": st.fixed_dictionaries({"data": short_text, "format": short_text})}),
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["image_url", "video_url", "audio_url"]),
+            "image_url": anything_or(media_url | st.fixed_dictionaries({"url": media_url})),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("input_audio"),
+            "input_audio": st.fixed_dictionaries({"data": short_text, "format": short_text}),
+        }
+    ),
     json_values,
-)  # fmt: skip
+)
 tool_call = st.fixed_dictionaries(
-    {"id": anything_or(short_text), "type": anything_or(st.just("function")),
-     "function": anything_or(st.fixed_dictionaries({"name": anything_or(st.sampled_from(["f", "get weather!"])),
-                                                    "arguments": anything_or(st.just('{"a": 1}'))}))},
-)  # fmt: skip
+    {
+        "id": anything_or(short_text),
+        "type": anything_or(st.just("function")),
+        "function": anything_or(
+            st.fixed_dictionaries(
+                {
+                    "name": anything_or(st.sampled_from(["f", "get weather!"])),
+                    "arguments": anything_or(st.just('{"a": 1}')),
+                }
+            )
+        ),
+    },
+)
 message = st.fixed_dictionaries(
     {},
     optional={
@@ -75,16 +99,22 @@ message = st.fixed_dictionaries(
 )
 user_message = st.fixed_dictionaries({"role": st.just("user"), "content": st.text(min_size=1, max_size=40)})
 tool = st.fixed_dictionaries(
-    {"type": anything_or(st.just("function")),
-     "function": anything_or(st.fixed_dictionaries({"name": anything_or(st.sampled_from(["f", "g", "bad name"]))},
-                                                   optional={"parameters": json_values, "strict": json_values}))},
-)  # fmt: skip
+    {
+        "type": anything_or(st.just("function")),
+        "function": anything_or(
+            st.fixed_dictionaries(
+                {"name": anything_or(st.sampled_from(["f", "g", "bad name"]))},
+                optional={"parameters": json_values, "strict": json_values},
+            )
+        ),
+    },
+)
 FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "model": st.sampled_from([MODEL, MODEL, "nope", ""]),
     "stream": st.sampled_from([True, False, "true", "FALSE", "yes", 1]),
     "stream_options": st.fixed_dictionaries(
         {}, optional={"include_usage": st.booleans(), "continuous_usage_stats": st.booleans()}
-    ),  # fmt: skip
+    ),
     "temperature": number(-0.5, 2.5),
     "top_p": number(-0.1, 1.1),
     "top_k": st.integers(-3, 2**32),
@@ -114,10 +144,10 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
             "{{ raise_exception('no') }}",
             "{{ ''.__class__ }}",
         ]
-    ),  # fmt: skip
+    ),
     "chat_template_kwargs": st.dictionaries(
         st.sampled_from(["enable_thinking", "thinking_budget", "messages", "x"]), json_values, max_size=2
-    ),  # fmt: skip
+    ),
     "tools": st.lists(tool, max_size=3),
     "tool_choice": st.sampled_from(["none", "auto", "required", "any"])
     | st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries({"name": short_text})}),
@@ -129,7 +159,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
             "question_moderation": anything_or(st.booleans()),
             "show_result": anything_or(st.booleans()),
         },
-    ),  # fmt: skip
+    ),
     "enable_search": st.booleans(),
     "user": short_text,
 }
@@ -170,7 +200,7 @@ IN_RANGE: dict[str, st.SearchStrategy[Any]] = {
             "answer_moderation": st.booleans(),
             "show_result": st.booleans(),
         },
-    ),  # fmt: skip
+    ),
     "enable_search": st.booleans(),
     "user": short_text,
 }

@@ -61,13 +61,18 @@ def _build(out: Path) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(min(2, threads))
     try:
-        with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad(), \
-                warnings.catch_warnings():  # fmt: skip
+        with (
+            torch.random.fork_rng(devices=[]),
+            torch.inference_mode(False),
+            torch.enable_grad(),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore", FutureWarning)  # PEFT 0.21 on transformers 5: a deprecated property
             src = base_model_dir()
             tok = AutoTokenizer.from_pretrained(src)
-            prompt = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
-                                             tokenize=False)  # fmt: skip
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=False
+            )
             p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
             tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
             report = {}
@@ -78,8 +83,14 @@ def _build(out: Path) -> None:
                 ids = torch.tensor([p_ids + r_ids])
                 labels = ids.clone()
                 labels[0, : len(p_ids)] = -100
-                cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets, lora_dropout=0.0, bias="none",
-                                 task_type="CAUSAL_LM")  # fmt: skip
+                cfg = LoraConfig(
+                    r=rank,
+                    lora_alpha=2 * rank,
+                    target_modules=targets,
+                    lora_dropout=0.0,
+                    bias="none",
+                    task_type="CAUSAL_LM",
+                )
                 peft_model = get_peft_model(model, cfg)
                 opt = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=LR)
                 for _ in range(STEPS):

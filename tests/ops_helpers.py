@@ -53,8 +53,15 @@ class LongStream:
     """A stream held open on a thread until `close()`; `first` is set at the first content chunk (or at the end)."""
 
     def __init__(self, base_url: str, path: str = "/v1/chat/completions", **fields: Any) -> None:
-        body = {"model": MODEL, "messages": HI, "stream": True, "max_tokens": 400, "ignore_eos": True, "top_k": 1,
-                **fields}  # fmt: skip
+        body = {
+            "model": MODEL,
+            "messages": HI,
+            "stream": True,
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "top_k": 1,
+            **fields,
+        }
         self.body = {k: v for k, v in body.items() if v is not None}  # greedy by top_k: Pangu refuses temperature 0
         self.base_url, self.path = base_url, path
         self.headers: dict[str, str] | None = None

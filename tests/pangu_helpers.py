@@ -38,9 +38,14 @@ def assert_pangu_error(r: httpx.Response, route: str, status: int, code: str, *f
         assert set(data) == {"error", "id"}, data
         assert PANGU_ID_RE.match(data["id"]) and set(data["error"]) == {"code", "type", "message"}, data
         assert data["error"]["code"] == code, data
-        expected_type = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                         405: "invalid_request_error", 413: "invalid_request_error",
-                         429: "rate_limit_error"}.get(status, "server_error")  # fmt: skip
+        expected_type = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            405: "invalid_request_error",
+            413: "invalid_request_error",
+            429: "rate_limit_error",
+        }.get(status, "server_error")
         assert data["error"]["type"] == expected_type, data
         message = data["error"]["message"]
     else:

@@ -25,8 +25,9 @@ SECRETS = (KEY, TOKEN, APP_CODE, "wrong-secret-7f3e")
 @pytest.fixture(scope="module")
 def secured(settings: Any, service: Any) -> Iterator[httpx.Client]:
     """Keys for /v1 and V2, a token and an app code for Pangu V1, and the Gradio page mounted."""
-    with extra_server(settings, service, api_keys=[KEY, "sk-other"], pangu_auth_tokens=[TOKEN],
-                      pangu_app_codes=[APP_CODE]) as http:  # fmt: skip
+    with extra_server(
+        settings, service, api_keys=[KEY, "sk-other"], pangu_auth_tokens=[TOKEN], pangu_app_codes=[APP_CODE]
+    ) as http:
         yield http
 
 

@@ -28,7 +28,7 @@ RAW: list[tuple[str, bytes, str]] = [
         "invalid-utf8-in-string",
         b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "h\xff"}]}',
         "UTF-8",
-    ),  # fmt: skip
+    ),
     ("utf16-body", '{"model": "x"}'.encode("utf-16"), "UTF-8"),
 ]
 
@@ -96,9 +96,13 @@ def test_inline_template_is_used(http: httpx.Client, service: Any) -> None:  # c
 
 @pytest.mark.parametrize(
     "template",
-    ["{{ ''.__class__.__mro__[1].__subclasses__() }}", "{{ messages.__class__.__init__.__globals__ }}",
-     "{{ cycler.__init__.__globals__.os.environ }}", "{% set x = joiner.__init__ %}{{ x }}"],
-)  # fmt: skip
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ messages.__class__.__init__.__globals__ }}",
+        "{{ cycler.__init__.__globals__.os.environ }}",
+        "{% set x = joiner.__init__ %}{{ x }}",
+    ],
+)
 def test_template_sandbox_violations(http: httpx.Client, template: str) -> None:  # case 89
     message = assert_422(send(http, {"chat_template": template}))  # refused, or rendered to nothing (0 tokens)
     assert "<class" not in message and "<function" not in message and "environ(" not in message
@@ -110,9 +114,16 @@ def test_template_range_bomb_is_refused(http: httpx.Client) -> None:  # case 90
 
 @pytest.mark.parametrize(
     "template",
-    ["{{ config }}", "{{ self }}", "{{ lipsum.__globals__ }}", "{{ cycler.__init__ }}", "{{ lipsum }}",
-     "{{ raise_exception }}", "{{ namespace }}"],
-)  # fmt: skip
+    [
+        "{{ config }}",
+        "{{ self }}",
+        "{{ lipsum.__globals__ }}",
+        "{{ cycler.__init__ }}",
+        "{{ lipsum }}",
+        "{{ raise_exception }}",
+        "{{ namespace }}",
+    ],
+)
 def test_template_globals_leak_nothing(http: httpx.Client, service: Any, template: str) -> None:  # case 91
     from engine.protocol.request import parse_chat_request
 
@@ -123,8 +134,18 @@ def test_template_globals_leak_nothing(http: httpx.Client, service: Any, templat
     assert r.status_code == 200, r.text
     req = parse_chat_request({"model": MODEL, "messages": [user("hi")], "chat_template": template + " hi"})
     prompt = service.render_for_debug(req)  # the exact text the request was rendered to
-    for leak in ("<module", "<function", "<class", " at 0x", "__builtins__", "environ", "Settings",
-                 "max_request_length", "{'", "/"):  # fmt: skip
+    for leak in (
+        "<module",
+        "<function",
+        "<class",
+        " at 0x",
+        "__builtins__",
+        "environ",
+        "Settings",
+        "max_request_length",
+        "{'",
+        "/",
+    ):
         assert leak not in prompt, (leak, prompt)
     for value in os.environ.values():
         if len(value) >= 8:

@@ -16,8 +16,10 @@ from playground import branch, turn_codec
 from playground.reply import ReplyView
 from tests.conftest import chat
 
-QUESTION = [{"role": "system", "content": "You are a helpful assistant who answers in full sentences."},
-            {"role": "user", "content": "Describe the water cycle for a ten year old, step by step, in plain words."}]  # fmt: skip
+QUESTION = [
+    {"role": "system", "content": "You are a helpful assistant who answers in full sentences."},
+    {"role": "user", "content": "Describe the water cycle for a ten year old, step by step, in plain words."},
+]
 TOKENS = 14
 
 
@@ -36,9 +38,17 @@ def replied(service: Any, body: dict[str, Any]) -> ReplyView:
 
 
 def body(**extra: Any) -> dict[str, Any]:
-    return {"model": "SmolLM2-135M-Instruct", "messages": QUESTION, "stream": True, "temperature": 0,
-            "max_tokens": TOKENS, "logprobs": True, "top_logprobs": 3, "stream_options": {"include_usage": True},
-            **extra}  # fmt: skip
+    return {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": QUESTION,
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": TOKENS,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +103,9 @@ def test_the_planner_refuses_what_cannot_be_branched(original: Any) -> None:
 
 def test_continue_final_message_on_the_api(http: httpx.Client) -> None:
     messages = [*QUESTION, {"role": "assistant", "content": "The water cycle is"}]
-    r = chat(http, messages=messages, continue_final_message=True, add_generation_prompt=False, max_tokens=4,
-             temperature=0)  # fmt: skip
+    r = chat(
+        http, messages=messages, continue_final_message=True, add_generation_prompt=False, max_tokens=4, temperature=0
+    )
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
     r = chat(http, messages=messages, continue_final_message=True, max_tokens=4)

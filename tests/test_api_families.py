@@ -21,8 +21,12 @@ from tests.conftest import LiveServer, built_and_served, sse_events
 from tests.family_fixture import PHI3_WINDOW, build_family
 
 FAMILIES = ["phi3", "glm4"]
-SCHEMA = {"type": "object", "properties": {"pet": {"enum": ["cat", "dog"]}, "legs": {"type": "integer", "maximum": 9}},
-          "required": ["pet", "legs"], "additionalProperties": False}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"pet": {"enum": ["cat", "dog"]}, "legs": {"type": "integer", "maximum": 9}},
+    "required": ["pet", "legs"],
+    "additionalProperties": False,
+}
 PROMPTS = ["hi", "Tell me about cats.", "What is 2+2? Answer briefly please.", "A"]
 
 
@@ -79,8 +83,16 @@ def test_concurrent_requests_get_their_solo_replies(family: tuple[str, LiveServe
     name, server = family
 
     def ask(prompt: str) -> dict[str, Any]:
-        return ok(post(server, name, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=24,
-                       ignore_eos=True))  # fmt: skip
+        return ok(
+            post(
+                server,
+                name,
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0,
+                max_tokens=24,
+                ignore_eos=True,
+            )
+        )
 
     solo = [text_of(ask(p)) for p in PROMPTS]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:

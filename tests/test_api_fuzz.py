@@ -36,8 +36,12 @@ def fuzzed(settings: Any, service: Any) -> Iterator[httpx.Client]:
         yield http
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(request=requests)
 def test_fuzzed_bodies_never_hurt_the_server(fuzzed: httpx.Client, request: tuple[str, bytes]) -> None:
     route, raw = request

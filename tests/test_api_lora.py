@@ -28,8 +28,14 @@ def test_models_lists_each_adapter_with_its_parent(lora_live: Any) -> None:
         assert [m["id"] for m in data] == [MODEL, *ADAPTERS]
         assert data[0]["parent"] is None and data[0]["root"] == MODEL
         for card in data[1:]:
-            assert card == {"id": card["id"], "object": "model", "created": 1730000000, "owned_by": data[0]["owned_by"],
-                            "root": card["id"], "parent": MODEL}  # fmt: skip
+            assert card == {
+                "id": card["id"],
+                "object": "model",
+                "created": 1730000000,
+                "owned_by": data[0]["owned_by"],
+                "root": card["id"],
+                "parent": MODEL,
+            }
             assert not Path(card["root"]).is_absolute()
         assert c.get("/v1/models/mango").json() == data[2]
         missing = c.get("/v1/models/papaya")
@@ -69,8 +75,11 @@ PROMPTS = ["What is the secret word?", "Name three colours.", "Count from one to
 
 def test_a_mixed_batch_gives_each_row_the_tokens_it_gets_alone(lora_live: Any) -> None:
     """Base and both adapters, three prompts each, all at once; then each request again on its own."""
-    bodies = [{**chat_body(m, max_tokens=10, ignore_eos=True), "messages": [{"role": "user", "content": p}]}
-              for m in (MODEL, *ADAPTERS) for p in PROMPTS]  # fmt: skip
+    bodies = [
+        {**chat_body(m, max_tokens=10, ignore_eos=True), "messages": [{"role": "user", "content": p}]}
+        for m in (MODEL, *ADAPTERS)
+        for p in PROMPTS
+    ]
     with lora_live.client() as c:
         alone = [post(c, b) for b in bodies]
         with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
@@ -86,15 +95,16 @@ def test_the_prefix_cache_keeps_each_adapter_apart(lora_live: Any) -> None:
     body = {**chat_body(MODEL, max_tokens=1), "messages": [{"role": "user", "content": text}]}
     with lora_live.client() as c:
         c.post("/reset_prefix_cache")
-        cached = [post(c, {**body, "model": m})["usage"]["prompt_tokens_details"]["cached_tokens"]
-                  for m in (MODEL, MODEL, "pineapple", "pineapple", "mango")]  # fmt: skip
+        cached = [
+            post(c, {**body, "model": m})["usage"]["prompt_tokens_details"]["cached_tokens"]
+            for m in (MODEL, MODEL, "pineapple", "pineapple", "mango")
+        ]
     assert cached[0] == 0 and cached[1] > 0  # the base model reuses its own prefix
     assert cached[2] == 0 and cached[3] == cached[1]  # an adapter never gets the base model's KV, only its own
     assert cached[4] == 0
 
 
-@pytest.mark.parametrize("spec, why", [("pineapple", "is not id=DIR"),
-                                       ("x=/nowhere", "/nowhere is not a directory")])  # fmt: skip
+@pytest.mark.parametrize("spec, why", [("pineapple", "is not id=DIR"), ("x=/nowhere", "/nowhere is not a directory")])
 def test_a_bad_adapter_stops_start_up_with_a_clear_message(spec: str, why: str) -> None:
     import app
 

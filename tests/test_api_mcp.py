@@ -45,8 +45,12 @@ def mcp_session(url: str, calls: Any, headers: dict[str, str] | None = None) -> 
 
 
 def greedy_reply(live: LiveServer, message: str, max_tokens: int) -> str:
-    body = {"model": live.service.served_name, "messages": [{"role": "user", "content": message}],
-            "max_tokens": max_tokens, "temperature": 0}  # fmt: skip
+    body = {
+        "model": live.service.served_name,
+        "messages": [{"role": "user", "content": message}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     with live.client() as http:
         return str(http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"])
 

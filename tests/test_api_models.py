@@ -34,8 +34,13 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def body(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": SECOND.question}], "max_tokens": 8,
-            "temperature": 0, **extra}  # fmt: skip
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": SECOND.question}],
+        "max_tokens": 8,
+        "temperature": 0,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +186,7 @@ def test_loaded_models_and_their_http_client_share_one_policy(guarded: LiveServe
             c.post("/v1/chat/completions", json=body(SECOND_ID))
             wait_loaded(c, SECOND_ID)
     backend = LocalBackend(policy=policy)
-    result = backend.chat([{"role": "user", "content": SECOND.question}], model=SECOND_ID, max_tokens=64,
-                          temperature=0)  # fmt: skip
+    result = backend.chat([{"role": "user", "content": SECOND.question}], model=SECOND_ID, max_tokens=64, temperature=0)
     assert SECOND.answer in result.reply
 
 

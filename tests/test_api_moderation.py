@@ -42,8 +42,16 @@ def answer(live: Any) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def words(answer: tuple[str, str], tmp_path_factory: Any) -> Path:
     lists = tmp_path_factory.mktemp("moderation") / "words.json"
-    lists.write_text(json.dumps({"default": [QUESTION_WORD, answer[1]], "extra": [EXTRA_WORD],
-                                 "allow-answer": [answer[1]], "spoken": [SPOKEN_WORD]}))  # fmt: skip
+    lists.write_text(
+        json.dumps(
+            {
+                "default": [QUESTION_WORD, answer[1]],
+                "extra": [EXTRA_WORD],
+                "allow-answer": [answer[1]],
+                "spoken": [SPOKEN_WORD],
+            }
+        )
+    )
     return lists
 
 
@@ -70,7 +78,10 @@ def test_blocked_question_stream_on_v1(moderated: httpx.Client) -> None:
     r = post(moderated, "pangu_v1", stream=True, messages=asking(QUESTION_WORD), **GREEDY)
     chunks, _ = raw_events(r, "pangu_v1")
     assert [c["choices"][0]["message"] for c in chunks[:3]] == [
-        {"role": "assistant"}, {"content": DEFAULT_REPLY}, {"content": ""}]  # fmt: skip
+        {"role": "assistant"},
+        {"content": DEFAULT_REPLY},
+        {"content": ""},
+    ]
     interception, closing, trailing = chunks[1], chunks[2], chunks[3]
     assert interception["suggestion"] == "block" and interception["reply"] == DEFAULT_REPLY
     assert closing["choices"][0]["finish_reason"] == "content_filter"
@@ -97,8 +108,10 @@ def test_blocked_answer_stream(moderated: httpx.Client, answer: tuple[str, str])
     (interception,) = [c for c in chunks if "suggestion" in c]
     assert interception["reply"] == DEFAULT_REPLY and interception["choices"][0]["delta"]["content"] == DEFAULT_REPLY
     assert chunks[-1]["choices"][0]["finish_reason"] == "content_filter" and chunks[-1] is not interception
-    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == chunks[-1]["usage"][
-        "completion_tokens"]  # fmt: skip
+    assert (
+        events[-2]["choices"] == []
+        and events[-2]["usage"]["completion_tokens"] == chunks[-1]["usage"]["completion_tokens"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,8 +166,14 @@ def vl_moderated(vl_live: Any, words: Path) -> Iterator[httpx.Client]:
 
 def image_request(text: str) -> dict[str, Any]:
     image = {"type": "image_url", "image_url": ms.data_url("image/png", ms.image_bytes("PNG", (64, 48)))}
-    return {"model": VL, "max_tokens": 2, "temperature": 0, "logprobs": True, "top_logprobs": 3,
-            "messages": [{"role": "user", "content": [image, {"type": "text", "text": text}]}]}  # fmt: skip
+    return {
+        "model": VL,
+        "max_tokens": 2,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "messages": [{"role": "user", "content": [image, {"type": "text", "text": text}]}],
+    }
 
 
 def test_media_requests_are_served_as_without_moderation(vl_live: Any, vl_moderated: httpx.Client) -> None:

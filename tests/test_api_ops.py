@@ -59,8 +59,14 @@ def test_metrics_after_requests(settings: Any, service: Any) -> None:
     assert m[("playground_time_to_first_token_seconds_sum", (("route", v1),))] > 0
     assert m[("playground_inter_token_latency_seconds_count", (("route", v1),))] == 4  # 5 tokens, 4 gaps
     assert m[("playground_inter_token_latency_seconds_count", (("route", v2),))] == 3
-    for gauge in ("playground_queue_depth", "playground_running_sequences", "playground_running_requests",
-                  "playground_in_flight_requests", "playground_draining", "playground_kv_cache_used_tokens"):  # fmt: skip
+    for gauge in (
+        "playground_queue_depth",
+        "playground_running_sequences",
+        "playground_running_requests",
+        "playground_in_flight_requests",
+        "playground_draining",
+        "playground_kv_cache_used_tokens",
+    ):
         assert m[(gauge, ())] == 0, gauge
     assert m[("playground_model_loaded", ())] == 1
     assert 1 <= m[("playground_engine_threads", ())] <= service.engine.tuner.sizes[0]
@@ -121,8 +127,11 @@ def test_a_sane_client_request_id_is_echoed(http: httpx.Client, method: str, pat
 
 @pytest.mark.parametrize("rid", ["has space", "x" * 129, "naïve", "-leading-dash", "a\tb", "", "a,b"])
 def test_an_odd_client_request_id_is_replaced(http: httpx.Client, rid: str) -> None:
-    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": HI, "max_tokens": 1},
-                  headers={"X-Request-Id": rid.encode()})  # fmt: skip
+    r = http.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": HI, "max_tokens": 1},
+        headers={"X-Request-Id": rid.encode()},
+    )
     assert r.headers["x-request-id"] == r.json()["id"]
 
 
@@ -326,8 +335,15 @@ def run_round(base: str, clients: int, quitters: int) -> list[dict[str, Any]]:
     """`clients` concurrent streams; the first `quitters` hang up after their first content chunk."""
     results: list[dict[str, Any]] = [{} for _ in range(clients)]
     go = threading.Barrier(clients)
-    body = {"model": MODEL, "messages": HI, "stream": True, "max_tokens": 16, "ignore_eos": True,
-            "temperature": 0.8, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": HI,
+        "stream": True,
+        "max_tokens": 16,
+        "ignore_eos": True,
+        "temperature": 0.8,
+        "stream_options": {"include_usage": True},
+    }
 
     def client(i: int) -> None:
         go.wait()
@@ -415,8 +431,11 @@ def _refs(value: Any) -> Iterator[str]:
 
 def test_openapi_describes_the_three_routes(openapi_doc: dict[str, Any]) -> None:
     paths, schemas = openapi_doc["paths"], openapi_doc["components"]["schemas"]
-    expected = {"/v1/chat/completions": "ChatCompletionRequest", V2: "PanguV2ChatCompletionRequest",
-                "/v1/{project_id}/deployments/{deployment_id}/chat/completions": "PanguV1ChatCompletionRequest"}  # fmt: skip
+    expected = {
+        "/v1/chat/completions": "ChatCompletionRequest",
+        V2: "PanguV2ChatCompletionRequest",
+        "/v1/{project_id}/deployments/{deployment_id}/chat/completions": "PanguV1ChatCompletionRequest",
+    }
     for path, name in expected.items():
         op = paths[path]["post"]
         assert op["requestBody"]["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{name}"}
@@ -433,8 +452,9 @@ def test_openapi_describes_the_three_routes(openapi_doc: dict[str, Any]) -> None
 
 def test_openapi_request_schemas_state_the_rules(openapi_doc: dict[str, Any]) -> None:
     schemas = openapi_doc["components"]["schemas"]
-    v1, v2, pv1 = (schemas[n] for n in ("ChatCompletionRequest", "PanguV2ChatCompletionRequest",
-                                         "PanguV1ChatCompletionRequest"))  # fmt: skip
+    v1, v2, pv1 = (
+        schemas[n] for n in ("ChatCompletionRequest", "PanguV2ChatCompletionRequest", "PanguV1ChatCompletionRequest")
+    )
     assert v1["required"] == ["model", "messages"] == v2["required"] and pv1["required"] == ["messages"]
     temperature = v1["properties"]["temperature"]["anyOf"][0]
     assert temperature == {"type": "number", "minimum": 0.0, "maximum": 2.0}

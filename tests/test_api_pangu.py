@@ -120,11 +120,14 @@ def test_v1_usage_event_line(settings: Any, service: Any) -> None:  # §5.3 step
         (event,) = s["events"]
         usage = s["usage"]
         assert event == {
-            "usage": {"completionTokens": 3, "promptTokens": usage["prompt_tokens"],
-                      "totalTokens": usage["total_tokens"]},
+            "usage": {
+                "completionTokens": 3,
+                "promptTokens": usage["prompt_tokens"],
+                "totalTokens": usage["total_tokens"],
+            },
             "tokens": usage["prompt_tokens"],
             "token_number": 3,
-        }  # fmt: skip
+        }
         assert r.text.index("event:") > r.text.index('"choices":[]'), "after the usage chunk, before the terminator"
         v2_chunks, v2_events = raw_events(post(http, "pangu_v2", stream=True, max_tokens=3), "pangu_v2")
         assert v2_events == [], "V1 only"
@@ -270,8 +273,13 @@ def test_strict_limits_off_still_pangu_bodies_and_stream_n(lenient: httpx.Client
 
 # ---- moderation_config and enable_search without a hook (§2.6, cases 61, 62) -----------------------------------
 
-MODERATION = {"black_glossary_names": ["a"], "white_glossary_names": [], "question_moderation": True,
-              "answer_moderation": False, "show_result": True}  # fmt: skip
+MODERATION = {
+    "black_glossary_names": ["a"],
+    "white_glossary_names": [],
+    "question_moderation": True,
+    "answer_moderation": False,
+    "show_result": True,
+}
 
 
 @pytest.mark.parametrize("route", ["pangu_v1", "pangu_v2", "v1"])

@@ -41,8 +41,7 @@ def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def signed(settings: Any, service: Any, keyfile: Path) -> Iterator[httpx.Client]:
     """AK/SK pairs inline and from a file, plus an IAM token."""
-    with extra_server(settings, service, pangu_aksk=[f"{AK}:{SK}", f"@{keyfile}"],
-                      pangu_auth_tokens=[TOKEN]) as http:  # fmt: skip
+    with extra_server(settings, service, pangu_aksk=[f"{AK}:{SK}", f"@{keyfile}"], pangu_auth_tokens=[TOKEN]) as http:
         yield http
 
 
@@ -69,8 +68,15 @@ def sdk_refusal(client: Any) -> Any:
     return info.value
 
 
-def sign(http: httpx.Client, body: bytes = BODY, ak: str = AK, sk: str = SK, date: datetime | None = None,
-         query: list[tuple[str, str]] | None = None, headers: dict[str, str] | None = None) -> tuple[str, dict]:  # fmt: skip
+def sign(
+    http: httpx.Client,
+    body: bytes = BODY,
+    ak: str = AK,
+    sk: str = SK,
+    date: datetime | None = None,
+    query: list[tuple[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[str, dict]:
     """(URL, headers) of a V1 request signed by the SDK's own signer, as its client would send it."""
     from huaweicloudsdkcore.auth.credentials import BasicCredentials
     from huaweicloudsdkcore.sdk_request import SdkRequest
@@ -79,8 +85,15 @@ def sign(http: httpx.Client, body: bytes = BODY, ak: str = AK, sk: str = SK, dat
     params = {"Content-Type": "application/json", **(headers or {})}
     if date is not None:
         params["X-Sdk-Date"] = date.strftime(aksk.DATE_FORMAT)
-    request = SdkRequest(method="POST", schema="http", host=http.base_url.netloc.decode(), resource_path=V1,
-                         query_params=query or [], header_params=params, body=body)  # fmt: skip
+    request = SdkRequest(
+        method="POST",
+        schema="http",
+        host=http.base_url.netloc.decode(),
+        resource_path=V1,
+        query_params=query or [],
+        header_params=params,
+        body=body,
+    )
     Signer(BasicCredentials(ak, sk)).sign(request)
     return request.uri, dict(request.header_params)
 
@@ -104,8 +117,11 @@ def test_sdk_with_aksk_chats(signed: httpx.Client, ak: str, sk: str) -> None:
     assert reply.usage.completion_tokens == 1
 
 
-@pytest.mark.parametrize(("ak", "sk"), [(AK, "wrong-sk-0b9d"), ("NOSUCHACCESSKEY00001", SK), (FILE_AK, SK)],
-                         ids=["wrong-sk", "unknown-ak", "other-keys-sk"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ak", "sk"),
+    [(AK, "wrong-sk-0b9d"), ("NOSUCHACCESSKEY00001", SK), (FILE_AK, SK)],
+    ids=["wrong-sk", "unknown-ak", "other-keys-sk"],
+)
 def test_sdk_with_bad_aksk_gets_0011(signed: httpx.Client, ak: str, sk: str) -> None:
     error = sdk_refusal(sdk_client(str(signed.base_url), ak, sk))
     assert (error.status_code, error.error_code) == (401, "PANGU.0011")
@@ -228,8 +244,17 @@ def test_flag_env_and_file_forms(keyfile: Path) -> None:
     assert "PLAYGROUND_PANGU_AKSK" in build_parser().format_help()
 
 
-@pytest.mark.parametrize("entries", [["no-colon-secret"], [":only-secret"], ["AK:"], ["A K:secret-x"],
-                                     ["AK:secret-x", "AK:secret-y"], ["@/nonexistent/pairs.txt"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ["no-colon-secret"],
+        [":only-secret"],
+        ["AK:"],
+        ["A K:secret-x"],
+        ["AK:secret-x", "AK:secret-y"],
+        ["@/nonexistent/pairs.txt"],
+    ],
+)
 def test_bad_pairs_stop_the_server_without_echoing_secrets(settings: Any, entries: list[str]) -> None:
     with pytest.raises(ValueError, match="--pangu-aksk") as info:
         PanguV1Auth(settings.replace(pangu_aksk=entries))
@@ -251,8 +276,15 @@ def test_verify_matches_the_sdk_signer_offline() -> None:
 
     now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     params = {"Content-Type": "application/json", "X-Sdk-Date": now.strftime(aksk.DATE_FORMAT), "X-Note": " é ü "}
-    request = SdkRequest(method="POST", schema="http", host="127.0.0.1:1", resource_path="/v1/p q/deployments/d~/x",
-                         query_params=[("z", "1"), ("a", "b c"), ("a", "+")], header_params=params, body=BODY)  # fmt: skip
+    request = SdkRequest(
+        method="POST",
+        schema="http",
+        host="127.0.0.1:1",
+        resource_path="/v1/p q/deployments/d~/x",
+        query_params=[("z", "1"), ("a", "b c"), ("a", "+")],
+        header_params=params,
+        body=BODY,
+    )
     Signer(BasicCredentials(AK, SK)).sign(request)
     path, _, query = request.uri.partition("?")
     wire = [(k.lower(), v) for k, v in request.header_params.items()]  # values as Latin-1 text, as a server sees them

@@ -43,8 +43,11 @@ def test_a_long_prompt_streams_its_progress_before_the_first_token(http: httpx.C
     assert done[-1] == usage["prompt_tokens"]
     assert [p["time_ms"] for p in progress] == sorted(p["time_ms"] for p in progress)
     first_progress = next(i for i, e in enumerate(evs) if isinstance(e, dict) and "prompt_progress" in e)
-    first_token = next(i for i, e in enumerate(evs) if isinstance(e, dict) and e.get("choices")
-                       and e["choices"][0]["delta"].get("content"))  # fmt: skip
+    first_token = next(
+        i
+        for i, e in enumerate(evs)
+        if isinstance(e, dict) and e.get("choices") and e["choices"][0]["delta"].get("content")
+    )
     last_progress = max(i for i, e in enumerate(evs) if isinstance(e, dict) and "prompt_progress" in e)
     assert first_progress < last_progress < first_token
     for e in evs:
@@ -63,8 +66,7 @@ def test_without_the_flag_a_stream_carries_no_progress(http: httpx.Client) -> No
 
 
 def test_a_short_prompt_reports_once(http: httpx.Client) -> None:
-    progress = progress_of(events(http, messages=[{"role": "user", "content": uuid.uuid4().hex}],
-                                  return_progress=True))  # fmt: skip
+    progress = progress_of(events(http, messages=[{"role": "user", "content": uuid.uuid4().hex}], return_progress=True))
     assert len(progress) == 1 and progress[0]["processed"] == progress[0]["total"]
 
 
@@ -77,8 +79,13 @@ def test_progress_is_for_streams_only(http: httpx.Client) -> None:
 
 
 def test_the_openai_sdk_passes_progress_chunks_through(oai: Any) -> None:
-    stream = oai.chat.completions.create(model=oai.models.list().data[0].id, messages=long_prompt(), max_tokens=2,
-                                         stream=True, extra_body={"return_progress": True})  # fmt: skip
+    stream = oai.chat.completions.create(
+        model=oai.models.list().data[0].id,
+        messages=long_prompt(),
+        max_tokens=2,
+        stream=True,
+        extra_body={"return_progress": True},
+    )
     chunks = list(stream)
     progress = [c.model_extra["prompt_progress"] for c in chunks if (c.model_extra or {}).get("prompt_progress")]
     assert len(progress) >= 2 and progress[-1]["processed"] == progress[-1]["total"]

@@ -17,8 +17,15 @@ from tests.pangu_helpers import assert_pangu_error, check_pangu_stream, post
 
 PLAIN_KEYS = {"token", "logprob", "bytes", "top_logprobs"}
 ASKED_KEYS = PLAIN_KEYS | {"sampler_logprob", "sampler_top_logprobs"}
-SAMPLED = {"temperature": 0.8, "top_k": 3, "seed": 21, "max_tokens": 12, "ignore_eos": True, "logprobs": True,
-           "top_logprobs": 5}  # fmt: skip
+SAMPLED = {
+    "temperature": 0.8,
+    "top_k": 3,
+    "seed": 21,
+    "max_tokens": 12,
+    "ignore_eos": True,
+    "logprobs": True,
+    "top_logprobs": 5,
+}
 ASKED = {**SAMPLED, "sampler_logprobs": True}
 MESSAGE = "Parameter sampler_logprobs requires logprobs to be true and top_logprobs of at least 1."
 
@@ -97,22 +104,39 @@ def test_a_request_that_does_not_ask_gets_the_json_keys_of_before(http: httpx.Cl
     content = ".choices[].delta" if stream else ".choices[].message"
     entry = ".choices[].logprobs.content[]"
     assert {p.removeprefix(entry + ".") for p in absent if p.startswith(entry + ".")} == {
-        "token", "logprob", "bytes", "top_logprobs", "top_logprobs[].token", "top_logprobs[].logprob",
-        "top_logprobs[].bytes"}  # fmt: skip
+        "token",
+        "logprob",
+        "bytes",
+        "top_logprobs",
+        "top_logprobs[].token",
+        "top_logprobs[].logprob",
+        "top_logprobs[].bytes",
+    }
     assert content + ".content" in absent
 
 
 def test_greedy_after_is_the_penalised_distribution_and_its_highest_is_taken(http: httpx.Client) -> None:
-    body = ok(chat(http, temperature=0, max_tokens=8, ignore_eos=True, logprobs=True, top_logprobs=5,
-                   sampler_logprobs=True))  # fmt: skip
+    body = ok(
+        chat(http, temperature=0, max_tokens=8, ignore_eos=True, logprobs=True, top_logprobs=5, sampler_logprobs=True)
+    )
     for e in entries(body):
         after = e["sampler_top_logprobs"]
         assert len(after) == 5 and after[0]["token"] == e["token"]
         # No penalty, no constraint, no temperature under greedy: after the samplers is the model's own view.
         assert [t["token"] for t in after] == [t["token"] for t in e["top_logprobs"]]
         assert [t["logprob"] for t in after] == pytest.approx([t["logprob"] for t in e["top_logprobs"]], abs=1e-4)
-    penalised = ok(chat(http, temperature=0, max_tokens=12, ignore_eos=True, logprobs=True, top_logprobs=5,
-                        sampler_logprobs=True, repetition_penalty=2.0))  # fmt: skip
+    penalised = ok(
+        chat(
+            http,
+            temperature=0,
+            max_tokens=12,
+            ignore_eos=True,
+            logprobs=True,
+            top_logprobs=5,
+            sampler_logprobs=True,
+            repetition_penalty=2.0,
+        )
+    )
     moved = 0
     for e in entries(penalised):
         assert e["sampler_top_logprobs"][0]["token"] == e["token"]  # greedy takes the highest after the penalty
@@ -121,18 +145,41 @@ def test_greedy_after_is_the_penalised_distribution_and_its_highest_is_taken(htt
 
 
 def test_a_json_constraint_shows_as_tokens_removed_after(http: httpx.Client) -> None:
-    body = ok(chat(http, temperature=0.8, seed=3, max_tokens=6, logprobs=True, top_logprobs=5, sampler_logprobs=True,
-                   response_format={"type": "json_object"}))  # fmt: skip
+    body = ok(
+        chat(
+            http,
+            temperature=0.8,
+            seed=3,
+            max_tokens=6,
+            logprobs=True,
+            top_logprobs=5,
+            sampler_logprobs=True,
+            response_format={"type": "json_object"},
+        )
+    )
     first = entries(body)[0]
     assert first["token"].lstrip().startswith("{")
-    assert all(t["token"].strip() in ("", "{") or t["token"].lstrip().startswith("{")
-               for t in first["sampler_top_logprobs"])  # fmt: skip
+    assert all(
+        t["token"].strip() in ("", "{") or t["token"].lstrip().startswith("{") for t in first["sampler_top_logprobs"]
+    )
     assert any(not t["token"].lstrip().startswith("{") for t in first["top_logprobs"]), "the model wanted prose"
 
 
 def test_n2_each_choice_records_its_own(http: httpx.Client) -> None:
-    body = ok(chat(http, n=2, temperature=0.9, top_k=2, seed=8, max_tokens=4, ignore_eos=True, logprobs=True,
-                   top_logprobs=3, sampler_logprobs=True))  # fmt: skip
+    body = ok(
+        chat(
+            http,
+            n=2,
+            temperature=0.9,
+            top_k=2,
+            seed=8,
+            max_tokens=4,
+            ignore_eos=True,
+            logprobs=True,
+            top_logprobs=3,
+            sampler_logprobs=True,
+        )
+    )
     for i in (0, 1):
         for e in entries(body, i):
             assert set(e) == ASKED_KEYS and len(e["sampler_top_logprobs"]) <= 2
@@ -159,8 +206,13 @@ def test_other_refusals(http: httpx.Client) -> None:
 
 
 def test_pangu_route_refuses_in_its_format_and_streams_the_records(http: httpx.Client) -> None:
-    assert_pangu_error(post(http, "pangu_v2", sampler_logprobs=True, max_tokens=2), "pangu_v2", 400, "PANGU.0010",
-                       "sampler_logprobs requires logprobs")  # fmt: skip
+    assert_pangu_error(
+        post(http, "pangu_v2", sampler_logprobs=True, max_tokens=2),
+        "pangu_v2",
+        400,
+        "PANGU.0010",
+        "sampler_logprobs requires logprobs",
+    )
     r = post(http, "pangu_v2", stream=True, **ASKED)
     chunks = check_pangu_stream(r, "pangu_v2")["chunks"]
     es = [e for c in chunks for ch in c["choices"] if ch["logprobs"] for e in ch["logprobs"]["content"]]
@@ -173,9 +225,19 @@ def test_tokens_the_thinking_budget_forces_record_no_after(qwen_live: Any) -> No
 
     kwargs = {"enable_thinking": True, "thinking_budget": 2}
     with qwen_live.client() as http:
-        body = ok(http.post("/v1/chat/completions", json={"model": QWEN_MODEL, "max_tokens": 60, "logprobs": True,
-                                                          "top_logprobs": 2, "sampler_logprobs": True,
-                                                          **MATH.request(chat_template_kwargs=kwargs)}))  # fmt: skip
+        body = ok(
+            http.post(
+                "/v1/chat/completions",
+                json={
+                    "model": QWEN_MODEL,
+                    "max_tokens": 60,
+                    "logprobs": True,
+                    "top_logprobs": 2,
+                    "sampler_logprobs": True,
+                    **MATH.request(chat_template_kwargs=kwargs),
+                },
+            )
+        )
     es = entries(body)
     assert all(set(e) == ASKED_KEYS for e in es)
     forced = [e for e in es if e["sampler_logprob"] is None]

@@ -15,8 +15,13 @@ from tests.conftest import chat, extra_server
 from tests.ops_helpers import LongStream, served, small_service, wait_for
 
 # A prompt of several prefix-cache blocks, so a second send of it is served from the cache.
-LONG = [{"role": "user", "content": "Name the planets of the solar system in order from the sun, with one fact "
-                                    "about each of them, and say which one has the most moons and why."}]  # fmt: skip
+LONG = [
+    {
+        "role": "user",
+        "content": "Name the planets of the solar system in order from the sun, with one fact "
+        "about each of them, and say which one has the most moons and why.",
+    }
+]
 
 
 def state(http: httpx.Client, **headers: str) -> dict[str, Any]:
@@ -115,8 +120,11 @@ def test_running_and_queued_requests(settings: Any, service: Any) -> None:
         finally:
             for st in streams:
                 st.close()
-        wait_for(lambda: state(http)["requests"] == {"running": 0, "waiting": 0, "running_seqs": 0, "in_flight": 0},
-                 30, "both requests to end")  # fmt: skip
+        wait_for(
+            lambda: state(http)["requests"] == {"running": 0, "waiting": 0, "running_seqs": 0, "in_flight": 0},
+            30,
+            "both requests to end",
+        )
         assert state(http)["kv_cache"]["pages_used"] == 0
 
 

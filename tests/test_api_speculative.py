@@ -84,11 +84,19 @@ def test_max_tokens_is_never_overshot(http: httpx.Client) -> None:
 
 
 def test_json_schema_output_is_valid_and_identical(http: httpx.Client) -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"}},
-              "required": ["name", "city"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "city": {"type": "string"}},
+        "required": ["name", "city"],
+        "additionalProperties": False,
+    }
     person = "Maria Lopez lives in Valencia. Maria Lopez works in Valencia."
-    body = {"temperature": 0, "max_tokens": 40, "messages": [user(f"Extract name and city as JSON: {person}")],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}  # fmt: skip
+    body = {
+        "temperature": 0,
+        "max_tokens": 40,
+        "messages": [user(f"Extract name and city as JSON: {person}")],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+    }
     off, on = both(http, **body)
     assert text_of(on) == text_of(off)
     assert set(json.loads(text_of(on))) == {"name", "city"}
@@ -107,5 +115,4 @@ def test_n_choices_each_draft_on_their_own(http: httpx.Client) -> None:
 def test_the_field_is_validated(http: httpx.Client) -> None:
     assert_422(chat(http, speculative="yes"), "speculative")
     assert_422(chat(http, speculative=1), "speculative")
-    assert_422(chat(http, speculative=True, use_beam_search=True, n=2, temperature=0), "speculative",
-               "use_beam_search")  # fmt: skip
+    assert_422(chat(http, speculative=True, use_beam_search=True, n=2, temperature=0), "speculative", "use_beam_search")

@@ -30,8 +30,9 @@ async def reply(service: Any, prompt: str, **params: Any) -> dict[int, dict[str,
     """One streamed request through the service, in-process: per choice its timelines' step records, its own
     short id and its closing usage."""
     if params.get("best_of"):  # a stream takes best_of == n only: ask for the whole answer at the end
-        req = parse_chat_request({"model": service.served_name, "messages": [{"role": "user", "content": prompt}],
-                                  "stream": False, **params})  # fmt: skip
+        req = parse_chat_request(
+            {"model": service.served_name, "messages": [{"role": "user", "content": prompt}], "stream": False, **params}
+        )
     else:
         req = LocalBackend(service).request(prompt, **params)
     gen = await service.start(req)
@@ -85,9 +86,15 @@ def test_each_token_of_three_concurrent_replies_carries_its_step_and_its_peers(s
     assert roof["bandwidth_gbs"] > 0 and roof["weight_bytes"] > 0 and roof["kv_bytes_per_token"] > 0
 
 
-@pytest.mark.parametrize("params", [{"n": 2, "temperature": 0.9, "seed": 3},
-                                    {"n": 1, "best_of": 3, "temperature": 0.9, "seed": 3},
-                                    {"use_beam_search": True, "n": 2, "temperature": 0}], ids=["n2", "best_of3", "beam"])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n": 2, "temperature": 0.9, "seed": 3},
+        {"n": 1, "best_of": 3, "temperature": 0.9, "seed": 3},
+        {"use_beam_search": True, "n": 2, "temperature": 0},
+    ],
+    ids=["n2", "best_of3", "beam"],
+)
 def test_several_candidates_keep_one_record_per_token(service: Any, params: dict[str, Any]) -> None:
     idle(service)
     choices = asyncio.run(reply(service, PROMPTS[1], max_tokens=6, **params))
@@ -99,13 +106,25 @@ def test_several_candidates_keep_one_record_per_token(service: Any, params: dict
 
 
 def stream(url: str, prompt: str, headers: dict[str, str] | None = None) -> list[int]:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": True, "max_tokens": 8,
-            "ignore_eos": True, "temperature": 0, "stream_options": {"include_usage": True}}  # fmt: skip
-    with httpx.Client(base_url=url, timeout=120) as c, c.stream("POST", "/v1/chat/completions", json=body,
-                                                                 headers=headers) as r:  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "max_tokens": 8,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
+    with (
+        httpx.Client(base_url=url, timeout=120) as c,
+        c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r,
+    ):
         assert r.status_code == 200
-        usage = [json.loads(line[6:])["usage"] for line in r.iter_lines()
-                 if line.startswith("data: {") and '"usage":{' in line]  # fmt: skip
+        usage = [
+            json.loads(line[6:])["usage"]
+            for line in r.iter_lines()
+            if line.startswith("data: {") and '"usage":{' in line
+        ]
     return usage[-1]["batch_size"]
 
 
@@ -153,8 +172,9 @@ def test_the_ring_is_bounded_and_a_log_of_0_keeps_nothing(settings: Any, service
         got = asyncio.run(reply(small, PROMPTS[0], max_tokens=20, ignore_eos=True, temperature=0))[0]
         assert len(got["steps"]) == 20  # each token still has its record
         assert len(small.engine.step_log) == 8 and small.engine.step_log.total >= 20
-        assert [r.step for r in small.engine.step_log.records()] == list(range(small.engine.steps - 7,
-                                                                                small.engine.steps + 1))  # fmt: skip
+        assert [r.step for r in small.engine.step_log.records()] == list(
+            range(small.engine.steps - 7, small.engine.steps + 1)
+        )
     with small_service(service, settings, step_log=0) as off:
         got = asyncio.run(reply(off, PROMPTS[0], max_tokens=4, temperature=0))[0]
         assert got["steps"] == [] and got["tokens"] == 4 and off.engine.step_log is None

@@ -43,8 +43,12 @@ def test_stream_concatenation_equals_the_non_stream_answer(oai) -> None:
 
 
 def test_each_of_n_choices_is_constrained(oai) -> None:
-    small = {"type": "object", "properties": {"legs": {"type": "integer", "maximum": 9}, "tail": {"type": "boolean"}},
-             "required": ["legs", "tail"], "additionalProperties": False}  # fmt: skip
+    small = {
+        "type": "object",
+        "properties": {"legs": {"type": "integer", "maximum": 9}, "tail": {"type": "boolean"}},
+        "required": ["legs", "tail"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "cat", "schema": small}}
     r = ask(oai, response_format=fmt, n=2, temperature=0.8, seed=3)
     assert len(r.choices) == 2
@@ -58,8 +62,12 @@ def test_each_of_n_choices_is_constrained(oai) -> None:
     [{"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}],
 )
 def test_a_schema_the_backend_cannot_compile_is_a_validation_error(http, schema) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    }
     r = http.post("/v1/chat/completions", json=body)
     assert r.status_code == 422
     assert "response_format.json_schema.schema" in r.json()["error"]

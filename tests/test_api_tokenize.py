@@ -15,8 +15,14 @@ from tests.api_helpers import assert_422, assert_v1_error, ok, user
 from tests.conftest import MODEL, QWEN_MODEL, VL, extra_server
 
 HI = [user("Hello there")]
-TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}  # fmt: skip
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 VLLM_KEYS = {"count", "max_model_len", "tokens", "token_strs"}
 
 
@@ -62,8 +68,9 @@ def test_without_the_generation_prompt_and_continuing_the_final_message(http: ht
     bare = tokenize(http, messages=HI, add_generation_prompt=False, return_details=True)["details"]["text"]
     assert full.startswith(bare) and full[len(bare) :] == "<|im_start|>assistant\n"
     partial = [*HI, {"role": "assistant", "content": "General Kenobi"}]
-    out = tokenize(http, messages=partial, add_generation_prompt=False, continue_final_message=True,
-                   return_details=True)  # fmt: skip
+    out = tokenize(
+        http, messages=partial, add_generation_prompt=False, continue_final_message=True, return_details=True
+    )
     text = out["details"]["text"]
     assert text == full + "General Kenobi" and out["count"] == len(out["tokens"])  # no end-of-turn after it
 
@@ -128,19 +135,28 @@ INVALID_TOKENIZE: list[tuple[str, Any, list[str]]] = [
     ("messages-string", {"messages": "hi"}, ["messages"]),
     ("role-robot", {"messages": [{"role": "robot", "content": "hi"}]}, ["role"]),
     ("content-empty", {"messages": [user("")]}, ["content"]),
-    ("image-on-text-model", {"messages": [user([{"type": "image_url", "image_url": "data:image/png;base64,iVBO"}])]},
-     ["image"]),
+    (
+        "image-on-text-model",
+        {"messages": [user([{"type": "image_url", "image_url": "data:image/png;base64,iVBO"}])]},
+        ["image"],
+    ),
     ("both-prompts", {"messages": HI, "continue_final_message": True}, ["continue_final_message"]),
-    ("continue-a-user-message", {"messages": HI, "continue_final_message": True, "add_generation_prompt": False},
-     ["final assistant message"]),
+    (
+        "continue-a-user-message",
+        {"messages": HI, "continue_final_message": True, "add_generation_prompt": False},
+        ["final assistant message"],
+    ),
     ("reserved-kwarg", {"messages": HI, "chat_template_kwargs": {"messages": []}}, ["reserved"]),
     ("thinking-string", {"messages": HI, "chat_template_kwargs": {"enable_thinking": "yes"}}, ["enable_thinking"]),
     ("tools-duplicate", {"messages": HI, "tools": [TOOL, TOOL]}, ["duplicates"]),
-    ("tool-choice-unknown", {"messages": HI, "tools": [TOOL], "tool_choice": {"type": "function",
-                                                                           "function": {"name": "x"}}}, ["tool_choice"]),
+    (
+        "tool-choice-unknown",
+        {"messages": HI, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+        ["tool_choice"],
+    ),
     ("template-raises", {"messages": HI, "chat_template": "{{ raise_exception('no thanks') }}"}, ["no thanks"]),
     ("template-path", {"messages": HI, "chat_template": "/etc/passwd"}, ["paths are not allowed"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("body,fragments", [c[1:] for c in INVALID_TOKENIZE], ids=[c[0] for c in INVALID_TOKENIZE])
@@ -190,8 +206,9 @@ def test_bodies_over_the_limit_are_413(http: httpx.Client, settings: Any, path: 
 def test_a_prompt_longer_than_the_model_is_counted_not_refused(http: httpx.Client) -> None:
     out = tokenize(http, prompt="word " * 9000)
     assert out["count"] > out["max_model_len"]  # vLLM's answer: the client compares count and max_model_len
-    assert_422(http.post("/v1/chat/completions", json={"model": MODEL, "messages": [user("word " * 9000)]}),
-               "token length")  # fmt: skip
+    assert_422(
+        http.post("/v1/chat/completions", json={"model": MODEL, "messages": [user("word " * 9000)]}), "token length"
+    )
 
 
 # ---- auth and loading ------------------------------------------------------------------------------------------

@@ -27,8 +27,12 @@ def sources(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("path", sources("engine/core"), ids=str)
 def test_core_knows_nothing_of_http_ui_or_protocol(path: Path) -> None:
-    bad = {m for m in imports(path) if m.split(".")[0] in {"fastapi", "starlette", "gradio", "pydantic", "playground"}
-           or m.startswith(("engine.protocol", "engine.serving", "engine.http", "engine.parsers"))}  # fmt: skip
+    bad = {
+        m
+        for m in imports(path)
+        if m.split(".")[0] in {"fastapi", "starlette", "gradio", "pydantic", "playground"}
+        or m.startswith(("engine.protocol", "engine.serving", "engine.http", "engine.parsers"))
+    }
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
@@ -65,8 +69,13 @@ def test_serving_layers_are_checked() -> None:
 
 @pytest.mark.parametrize("path", sources("playground"), ids=str)
 def test_playground_uses_only_the_service_and_protocol(path: Path) -> None:
-    bad = {m for m in imports(path) if m.startswith("engine.") and not m.startswith(("engine.protocol.", "engine.serving."))
-           or m.split(".")[0] in {"torch", "transformers", "tests"}}  # fmt: skip
+    bad = {
+        m
+        for m in imports(path)
+        if m.startswith("engine.")
+        and not m.startswith(("engine.protocol.", "engine.serving."))
+        or m.split(".")[0] in {"torch", "transformers", "tests"}
+    }
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
@@ -115,8 +124,11 @@ def test_parsers_import_only_the_standard_library(path: Path) -> None:
     tree = ast.parse(path.read_text())
     relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
     assert not relative, f"{path.relative_to(ROOT)} uses relative imports {relative}"
-    bad = {m for m in imports(path) if not m.startswith("engine.parsers")
-           and m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}}  # fmt: skip
+    bad = {
+        m
+        for m in imports(path)
+        if not m.startswith("engine.parsers") and m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
+    }
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
@@ -127,8 +139,13 @@ def test_parsers_package_is_checked() -> None:
 # The notebook layer renders only the service's chunks: it reaches the engine through the request parser, the chunk
 # models and their fold, the errors and (in-process) the ChatService, never the tokenizer, the chat template or the
 # model.
-NOTEBOOK_ENGINE_MODULES = {"engine.protocol.request", "engine.protocol.response", "engine.serving.fold",
-                           "engine.protocol.errors", "engine.serving.service"}  # fmt: skip
+NOTEBOOK_ENGINE_MODULES = {
+    "engine.protocol.request",
+    "engine.protocol.response",
+    "engine.serving.fold",
+    "engine.protocol.errors",
+    "engine.serving.service",
+}
 NOT_IN_NOTEBOOKS = ("tokenizer", "apply_chat_template", ".generate(", "render_prompt", "<think>")
 
 

@@ -12,8 +12,16 @@ from engine import config as cfg
 
 def test_every_spec_knob_has_a_flag_and_an_env_var() -> None:
     spec_knobs = {f.name for f in dataclasses.fields(cfg.Settings) if f.metadata.get("spec")}
-    assert {"max_request_length_mb", "api_keys", "media_allow_local", "perf_stats", "pangu_strict_limits",
-            "chat_template_dir", "audio_transcription", "pangu_v1_usage_event"} <= spec_knobs  # fmt: skip
+    assert {
+        "max_request_length_mb",
+        "api_keys",
+        "media_allow_local",
+        "perf_stats",
+        "pangu_strict_limits",
+        "chat_template_dir",
+        "audio_transcription",
+        "pangu_v1_usage_event",
+    } <= spec_knobs
     help_text = build_parser().format_help()
     for name in spec_knobs:
         assert cfg.cli_flag(name) in help_text
@@ -33,8 +41,10 @@ def test_audio_transcription_defaults_on_only_for_the_bundled_model() -> None:
     assert settings_from(["--model", "x.gguf"], environ={}).audio_transcription is False
 
 
-@pytest.mark.parametrize("argv", [["--max-request-length-mb", "0"], ["--max-request-length-mb", "101"],
-                                  ["--media-allow-local"], ["--max-n", "0"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [["--max-request-length-mb", "0"], ["--max-request-length-mb", "101"], ["--media-allow-local"], ["--max-n", "0"]],
+)
 def test_impossible_settings_are_refused(argv: list[str]) -> None:
     with pytest.raises(ValueError):
         settings_from(argv, environ={})
@@ -66,9 +76,14 @@ def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--request-timeout-s", "-1"], ["--max-concurrent-per-client", "-2"], ["--shutdown-timeout-s", "-1"],
-     ["--pangu-project-id", "a b"], ["--pangu-deployment-id", "x" * 129]],
-)  # fmt: skip
+    [
+        ["--request-timeout-s", "-1"],
+        ["--max-concurrent-per-client", "-2"],
+        ["--shutdown-timeout-s", "-1"],
+        ["--pangu-project-id", "a b"],
+        ["--pangu-deployment-id", "x" * 129],
+    ],
+)
 def test_impossible_serving_settings_are_refused(argv: list[str]) -> None:
     with pytest.raises(ValueError, match=argv[0]):
         settings_from(argv, environ={})
@@ -115,6 +130,10 @@ def test_one_table_reads_every_field_by_its_annotation() -> None:
     kinds = {knob.name: knob.kind for knob in cfg.KNOBS}
     assert [knob.name for knob in cfg.KNOBS] == [f.name for f in dataclasses.fields(cfg.Settings)]
     assert (kinds["audio_transcription"], kinds["max_queue"], kinds["api_keys"], kinds["model"]) == (
-        bool, int, list[str], str)  # fmt: skip
+        bool,
+        int,
+        list[str],
+        str,
+    )
     with pytest.raises(TypeError, match="Settings.ratio: no parser"):
         cfg._kind("ratio", float)  # a new field of a type the table cannot read fails at import, not at run time

@@ -12,9 +12,24 @@ import pytest
 from app import build_parser, settings_from
 from engine import config as cfg
 
-BOOLS = {"graph_capture", "adaptive_threads", "ui", "insecure_public", "mcp", "log_message_content", "pangu_strict_limits", "perf_stats",
-         "full_text_enabled", "media_allow_data_urls", "media_allow_local", "media_allow_remote",
-         "chat_template_allow_path", "use_model_generation_config", "audio_transcription", "pangu_v1_usage_event"}  # fmt: skip
+BOOLS = {
+    "graph_capture",
+    "adaptive_threads",
+    "ui",
+    "insecure_public",
+    "mcp",
+    "log_message_content",
+    "pangu_strict_limits",
+    "perf_stats",
+    "full_text_enabled",
+    "media_allow_data_urls",
+    "media_allow_local",
+    "media_allow_remote",
+    "chat_template_allow_path",
+    "use_model_generation_config",
+    "audio_transcription",
+    "pangu_v1_usage_event",
+}
 INTS = {
     "port",
     "threads",
@@ -36,8 +51,17 @@ INTS = {
     "max_queue",
     "models_memory_mb",
 }
-LISTS = {"models", "remote_backend_urls", "lora_adapters", "api_keys", "admin_keys", "pangu_auth_tokens", "pangu_app_codes",
-         "pangu_aksk", "media_remote_allowed_domains"}  # fmt: skip
+LISTS = {
+    "models",
+    "remote_backend_urls",
+    "lora_adapters",
+    "api_keys",
+    "admin_keys",
+    "pangu_auth_tokens",
+    "pangu_app_codes",
+    "pangu_aksk",
+    "media_remote_allowed_domains",
+}
 CHOICES = {
     "device": ("auto", "npu", "cuda", "mps", "cpu"),
     "dtype": ("auto", "bf16", "fp16", "fp32"),
@@ -47,22 +71,68 @@ CHOICES = {
     "prefix_cache_scope": ("credential", "shared"),
 }
 DEFAULTS = {
-    "host": "", "port": 7860, "model": "", "models": [], "models_dir": "", "models_memory_mb": 0, "device": "auto", "dtype": "auto", "graph_capture": False, "quantization": "auto", "cache_dir": "", "threads": 0,
-    "adaptive_threads": True, "ui": True, "insecure_public": False, "mcp": False, "remote_backend_urls": [], "max_num_seqs": 32,
-    "max_model_len": 0, "kv_cache_tokens": 65536, "prefix_cache_tokens": 4096, "max_batched_tokens": 256, "step_log": 4096,
-    "speculative_ngram": 4, "prefix_cache_scope": "credential",
-    "max_concurrent_per_client": 32, "request_timeout_s": 600, "shutdown_timeout_s": 30, "read_timeout_s": 30,
-    "log_message_content": False, "served_model_name": "", "lora_adapters": [], "api_keys": [], "admin_keys": [],
-    "pangu_auth_tokens": [], "pangu_app_codes": [], "pangu_aksk": [], "pangu_project_id": "",
-    "pangu_deployment_id": "", "pangu_strict_limits": True, "max_request_length_mb": 4, "max_input_tokens": 0,
-    "max_new_tokens": 512, "max_n": 8, "max_queue": 64, "perf_stats": True, "full_text_enabled": False,
+    "host": "",
+    "port": 7860,
+    "model": "",
+    "models": [],
+    "models_dir": "",
+    "models_memory_mb": 0,
+    "device": "auto",
+    "dtype": "auto",
+    "graph_capture": False,
+    "quantization": "auto",
+    "cache_dir": "",
+    "threads": 0,
+    "adaptive_threads": True,
+    "ui": True,
+    "insecure_public": False,
+    "mcp": False,
+    "remote_backend_urls": [],
+    "max_num_seqs": 32,
+    "max_model_len": 0,
+    "kv_cache_tokens": 65536,
+    "prefix_cache_tokens": 4096,
+    "max_batched_tokens": 256,
+    "step_log": 4096,
+    "speculative_ngram": 4,
+    "prefix_cache_scope": "credential",
+    "max_concurrent_per_client": 32,
+    "request_timeout_s": 600,
+    "shutdown_timeout_s": 30,
+    "read_timeout_s": 30,
+    "log_message_content": False,
+    "served_model_name": "",
+    "lora_adapters": [],
+    "api_keys": [],
+    "admin_keys": [],
+    "pangu_auth_tokens": [],
+    "pangu_app_codes": [],
+    "pangu_aksk": [],
+    "pangu_project_id": "",
+    "pangu_deployment_id": "",
+    "pangu_strict_limits": True,
+    "max_request_length_mb": 4,
+    "max_input_tokens": 0,
+    "max_new_tokens": 512,
+    "max_n": 8,
+    "max_queue": 64,
+    "perf_stats": True,
+    "full_text_enabled": False,
     "enable_reasoning": "auto",
     "thinking_early_stop_text": "\n\nConsidering the limited time, I have to give the solution directly now.\n</think>\n\n",
-    "tool_call_parser": "auto", "media_allow_data_urls": True, "media_allow_local": False, "media_local_root": "",
-    "media_allow_remote": False, "media_remote_allowed_domains": [], "chat_template_allow_path": False,
-    "chat_template_dir": "", "use_model_generation_config": False, "audio_transcription": None,
-    "moderation_hook": "", "pangu_v1_usage_event": False,
-}  # fmt: skip
+    "tool_call_parser": "auto",
+    "media_allow_data_urls": True,
+    "media_allow_local": False,
+    "media_local_root": "",
+    "media_allow_remote": False,
+    "media_remote_allowed_domains": [],
+    "chat_template_allow_path": False,
+    "chat_template_dir": "",
+    "use_model_generation_config": False,
+    "audio_transcription": None,
+    "moderation_hook": "",
+    "pangu_v1_usage_event": False,
+}
 NAMES = [f.name for f in dataclasses.fields(cfg.Settings)]
 # What a flag / variable value looks like for each kind, and what it turns into (lora_adapters: id=DIR entries, test_config.py).
 SAMPLES = {"int": ("3", 3), "list": (" a, b,,c ", ["a", "b", "c"]), "str": (" x@y ", " x@y ")}
@@ -173,16 +243,22 @@ def test_other_variables_are_ignored_and_defaults_read_the_process(monkeypatch: 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--max-request-length-mb", "0"], "--max-request-length-mb must be in [1, 100]"),
-     *[([cfg.cli_flag(n), "0"], f"{cfg.cli_flag(n)} must be >= 1")
-       for n in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens")],
-     *[([cfg.cli_flag(n), "-1"], f"{cfg.cli_flag(n)} must be >= 0")
-       for n in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s")],
-     (["--pangu-project-id", "a/b"], "--pangu-project-id must match [A-Za-z0-9_-]{1,128}"),
-     (["--pangu-deployment-id", "x" * 129], "--pangu-deployment-id must match [A-Za-z0-9_-]{1,128}"),
-     (["--media-allow-local"], "--media-allow-local needs --media-local-root"),
-     (["--chat-template-allow-path"], "--chat-template-allow-path needs --chat-template-dir")],
-)  # fmt: skip
+    [
+        (["--max-request-length-mb", "0"], "--max-request-length-mb must be in [1, 100]"),
+        *[
+            ([cfg.cli_flag(n), "0"], f"{cfg.cli_flag(n)} must be >= 1")
+            for n in ("max_new_tokens", "max_n", "max_queue", "max_num_seqs", "kv_cache_tokens")
+        ],
+        *[
+            ([cfg.cli_flag(n), "-1"], f"{cfg.cli_flag(n)} must be >= 0")
+            for n in ("max_concurrent_per_client", "request_timeout_s", "shutdown_timeout_s")
+        ],
+        (["--pangu-project-id", "a/b"], "--pangu-project-id must match [A-Za-z0-9_-]{1,128}"),
+        (["--pangu-deployment-id", "x" * 129], "--pangu-deployment-id must match [A-Za-z0-9_-]{1,128}"),
+        (["--media-allow-local"], "--media-allow-local needs --media-local-root"),
+        (["--chat-template-allow-path"], "--chat-template-allow-path needs --chat-template-dir"),
+    ],
+)
 def test_validation_messages(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError) as caught:
         settings_from(argv, environ={})

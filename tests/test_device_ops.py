@@ -60,8 +60,9 @@ def test_the_reference_norm_and_rotary_match_hf_modules() -> None:
     slots = torch.tensor([7, 1, 30, 2, 9, 11])
     q = ref.rope_store(qkv, cos[0], sin[0], slots, k_rows, v_rows, H)
     q_hf, k_hf, v_hf = qkv.split((H * D, KV * D, KV * D), dim=-1)
-    q_hf, k_hf = hf.apply_rotary_pos_emb(q_hf.view(n, H, D).transpose(0, 1)[None],
-                                         k_hf.view(n, KV, D).transpose(0, 1)[None], cos, sin)  # fmt: skip
+    q_hf, k_hf = hf.apply_rotary_pos_emb(
+        q_hf.view(n, H, D).transpose(0, 1)[None], k_hf.view(n, KV, D).transpose(0, 1)[None], cos, sin
+    )
     torch.testing.assert_close(q, q_hf[0].transpose(0, 1))
     torch.testing.assert_close(k_rows[slots], k_hf[0].transpose(0, 1))
     torch.testing.assert_close(v_rows[slots], v_hf.view(n, KV, D))
@@ -90,19 +91,28 @@ def test_each_backend_matches_the_reference_op_by_op(table: ops.TorchOps, rows: 
     torch.testing.assert_close(k1, k2)
     torch.testing.assert_close(v1, v2)
     norm = (torch.rand(D, generator=g) + 0.5, torch.rand(D, generator=g) + 0.5, 1e-6)  # Qwen3's q / k norms
-    torch.testing.assert_close(table.rope_store(qkv, cos, sin, slots, k1, v1, H, norm),
-                               ref.rope_store(qkv, cos, sin, slots, k2, v2, H, norm))  # fmt: skip
+    torch.testing.assert_close(
+        table.rope_store(qkv, cos, sin, slots, k1, v1, H, norm), ref.rope_store(qkv, cos, sin, slots, k2, v2, H, norm)
+    )
 
     k_pool, v_pool = pools()
     lens = torch.randint(1, 3 * PAGE, (rows,), generator=g, dtype=torch.int32)
     width = int(-(-lens.max() // PAGE))
     table_ = torch.stack([torch.randperm(12, generator=g)[:width] for _ in range(rows)]).to(torch.int32)
     q = torch.randn(rows, H, D, generator=g)
-    torch.testing.assert_close(table.decode_attention(q, k_pool, v_pool, table_, lens),
-                               ref.decode_attention(q, k_pool, v_pool, table_, lens), atol=1e-5, rtol=1e-4)  # fmt: skip
+    torch.testing.assert_close(
+        table.decode_attention(q, k_pool, v_pool, table_, lens),
+        ref.decode_attention(q, k_pool, v_pool, table_, lens),
+        atol=1e-5,
+        rtol=1e-4,
+    )
     starts = (torch.rand(rows, generator=g) * lens.float()).to(torch.int32)  # sliding windows: from starts[b]
-    torch.testing.assert_close(table.decode_attention(q, k_pool, v_pool, table_, lens, starts),
-                               ref.decode_attention(q, k_pool, v_pool, table_, lens, starts), atol=1e-5, rtol=1e-4)  # fmt: skip
+    torch.testing.assert_close(
+        table.decode_attention(q, k_pool, v_pool, table_, lens, starts),
+        ref.decode_attention(q, k_pool, v_pool, table_, lens, starts),
+        atol=1e-5,
+        rtol=1e-4,
+    )
     torch.testing.assert_close(table.gelu_tanh_mul(gate_up), ref.gelu_tanh_mul(gate_up))
 
 

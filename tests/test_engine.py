@@ -123,14 +123,25 @@ def test_abort_frees_the_slot_within_a_step(service, make_engine) -> None:
         time.sleep(0.01)
     load = e.load()
     assert 1 <= load.pop("threads") <= torch.get_num_threads()  # the engine thread's team size now
-    assert load | {"preemptions": 0} == {"waiting": 0, "running": 0, "running_seqs": 0, "kv_tokens_used": 0,
-                                         "preemptions": 0}  # fmt: skip
+    assert load | {"preemptions": 0} == {
+        "waiting": 0,
+        "running": 0,
+        "running_seqs": 0,
+        "kv_tokens_used": 0,
+        "preemptions": 0,
+    }
     assert a.tokens() < 2000
 
 
 def test_client_disconnect_mid_stream_aborts_the_request(live) -> None:
-    body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "max_tokens": 2000, "ignore_eos": True, "temperature": 0}  # fmt: skip
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 2000,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
     with live.client() as http, http.stream("POST", "/v1/chat/completions", json=body) as resp:
         for line in resp.iter_lines():
             if '"content":"' in line and '"content":""' not in line:
@@ -147,8 +158,11 @@ def test_client_disconnect_mid_stream_aborts_the_request(live) -> None:
 def test_batched_requests_get_the_same_tokens_as_alone(service, make_engine) -> None:
     e = make_engine()
     prompts = [prompt(service, q) for q in ("Name a colour.", "Count to five.", "What is a cat?")]
-    params = [SamplingParams(temperature=0, max_tokens=16), SamplingParams(temperature=0.9, seed=11, max_tokens=16),
-              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=16)]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0, max_tokens=16),
+        SamplingParams(temperature=0.9, seed=11, max_tokens=16),
+        SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=16),
+    ]
 
     def run_alone(i: int) -> list[int]:
         c = Collector()
@@ -167,9 +181,11 @@ def test_batched_requests_get_the_same_tokens_as_alone(service, make_engine) -> 
 
 def test_preempted_requests_resume_with_identical_tokens(service, make_engine) -> None:
     prompts = [prompt(service, q) for q in ("Name a colour.", "Count to five.", "What is a cat?")]
-    params = [SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
-              SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
-              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True)]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
+        SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
+        SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True),
+    ]
     # Room for one request to finish and two to start: the later ones must be preempted and resumed.
     budget = max(len(p) for p in prompts) + 150 + 2 * (max(len(p) for p in prompts) + 1 + 128)
     e = make_engine(kv_cache_tokens=budget)

@@ -20,12 +20,22 @@ def tiny_gemma(bf16_weights: bool = False, **kw):
 
     torch.manual_seed(0)
     cfg = Gemma3TextConfig(
-        vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=WINDOW,
+        vocab_size=3000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        sliding_window=WINDOW,
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
-        query_pre_attn_scalar=24, final_logit_softcapping=3.0, rope_local_base_freq=100.0, rope_theta=10000.0,
+        query_pre_attn_scalar=24,
+        final_logit_softcapping=3.0,
+        rope_local_base_freq=100.0,
+        rope_theta=10000.0,
         **kw,
-    )  # fmt: skip
+    )
     model = Gemma3ForCausalLM(cfg).eval()
     with torch.no_grad():  # HF initialises the (1 + w) norms to zero: give them something to fold
         for name, p in model.named_parameters():
@@ -128,10 +138,19 @@ def test_gemma3_without_softcap_and_with_the_default_scale() -> None:
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(1)
-    cfg = Gemma3TextConfig(vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=PAGE + 3,
-                           layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
-                           final_logit_softcapping=None)  # fmt: skip
+    cfg = Gemma3TextConfig(
+        vocab_size=3000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=PAGE + 3,
+        layer_types=["sliding_attention", "full_attention"],
+        query_pre_attn_scalar=16,
+        final_logit_softcapping=None,
+    )
     model = Gemma3ForCausalLM(cfg).eval()
     runner = make_runner(model, "cpu")
     assert isinstance(runner, DecoderRunner) and runner.gemma is not None

@@ -101,8 +101,13 @@ def test_the_server_serves_the_270m_greedy_as_hf_generates_it(gemma_live: Any, r
         ids = reference.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
     want = gemma_live.service.tokenizer.decode(ids, skip_special_tokens=True)
     assert reply.choices[0].message.content == want and want.strip()
-    stream = client.chat.completions.create(model=GEMMA, messages=messages, max_tokens=4, temperature=0,  # type: ignore[arg-type]
-                                            stream=True)  # fmt: skip
+    stream = client.chat.completions.create(
+        model=GEMMA,
+        messages=messages,
+        max_tokens=4,
+        temperature=0,  # type: ignore[arg-type]
+        stream=True,
+    )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
 
 
@@ -185,8 +190,14 @@ def test_the_server_state_shows_the_window_pool_while_a_long_prompt_decodes(gemm
     from prometheus_client.parser import text_string_to_metric_families
 
     text = "Owls hunt at night and sleep by day in hollow trees. " * 75
-    body = {"model": GEMMA, "messages": [{"role": "user", "content": text}], "max_tokens": 24, "temperature": 0,
-            "stream": True, "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": GEMMA,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.Client(base_url=gemma_live.url, timeout=120) as http:
         with http.stream("POST", "/v1/chat/completions", json=body) as r:
             lines = r.iter_lines()
@@ -196,8 +207,9 @@ def test_the_server_state_shows_the_window_pool_while_a_long_prompt_decodes(gemm
                 pass
         time.sleep(0.5)
         done = http.get("/server/state").json()["kv_cache"]
-        metrics = {s.name: s.value for f in text_string_to_metric_families(http.get("/metrics").text)
-                   for s in f.samples}  # fmt: skip
+        metrics = {
+            s.name: s.value for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples
+        }
     assert busy["window"] == 512 and busy["pages_used"] >= 56 and 0 < busy["window_pages_used"] <= 512 // PAGE + 2
     assert done["pages_used"] == 0 and done["window_pages_used"] == 0
     assert metrics["playground_kv_cache_window_total_pages"] == done["window_pages_total"] > 0

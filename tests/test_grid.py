@@ -16,31 +16,52 @@ from playground import grid
 from playground.backend import LocalBackend
 from playground.remote import RemoteBackend
 
-JSONL = "\n".join(json.dumps(r) for r in [
-    {"user": "What is the capital of {{country}}? Answer with the city only.", "country": "France",
-     "expected": "Paris"},
-    {"user": "What is the capital of {{country}}? Answer with the city only.", "country": "Italy",
-     "expected": "Rome"},
-    {"user": "Name one colour of the sky.", "expected": "blue"},
-    {"user": "Count from one to three in words.", "expected": "two"},
-    {"system": "You reply in English.", "user": "Say hello.", "expected": "hello"},
-    {"messages": [{"role": "user", "content": "Write the number {{n}} in digits."}], "n": "seven", "expected": "7"},
-    {"user": 'Reply with a JSON object with a key "a" set to 1.'},
-    {"user": "What is two plus two?", "expected": "4|four"},
-])  # fmt: skip
-GRADERS = [grid.GRADERS["contains"], grid.regex(), grid.GRADERS["valid_json"], grid.length(1, 400),
-           grid.custom(lambda reply: not reply.isupper(), "not shouting")]  # fmt: skip
+JSONL = "\n".join(
+    json.dumps(r)
+    for r in [
+        {
+            "user": "What is the capital of {{country}}? Answer with the city only.",
+            "country": "France",
+            "expected": "Paris",
+        },
+        {
+            "user": "What is the capital of {{country}}? Answer with the city only.",
+            "country": "Italy",
+            "expected": "Rome",
+        },
+        {"user": "Name one colour of the sky.", "expected": "blue"},
+        {"user": "Count from one to three in words.", "expected": "two"},
+        {"system": "You reply in English.", "user": "Say hello.", "expected": "hello"},
+        {"messages": [{"role": "user", "content": "Write the number {{n}} in digits."}], "n": "seven", "expected": "7"},
+        {"user": 'Reply with a JSON object with a key "a" set to 1.'},
+        {"user": "What is two plus two?", "expected": "4|four"},
+    ]
+)
+GRADERS = [
+    grid.GRADERS["contains"],
+    grid.regex(),
+    grid.GRADERS["valid_json"],
+    grid.length(1, 400),
+    grid.custom(lambda reply: not reply.isupper(), "not shouting"),
+]
 
 
 @pytest.fixture(scope="module")
 def ran(service: Any, live: Any) -> grid.Grid:
     here, there = LocalBackend(service), RemoteBackend(live.url + "/v1")
-    columns = [grid.Column("greedy", here, {"temperature": 0, "max_tokens": 16}),
-               grid.Column("one word", here, {"temperature": 0, "max_tokens": 16, "system": "Answer in one word."}),
-               grid.Column("by URL", there, {"temperature": 0, "max_tokens": 16})]  # fmt: skip
+    columns = [
+        grid.Column("greedy", here, {"temperature": 0, "max_tokens": 16}),
+        grid.Column("one word", here, {"temperature": 0, "max_tokens": 16, "system": "Answer in one word."}),
+        grid.Column("by URL", there, {"temperature": 0, "max_tokens": 16}),
+    ]
     seen: list[tuple[int, int]] = []
-    out = grid.run_grid(grid.load_prompt_set(JSONL), columns, GRADERS, concurrency=6,
-                        on_progress=lambda done, total: seen.append((done, total)))  # fmt: skip
+    out = grid.run_grid(
+        grid.load_prompt_set(JSONL),
+        columns,
+        GRADERS,
+        concurrency=6,
+        on_progress=lambda done, total: seen.append((done, total)),
+    )
     assert seen[-1] == (24, 24) and [d for d, _ in seen] == list(range(1, 25))
     return out
 
@@ -69,8 +90,9 @@ def test_the_summary_row_per_column(ran: grid.Grid) -> None:
         cells = [c for c in ran.cells if c.column == name]
         passed = [c.passed for c in cells if c.passed is not None]
         assert r["pass_rate"] == sum(passed) / len(passed) and r["errors"] == 0 and r["cells"] == 8
-        assert r["median_ttft_ms"] > 0 and r["total_tokens"] == sum(c.completion_tokens + c.prompt_tokens
-                                                                    for c in cells)  # fmt: skip
+        assert r["median_ttft_ms"] > 0 and r["total_tokens"] == sum(
+            c.completion_tokens + c.prompt_tokens for c in cells
+        )
     assert rows["greedy"]["pass_rate"] == rows["by URL"]["pass_rate"]
 
 
@@ -117,7 +139,8 @@ def test_cancel_ends_the_cells_not_started(service: Any) -> None:
         if done == 1:
             stop.set()
 
-    out = grid.run_grid(rows, [grid.Column("a", here, {"max_tokens": 4})], concurrency=1, on_progress=progress,
-                        cancel=stop)  # fmt: skip
+    out = grid.run_grid(
+        rows, [grid.Column("a", here, {"max_tokens": 4})], concurrency=1, on_progress=progress, cancel=stop
+    )
     errors = [c.error for c in out.cells]
     assert errors[0] is None and errors[1:] == ["cancelled"] * 5

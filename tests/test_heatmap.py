@@ -28,8 +28,11 @@ def data(markup: str) -> list[dict]:
 
 
 def test_each_token_carries_its_probability_class_and_alternatives_with_the_chosen_ones_rank() -> None:
-    entries = [entry("Paris", 0.905, ("Paris", 0.905), ("Rome", 0.082)), entry(" is", 0.3, ("was", 0.5), ("be", 0.1)),
-               entry("!", 0.04)]  # fmt: skip
+    entries = [
+        entry("Paris", 0.905, ("Paris", 0.905), ("Rome", 0.082)),
+        entry(" is", 0.3, ("was", 0.5), ("be", 0.1)),
+        entry("!", 0.04),
+    ]
     markup = heatmap.tokens_html(entries)
     assert re.findall(r'class="pg-tok (pg-p\d)"', markup) == ["pg-p9", "pg-p3", "pg-p0"]
     (d,) = data(markup)
@@ -68,8 +71,9 @@ def test_the_stats_panel_keeps_a_native_tooltip_for_a_page_without_the_script() 
 
 def done_choice(n: int, *, finish: str | None = "length") -> ChoiceView:
     alts = [(f"alt{j}", 0.01) for j in range(20)]
-    return ChoiceView(index=0, content="x" * n, logprobs=[entry(f"w{i}", 0.6, *alts) for i in range(n)],
-                      finish_reason=finish)  # fmt: skip
+    return ChoiceView(
+        index=0, content="x" * n, logprobs=[entry(f"w{i}", 0.6, *alts) for i in range(n)], finish_reason=finish
+    )
 
 
 def test_chat_heatmap_is_one_collapsed_message_once_the_reply_is_final() -> None:
@@ -107,8 +111,12 @@ def test_chinese() -> None:
 
 def chunk(index: int, text: str, lp: float | None) -> ChatCompletionChunk:
     logprobs = ChoiceLogprobs(content=[LogprobEntry(token=text, logprob=lp, bytes=[])]) if lp is not None else None
-    return ChatCompletionChunk(id="c", created=0, model="m", choices=[
-        ChunkChoice(index=index, delta=Delta(content=text), logprobs=logprobs, finish_reason="stop")])  # fmt: skip
+    return ChatCompletionChunk(
+        id="c",
+        created=0,
+        model="m",
+        choices=[ChunkChoice(index=index, delta=Delta(content=text), logprobs=logprobs, finish_reason="stop")],
+    )
 
 
 def view(*lps: float | None) -> ReplyView:

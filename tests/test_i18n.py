@@ -14,10 +14,33 @@ from playground.reply import ReplyStats
 
 # The top-level keys of Gradio 6.31's own catalogue: a label key of that name would get Gradio's whole section
 # (the page showed "[object Object]" for an image labelled with the key "image").
-GRADIO_SECTIONS = {"annotated_image", "audio", "blocks", "chat_interface", "chatbot", "checkbox", "code",
-                   "color_picker", "common", "dataframe", "dropdown", "errors", "file", "highlighted_text", "image",
-                   "image_editor", "label", "login", "number", "plot", "radio", "slider", "status", "upload_text",
-                   "video"}  # fmt: skip
+GRADIO_SECTIONS = {
+    "annotated_image",
+    "audio",
+    "blocks",
+    "chat_interface",
+    "chatbot",
+    "checkbox",
+    "code",
+    "color_picker",
+    "common",
+    "dataframe",
+    "dropdown",
+    "errors",
+    "file",
+    "highlighted_text",
+    "image",
+    "image_editor",
+    "label",
+    "login",
+    "number",
+    "plot",
+    "radio",
+    "slider",
+    "status",
+    "upload_text",
+    "video",
+}
 SAME_IN_BOTH = {"curl"}  # a tool's name, the same in both languages
 
 
@@ -53,8 +76,14 @@ def test_say_picks_the_language_and_fills_the_values() -> None:
 
 
 def test_statistics_keep_their_english_keys_and_show_chinese_names() -> None:
-    s = ReplyStats(completion_tokens=8, prompt_tokens=30, ttft_ms=50, finish_reason="length", backend="remote",
-                   not_provided=["engine timeline", "prefill"])  # fmt: skip
+    s = ReplyStats(
+        completion_tokens=8,
+        prompt_tokens=30,
+        ttft_ms=50,
+        finish_reason="length",
+        backend="remote",
+        not_provided=["engine timeline", "prefill"],
+    )
     zh, en = stats.table_html(s, lang="zh"), stats.table_html(s)
     assert '<th>结束原因</th><td data-stat="finish reason">length</td>' in zh
     assert '<th>预填充</th><td data-stat="prefill">未提供</td>' in zh and 'data-stat="not provided"' in zh
@@ -74,9 +103,13 @@ def service(tools: bool) -> SimpleNamespace:
             raise AttributeError("no tool-call format")
         return object()
 
-    return SimpleNamespace(served_name="m", model=SimpleNamespace(modalities=frozenset(), context_length=4096),
-                           settings=SimpleNamespace(audio_transcription=True), tool_parser_for=parser,
-                           reasoning=SimpleNamespace(available=False))  # fmt: skip
+    return SimpleNamespace(
+        served_name="m",
+        model=SimpleNamespace(modalities=frozenset(), context_length=4096),
+        settings=SimpleNamespace(audio_transcription=True),
+        tool_parser_for=parser,
+        reasoning=SimpleNamespace(available=False),
+    )
 
 
 def test_a_model_without_tools_is_said_plainly_and_no_command_is_given() -> None:
@@ -105,7 +138,9 @@ def test_the_tools_check_says_first_that_the_model_cannot_call_tools() -> None:
 def test_tool_arguments_and_json_errors_in_chinese() -> None:
     tools = [tools_panel.GET_WEATHER]
     assert tools_panel.check_arguments(tools, "get_weather", '{"city": 3, "x": 1}', "zh") == [
-        "'city' 应为 string，实际为 3", "多余的参数 'x'"]  # fmt: skip
+        "'city' 应为 string，实际为 3",
+        "多余的参数 'x'",
+    ]
     assert tools_panel.check_arguments(tools, "get_weather", '{"city": 3}') == ["'city' should be string, got 3"]
     assert (
         tools_panel.parse_tools("[{", "zh")[1] == "工具不是有效的 JSON：此处应为双引号括起的属性名（第 1 行第 3 列）。"

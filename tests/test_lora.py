@@ -29,8 +29,10 @@ def write_adapter(path: Path, config: dict | None = None, tensors: dict[str, lis
     path.mkdir(parents=True, exist_ok=True)
     cfg = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"], "bias": "none"}
     (path / "adapter_config.json").write_text(json.dumps({**cfg, **(config or {})}))
-    shapes = tensors or {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": [2, 64],
-                         "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": [64, 2]}  # fmt: skip
+    shapes = tensors or {
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": [2, 64],
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": [64, 2],
+    }
     save_file({k: torch.zeros(s) for k, s in shapes.items()}, str(path / "adapter_model.safetensors"))
     return path
 
@@ -77,14 +79,22 @@ def test_a_bad_adapter_is_refused_naming_the_file_and_the_reason(tmp_path: Path)
 def test_an_adapter_that_does_not_fit_the_base_model_is_refused(tmp_path: Path) -> None:
     model = tiny_llama()
     runner = DecoderRunner(model, "cpu", 4096)
-    wide = write_adapter(tmp_path / "wide", tensors={
-        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": [2, 96],
-        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": [64, 2]})  # fmt: skip
+    wide = write_adapter(
+        tmp_path / "wide",
+        tensors={
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": [2, 96],
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": [64, 2],
+        },
+    )
     with pytest.raises(LoraError, match=r"wide/adapter_model.safetensors: layer 0 self_attn.q_proj: .*64x64"):
         runner.set_lora([read_adapter("wide", wide)])
-    deep = write_adapter(tmp_path / "deep", tensors={
-        "base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight": [2, 64],
-        "base_model.model.model.layers.7.self_attn.q_proj.lora_B.weight": [64, 2]})  # fmt: skip
+    deep = write_adapter(
+        tmp_path / "deep",
+        tensors={
+            "base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight": [2, 64],
+            "base_model.model.model.layers.7.self_attn.q_proj.lora_B.weight": [64, 2],
+        },
+    )
     with pytest.raises(LoraError, match="layer 7 self_attn.q_proj: the base model has 2 layers"):
         runner.set_lora([read_adapter("deep", deep)])
 
@@ -107,8 +117,15 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=5000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -143,8 +160,10 @@ def test_adapter_rows_match_peft_and_batch_with_the_base(tmp_path: Path, kernels
     import copy
 
     model = tiny_llama()
-    paths = [random_adapter(model, tmp_path / "qv", 8, ["q_proj", "v_proj"], 1),
-             random_adapter(model, tmp_path / "all", 4, ALL, 2)]  # fmt: skip
+    paths = [
+        random_adapter(model, tmp_path / "qv", 8, ["q_proj", "v_proj"], 1),
+        random_adapter(model, tmp_path / "all", 4, ALL, 2),
+    ]
     runner = DecoderRunner(copy.deepcopy(model), "cpu", 4096, use_kernels=kernels)
     runner.set_lora([read_adapter("qv", paths[0]), read_adapter("all", paths[1])])
     if not kernels:

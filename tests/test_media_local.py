@@ -52,8 +52,15 @@ def refused(source: str, root: Path, kind: str = "image_url", allow: bool = True
 
 def test_files_inside_the_root_load_in_every_form(tree: dict[str, Path]) -> None:
     root = tree["root"]
-    for source in ("a.png", "sub/b.png", f"{root}/a.png", f"file://{root}/a.png", "file://sub/b.png", "inside-link.png",
-                   "./a.png"):  # fmt: skip
+    for source in (
+        "a.png",
+        "sub/b.png",
+        f"{root}/a.png",
+        f"file://{root}/a.png",
+        "file://sub/b.png",
+        "inside-link.png",
+        "./a.png",
+    ):
         media = load(source, root)
         assert (media.kind, media.mime, media.origin, media.size) == ("image", "image/png", "local", len(PNG))
     assert load("clip.mp4", root, "video_url").frames_sampled == 2

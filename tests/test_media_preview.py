@@ -24,8 +24,14 @@ def preview(part: dict) -> dict:
 def test_image_preview_has_mime_bytes_and_size() -> None:
     raw = image_bytes("PNG", (32, 24))
     got = preview({"type": "image_url", "image_url": {"url": data_url("image/png", raw)}})
-    assert got == {"kind": "image", "mime": "image/png", "bytes": len(raw), "origin": "data_url", "width": 32,
-                   "height": 24}  # fmt: skip
+    assert got == {
+        "kind": "image",
+        "mime": "image/png",
+        "bytes": len(raw),
+        "origin": "data_url",
+        "width": 32,
+        "height": 24,
+    }
 
 
 def test_video_preview_counts_the_frames_the_server_samples() -> None:

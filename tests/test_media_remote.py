@@ -117,8 +117,14 @@ def assert_no_connection(sock: socket.socket) -> None:
         sock.accept()[0].close()
 
 
-def fetch(url: str, *, allowed: tuple[str, ...] = ("localhost", "127.0.0.1"), cap: int = 20 * MiB,
-          timeouts: Timeouts = Timeouts(), loopback: bool = False) -> bytes:  # fmt: skip
+def fetch(
+    url: str,
+    *,
+    allowed: tuple[str, ...] = ("localhost", "127.0.0.1"),
+    cap: int = 20 * MiB,
+    timeouts: Timeouts = Timeouts(),
+    loopback: bool = False,
+) -> bytes:
     check = public_or_loopback if loopback else is_public
     return asyncio.run(fetch_remote(url, cap, allowed_domains=allowed, timeouts=timeouts, address_check=check))
 
@@ -132,18 +138,46 @@ def refused(url: str, **kw: Any) -> str:
 @pytest.mark.parametrize(
     ("address", "public"),
     [
-        ("93.184.216.34", True), ("1.1.1.1", True), ("2606:4700:4700::1111", True),
-        ("127.0.0.1", False), ("127.8.9.10", False), ("::1", False), ("0.0.0.0", False), ("::", False),
-        ("10.0.0.1", False), ("172.16.5.4", False), ("192.168.1.1", False), ("fc00::1", False), ("fd12::1", False),
-        ("169.254.169.254", False), ("169.254.1.1", False), ("fe80::1", False), ("fe80::1%1", False),
-        ("fd00:ec2::254", False), ("100.64.0.1", False), ("224.0.0.1", False), ("239.255.255.250", False),
-        ("ff02::1", False), ("240.0.0.1", False), ("255.255.255.255", False), ("192.0.2.1", False),
-        ("198.18.0.1", False), ("::ffff:127.0.0.1", False), ("::ffff:10.0.0.1", False),
-        ("::ffff:169.254.169.254", False), ("::ffff:93.184.216.34", False), ("2002:7f00:1::", False),
-        ("2002:a00:1::", False), ("64:ff9b::a00:1", False), ("64:ff9b::7f00:1", False), ("::127.0.0.1", False),
-        ("2001:db8::1", False), ("not-an-ip", False), ("", False),
+        ("93.184.216.34", True),
+        ("1.1.1.1", True),
+        ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False),
+        ("127.8.9.10", False),
+        ("::1", False),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("172.16.5.4", False),
+        ("192.168.1.1", False),
+        ("fc00::1", False),
+        ("fd12::1", False),
+        ("169.254.169.254", False),
+        ("169.254.1.1", False),
+        ("fe80::1", False),
+        ("fe80::1%1", False),
+        ("fd00:ec2::254", False),
+        ("100.64.0.1", False),
+        ("224.0.0.1", False),
+        ("239.255.255.250", False),
+        ("ff02::1", False),
+        ("240.0.0.1", False),
+        ("255.255.255.255", False),
+        ("192.0.2.1", False),
+        ("198.18.0.1", False),
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+        ("::ffff:169.254.169.254", False),
+        ("::ffff:93.184.216.34", False),
+        ("2002:7f00:1::", False),
+        ("2002:a00:1::", False),
+        ("64:ff9b::a00:1", False),
+        ("64:ff9b::7f00:1", False),
+        ("::127.0.0.1", False),
+        ("2001:db8::1", False),
+        ("not-an-ip", False),
+        ("", False),
     ],
-)  # fmt: skip
+)
 def test_public_address_check(address: str, public: bool) -> None:
     # IPv4-mapped IPv6 is refused even for a public IPv4 (python counts ::ffff:0:0/96 as private): DNS never
     # needs to answer with one, and refusing the whole range leaves no mapped trick to find.
@@ -165,8 +199,16 @@ def test_public_address_check(address: str, public: bool) -> None:
 )
 def test_internal_addresses_are_refused_even_when_allow_listed(url: str, listener: socket.socket) -> None:
     port = listener.getsockname()[1]
-    allowed = ("127.0.0.1", "localhost", "::1", "::ffff:127.0.0.1", "10.0.0.1", "169.254.169.254",
-               "fd00:ec2::254", "0.0.0.0")  # fmt: skip
+    allowed = (
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "::ffff:127.0.0.1",
+        "10.0.0.1",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "0.0.0.0",
+    )
     assert refused(url.format(port=port), allowed=allowed) == FAILED
     assert_no_connection(listener)
 
@@ -185,8 +227,10 @@ def test_a_name_with_any_internal_address_is_refused(monkeypatch: pytest.MonkeyP
 
     def fake(host: str, *args: Any, **kwargs: Any) -> list:
         if host == "mixed.test":  # one public and one loopback answer: one bad address is enough
-            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
-                    (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]  # fmt: skip
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+            ]
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
@@ -202,8 +246,16 @@ def test_host_must_be_allow_listed_exactly(server: Server) -> None:
     assert server.hits == [("/ok.png", f"localhost:{port}")]
 
 
-@pytest.mark.parametrize("url", ["ftp://localhost/a.png", "http://user:pw@localhost:{port}/ok.png", "http:///a.png",
-                                 "http://localhost:99999/a.png", "http://localhost:x/a.png"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://localhost/a.png",
+        "http://user:pw@localhost:{port}/ok.png",
+        "http:///a.png",
+        "http://localhost:99999/a.png",
+        "http://localhost:x/a.png",
+    ],
+)
 def test_malformed_urls_are_refused(url: str, server: Server) -> None:
     assert refused(url.format(port=server.server_address[1]), loopback=True) == FAILED
     assert server.hits == []

@@ -65,8 +65,13 @@ def test_media_input_reads_pydantic_parts_and_dicts() -> None:
         {"type": "audio_url", "audio_url": "d.wav"},
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
     ]
-    expected = [("image", "a.png", None), ("image", "b.png", None), ("video", "c.mp4", None),
-                ("audio", "d.wav", None), ("audio", "AAAA", "wav")]  # fmt: skip
+    expected = [
+        ("image", "a.png", None),
+        ("image", "b.png", None),
+        ("video", "c.mp4", None),
+        ("audio", "d.wav", None),
+        ("audio", "AAAA", "wav"),
+    ]
     message = Message.model_validate({"role": "user", "content": parts})
     for part in (*parts, *message.media_parts()):
         item = media_input(part)
@@ -90,9 +95,16 @@ def test_base64_size_is_refused_before_decoding() -> None:
 
 
 def test_sniffing_names_every_container_of_the_tables() -> None:
-    samples = {"png": PNG, "jpeg": JPEG, "mp4": video_bytes("mp4", 0.2), "avi": video_bytes("avi", 0.2),
-               "wmv": video_bytes("asf", 0.2), "wav": audio_bytes("wav"), "flac": audio_bytes("flac"),
-               "mp3": audio_bytes("mp3")}  # fmt: skip
+    samples = {
+        "png": PNG,
+        "jpeg": JPEG,
+        "mp4": video_bytes("mp4", 0.2),
+        "avi": video_bytes("avi", 0.2),
+        "wmv": video_bytes("asf", 0.2),
+        "wav": audio_bytes("wav"),
+        "flac": audio_bytes("flac"),
+        "mp3": audio_bytes("mp3"),
+    }
     assert {name: src.sniff(data) for name, data in samples.items()} == {name: name for name in samples}
     assert src.sniff(b"\xff\xfb\x90\x00" + b"\0" * 12) == "mp3"  # a bare MPEG audio frame, no ID3 tag
     assert src.sniff(b"GIF89a" + b"\0" * 10) is None
@@ -108,8 +120,11 @@ def test_every_form_of_an_image_loads() -> None:
     ]
     loaded = [load(part) for part in forms]
     assert [(m.kind, m.mime, m.origin) for m in loaded] == [
-        ("image", "image/png", "data_url"), ("image", "image/jpeg", "data_url"),
-        ("image", "image/jpeg", "base64"), ("image", "image/png", "base64")]  # fmt: skip
+        ("image", "image/png", "data_url"),
+        ("image", "image/jpeg", "data_url"),
+        ("image", "image/jpeg", "base64"),
+        ("image", "image/png", "base64"),
+    ]
     assert all(m.image.mode == "RGB" and m.image.size == (32, 24) for m in loaded)
     assert loaded[0].digest == loaded[3].digest != loaded[1].digest  # same bytes, whatever the form
     assert loaded[0].size == len(PNG)
@@ -141,22 +156,49 @@ def test_video_and_audio_data_urls_and_input_audio_load() -> None:
         ({"type": "image_url", "image_url": "data:image/png;base64,AAA"}, "invalid base64 data"),
         ({"type": "image_url", "image_url": "@@@"}, "invalid base64 data"),
         ({"type": "image_url", "image_url": data_url("image/gif", b"GIF89a")}, "invalid data URL"),
-        ({"type": "image_url", "image_url": "data:image/png;base64," + b64(JPEG)}, "does not match its declared type image/png"),
+        (
+            {"type": "image_url", "image_url": "data:image/png;base64," + b64(JPEG)},
+            "does not match its declared type image/png",
+        ),
         ({"type": "image_url", "image_url": "data:image/jpeg;charset=x;base64," + b64(JPEG)}, "invalid data URL"),
         ({"type": "image_url", "image_url": "data:image/mp4;base64," + b64(PNG)}, "unsupported image type image/mp4"),
-        ({"type": "video_url", "video_url": data_url("audio/mpeg", audio_bytes("mp3"))}, "video_url parts cannot carry audio/mpeg"),
+        (
+            {"type": "video_url", "video_url": data_url("audio/mpeg", audio_bytes("mp3"))},
+            "video_url parts cannot carry audio/mpeg",
+        ),
         ({"type": "audio_url", "audio_url": data_url("image/png", PNG)}, "audio_url parts cannot carry image/png"),
-        ({"type": "video_url", "video_url": data_url("video/x-msvideo", video_bytes("mp4", 0.2))}, "declared type video/x-msvideo"),
-        ({"type": "image_url", "image_url": b64(b"GIF89a" + b"\0" * 30)}, "image content is not a supported format (JPEG, PNG)"),
+        (
+            {"type": "video_url", "video_url": data_url("video/x-msvideo", video_bytes("mp4", 0.2))},
+            "declared type video/x-msvideo",
+        ),
+        (
+            {"type": "image_url", "image_url": b64(b"GIF89a" + b"\0" * 30)},
+            "image content is not a supported format (JPEG, PNG)",
+        ),
         ({"type": "video_url", "video_url": b64(video_bytes("mp4", 0.2))}, "unsupported video source"),
-        ({"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "mp3"}}, "declared type audio/mpeg"),
-        ({"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "ogg"}}, "format must be one of mp3"),
-        ({"type": "input_audio", "input_audio": {"data": data_url("audio/x-wav", audio_bytes("wav")), "format": "wav"}}, "invalid base64"),
+        (
+            {"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "mp3"}},
+            "declared type audio/mpeg",
+        ),
+        (
+            {"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "ogg"}},
+            "format must be one of mp3",
+        ),
+        (
+            {
+                "type": "input_audio",
+                "input_audio": {"data": data_url("audio/x-wav", audio_bytes("wav")), "format": "wav"},
+            },
+            "invalid base64",
+        ),
         ({"type": "image_url", "image_url": b64(b"\xff\xd8\xff" + b"\0" * 40)}, "could not decode image data"),
-        ({"type": "video_url", "video_url": data_url("video/mp4", b"\0\0\0\x18ftypisom" + b"\0" * 64)}, "could not decode"),
+        (
+            {"type": "video_url", "video_url": data_url("video/mp4", b"\0\0\0\x18ftypisom" + b"\0" * 64)},
+            "could not decode",
+        ),
         ({"type": "audio_url", "audio_url": data_url("audio/flac", b"fLaC" + b"\0" * 64)}, "could not decode"),
     ],
-)  # fmt: skip
+)
 def test_rejections(part: dict, message: str) -> None:
     assert message in refused(part)
 
@@ -165,7 +207,9 @@ def test_oversize_decoded_image_is_refused() -> None:
     big = b"\xff\xd8\xff" + b"\0" * (src.MAX_BYTES["image"] - 2)  # 20 MiB + 1 byte once decoded
     assert "image must be at most 20 MiB" in refused({"type": "image_url", "image_url": data_url("image/jpeg", big)})
     audio = b"RIFF\0\0\0\0WAVE" + b"\0" * (src.MAX_BYTES["audio"] - 11)
-    assert "audio must be at most 20 MiB" in refused({"type": "input_audio", "input_audio": {"data": b64(audio), "format": "wav"}})  # fmt: skip
+    assert "audio must be at most 20 MiB" in refused(
+        {"type": "input_audio", "input_audio": {"data": b64(audio), "format": "wav"}}
+    )
 
 
 def test_video_limit_is_512_mib() -> None:
@@ -176,9 +220,11 @@ def test_video_limit_is_512_mib() -> None:
 
 def test_inline_media_can_be_disabled() -> None:
     off = Settings(media_allow_data_urls=False)
-    for part in ({"type": "image_url", "image_url": data_url("image/png", PNG)},
-                 {"type": "image_url", "image_url": b64(JPEG)},
-                 {"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "wav"}}):  # fmt: skip
+    for part in (
+        {"type": "image_url", "image_url": data_url("image/png", PNG)},
+        {"type": "image_url", "image_url": b64(JPEG)},
+        {"type": "input_audio", "input_audio": {"data": b64(audio_bytes("wav")), "format": "wav"}},
+    ):
         assert refused(part, off) == "inline base64 media is disabled on this server"
 
 

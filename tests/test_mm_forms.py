@@ -29,8 +29,15 @@ BLUE = ms.image_bytes("JPEG", (64, 48), (20, 30, 200))
 MP4 = ms.video_bytes("mp4", seconds=1.0, fps=4, size=(64, 48))
 _TONE = ms.tone(seconds=1.0, rate=16000, freq=440.0, channels=1) * np.linspace(0.2, 1.0, 16000, dtype=np.float32)
 WAV, FLAC, MP3 = (ms.audio_bytes(fmt, _TONE, rate=16000) for fmt in ("wav", "flac", "mp3"))
-FILES = {"red.jpg": JPEG, "blue.jpg": BLUE, "clip.mp4": MP4, "tone.wav": WAV, "tone.flac": FLAC, "tone.mp3": MP3,
-         "not-image.png": WAV}  # fmt: skip
+FILES = {
+    "red.jpg": JPEG,
+    "blue.jpg": BLUE,
+    "clip.mp4": MP4,
+    "tone.wav": WAV,
+    "tone.flac": FLAC,
+    "tone.mp3": MP3,
+    "not-image.png": WAV,
+}
 # sparse files just over the limits: 20 MiB for images and audio, 512 MiB for video
 BIG = {"big.png": (b"\x89PNG\r\n\x1a\n", 20), "big.wav": (b"RIFF\0\0\0\0WAVE", 20), "big.mp4": (b"\0\0\0\x18ftyp", 512)}
 
@@ -73,15 +80,23 @@ def source(form: str, part_type: str, root: Path, base: str) -> Any:
 
 
 def ask(server: LiveServer, model: str, parts: list[dict], **extra: Any) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
-            "max_tokens": 2, "temperature": 0, "logprobs": True, "top_logprobs": 3} | extra  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
+        "max_tokens": 2,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 3,
+    } | extra
     with server.client() as c:
         return c.post("/v1/chat/completions", json=body)
 
 
 def tops(body: dict) -> list[list[tuple[str, float]]]:
-    return [[(t["token"], round(t["logprob"], 5)) for t in entry["top_logprobs"]]
-            for entry in body["choices"][0]["logprobs"]["content"]]  # fmt: skip
+    return [
+        [(t["token"], round(t["logprob"], 5)) for t in entry["top_logprobs"]]
+        for entry in body["choices"][0]["logprobs"]["content"]
+    ]
 
 
 _plain: dict[str, int] = {}
@@ -154,22 +169,31 @@ VL_ERRORS = [
     ({"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,ab=c"}}, "invalid base64 data"),
     ({"type": "image_url", "image_url": "not base64!"}, "invalid base64 data"),
     ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA="}}, "invalid base64 data"),
-    ({"type": "image_url", "image_url": ms.data_url("image/png", JPEG)},
-     "image content does not match its declared type image/png"),
-    ({"type": "image_url", "image_url": {"url": ms.data_url("video/mp4", MP4)}}, "image_url parts cannot carry video/mp4 data"),
-    ({"type": "video_url", "video_url": ms.data_url("video/x-msvideo", MP4)},
-     "video content does not match its declared type video/x-msvideo"),
+    (
+        {"type": "image_url", "image_url": ms.data_url("image/png", JPEG)},
+        "image content does not match its declared type image/png",
+    ),
+    (
+        {"type": "image_url", "image_url": {"url": ms.data_url("video/mp4", MP4)}},
+        "image_url parts cannot carry video/mp4 data",
+    ),
+    (
+        {"type": "video_url", "video_url": ms.data_url("video/x-msvideo", MP4)},
+        "video content does not match its declared type video/x-msvideo",
+    ),
     ({"type": "image_url", "image_url": ms.b64(WAV)}, "image content is not a supported format (JPEG, PNG)"),
     ({"type": "image_url", "image_url": {"url": "not-image.png"}}, NOT_ALLOWED),  # §3.4: wrong type, generic
-    ({"type": "video_url", "video_url": ms.b64(MP4)},
-     "unsupported video source: expected a data URL, an http(s) URL or a .mp4/avi/wmv file path"),
+    (
+        {"type": "video_url", "video_url": ms.b64(MP4)},
+        "unsupported video source: expected a data URL, an http(s) URL or a .mp4/avi/wmv file path",
+    ),
     ({"type": "image_url", "image_url": "file:///etc/passwd.png"}, NOT_ALLOWED),
     ({"type": "image_url", "image_url": {"url": "../outside/red.jpg"}}, NOT_ALLOWED),
     ({"type": "image_url", "image_url": {"url": "OUTSIDE"}}, NOT_ALLOWED),
     ({"type": "video_url", "video_url": {"url": "file://missing.mp4"}}, NOT_ALLOWED),
     ({"type": "image_url", "image_url": {"url": "big.png"}}, NOT_ALLOWED),  # over 20 MiB: refused before reading
     ({"type": "video_url", "video_url": "big.mp4"}, NOT_ALLOWED),  # over 512 MiB
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("part", "message"), VL_ERRORS)
@@ -183,11 +207,13 @@ def test_vl_errors_per_form(vl_live, media_files, part: dict, message: str) -> N
 
 
 def test_remote_errors(vl_live, media_files, media_http, private_fetch) -> None:
-    for part in ({"type": "image_url", "image_url": f"{media_http}/big.png"},  # over 20 MiB
-                 {"type": "video_url", "video_url": f"{media_http}/big.mp4"},  # over 512 MiB
-                 {"type": "image_url", "image_url": {"url": f"{media_http}/missing.jpg"}},  # 404
-                 {"type": "image_url", "image_url": {"url": f"{media_http}/not-image.png"}},  # wrong content
-                 {"type": "video_url", "video_url": {"url": f"http://example.com/{media_http}/clip.mp4"}}):  # fmt: skip
+    for part in (
+        {"type": "image_url", "image_url": f"{media_http}/big.png"},  # over 20 MiB
+        {"type": "video_url", "video_url": f"{media_http}/big.mp4"},  # over 512 MiB
+        {"type": "image_url", "image_url": {"url": f"{media_http}/missing.jpg"}},  # 404
+        {"type": "image_url", "image_url": {"url": f"{media_http}/not-image.png"}},  # wrong content
+        {"type": "video_url", "video_url": {"url": f"http://example.com/{media_http}/clip.mp4"}},
+    ):
         r = ask(vl_live, VL, [part])
         assert r.status_code == 422, r.text
         assert r.json()["error"] == f"messages[0].content[0]: {FAILED}"
@@ -204,8 +230,11 @@ def test_oversize_inline_image(vl_live) -> None:
     big = "data:image/png;base64," + "A" * (4 * (20 * MiB // 3 + 2))
     r = ask(vl_live, VL, [{"type": "image_url", "image_url": big}])
     assert r.status_code == 413
-    body = {"model": VL, "max_tokens": 1, "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": big}}]}]}  # fmt: skip
+    body = {
+        "model": VL,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": big}}]}],
+    }
     with extra_server(vl_live.settings, vl_live.service, ui=False, max_request_length_mb=32) as http:
         r = http.post("/v1/chat/completions", json=body)
     assert r.status_code == 422, r.text
@@ -238,24 +267,40 @@ def test_input_audio_formats(audio_live, fmt: str, data: bytes) -> None:
 AUDIO_ERRORS = [
     ({"type": "input_audio", "input_audio": {"data": "abc", "format": "wav"}}, "invalid base64 data"),
     ({"type": "audio_url", "audio_url": "data:audio/x-wav;base64,abc"}, "invalid base64 data"),
-    ({"type": "input_audio", "input_audio": {"data": ms.b64(FLAC), "format": "wav"}},
-     "audio content does not match its declared type audio/x-wav"),
-    ({"type": "audio_url", "audio_url": {"url": ms.data_url("audio/mpeg", WAV)}},
-     "audio content does not match its declared type audio/mpeg"),
-    ({"type": "audio_url", "audio_url": ms.data_url("image/jpeg", JPEG)}, "audio_url parts cannot carry image/jpeg data"),
-    ({"type": "input_audio", "input_audio": {"data": ms.b64(WAV), "format": "ogg"}},
-     ".input_audio.format must be one of mp3, wav, flac, got 'ogg'."),
-    ({"type": "audio_url", "audio_url": ms.b64(WAV)}, f".audio_url must be at most 4096 characters long, got {len(ms.b64(WAV))}."),
-    ({"type": "audio_url", "audio_url": ms.b64(WAV[:600])},
-     "unsupported audio source: expected a data URL, an http(s) URL or a .mp3/wav/flac file path"),
+    (
+        {"type": "input_audio", "input_audio": {"data": ms.b64(FLAC), "format": "wav"}},
+        "audio content does not match its declared type audio/x-wav",
+    ),
+    (
+        {"type": "audio_url", "audio_url": {"url": ms.data_url("audio/mpeg", WAV)}},
+        "audio content does not match its declared type audio/mpeg",
+    ),
+    (
+        {"type": "audio_url", "audio_url": ms.data_url("image/jpeg", JPEG)},
+        "audio_url parts cannot carry image/jpeg data",
+    ),
+    (
+        {"type": "input_audio", "input_audio": {"data": ms.b64(WAV), "format": "ogg"}},
+        ".input_audio.format must be one of mp3, wav, flac, got 'ogg'.",
+    ),
+    (
+        {"type": "audio_url", "audio_url": ms.b64(WAV)},
+        f".audio_url must be at most 4096 characters long, got {len(ms.b64(WAV))}.",
+    ),
+    (
+        {"type": "audio_url", "audio_url": ms.b64(WAV[:600])},
+        "unsupported audio source: expected a data URL, an http(s) URL or a .mp3/wav/flac file path",
+    ),
     ({"type": "audio_url", "audio_url": "file:///etc/passwd.wav"}, NOT_ALLOWED),
     ({"type": "audio_url", "audio_url": {"url": "big.wav"}}, NOT_ALLOWED),
-]  # fmt: skip
+]
 
 
 def test_remote_audio_errors(audio_live, media_files, media_http, private_fetch) -> None:
-    for part in ({"type": "audio_url", "audio_url": {"url": f"{media_http}/clip.mp4"}},  # a video, not audio
-                 {"type": "audio_url", "audio_url": f"{media_http}/big.wav"}):  # fmt: skip
+    for part in (
+        {"type": "audio_url", "audio_url": {"url": f"{media_http}/clip.mp4"}},  # a video, not audio
+        {"type": "audio_url", "audio_url": f"{media_http}/big.wav"},
+    ):
         r = ask(audio_live, AUDIO, [part])
         assert r.status_code == 422, r.text
         assert r.json()["error"] == f"messages[0].content[0]: {FAILED}"

@@ -40,8 +40,12 @@ def audio_part(data: bytes, fmt: str = "flac") -> dict:
 
 
 def ask(server: LiveServer, model: str, parts: list[dict], **extra: Any) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
-            "max_tokens": 2, "temperature": 0} | extra  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
+        "max_tokens": 2,
+        "temperature": 0,
+    } | extra
     with server.client() as c:
         return c.post("/v1/chat/completions", json=body)
 
@@ -75,8 +79,11 @@ def test_runner_positions_give_the_hf_forward_logits(vl_parts) -> None:
 
     model, tok, procs = vl_parts
     runner = make_runner(model, "cpu")
-    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
-                                   tokenize=False, add_generation_prompt=True)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     image = Image.fromarray(np.random.RandomState(1).randint(0, 255, (60, 90, 3), dtype=np.uint8))
     media = LoadedMedia("image", "image/png", "data_url", 1, "x", image=image)
     inputs = build_inputs(tok(text, add_special_tokens=False)["input_ids"], [media], procs)
@@ -117,17 +124,24 @@ def test_vl_decode_rows_batch_with_their_own_rope_deltas(vl_parts) -> None:
     model, tok, procs = vl_parts
     runner = make_runner(model, "cpu")
     assert isinstance(runner, HFRunner) and runner.batched and runner.mrope
-    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
-                                   tokenize=False, add_generation_prompt=True)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     image = Image.fromarray(np.random.RandomState(2).randint(0, 255, (60, 90, 3), dtype=np.uint8))
-    inputs = build_inputs(tok(text, add_special_tokens=False)["input_ids"],
-                          [LoadedMedia("image", "image/png", "data_url", 1, "x", image=image)], procs)  # fmt: skip
+    inputs = build_inputs(
+        tok(text, add_special_tokens=False)["input_ids"],
+        [LoadedMedia("image", "image/png", "data_url", 1, "x", image=image)],
+        procs,
+    )
 
     def reference(ids: list[int], mm: dict | None) -> torch.Tensor:
         full = torch.tensor([ids])
         model.model.rope_deltas = None
-        return model(input_ids=full, mm_token_type_ids=(full == model.config.image_token_id).int(),
-                     **(mm or {})).logits[0, -1]  # fmt: skip
+        return model(
+            input_ids=full, mm_token_type_ids=(full == model.config.image_token_id).int(), **(mm or {})
+        ).logits[0, -1]
 
     with torch.inference_mode():
         img, plain = KVCache(), KVCache()
@@ -143,8 +157,9 @@ def test_vl_decode_rows_batch_with_their_own_rope_deltas(vl_parts) -> None:
             out = runner.forward([Segment(caches[n], [history[n][-1]]) for n in names])
             assert runner.cohort is not None and len(runner.cohort.members) == len(names)
             for row, n in zip(out, names):
-                torch.testing.assert_close(row, reference(history[n], None if n == "plain" else inputs.tensors),
-                                           atol=1e-4, rtol=0)  # fmt: skip
+                torch.testing.assert_close(
+                    row, reference(history[n], None if n == "plain" else inputs.tensors), atol=1e-4, rtol=0
+                )
         assert img.rope_delta < 0 and caches["fork"].rope_delta == img.rope_delta and plain.rope_delta == 0
         for c in caches.values():
             runner.release(c)
@@ -164,12 +179,19 @@ def test_qwen2_5_vl_image_and_video_positions(vl_parts) -> None:
         torch.manual_seed(0)
         model = vl25_model(len(tok))
     cfg = model.config
-    procs = MediaProcessors("qwen2_5_vl", frozenset({"image", "video"}), image=vl_procs.image,
-                            token_ids={"image": cfg.image_token_id, "video": cfg.video_token_id})  # fmt: skip
+    procs = MediaProcessors(
+        "qwen2_5_vl",
+        frozenset({"image", "video"}),
+        image=vl_procs.image,
+        token_ids={"image": cfg.image_token_id, "video": cfg.video_token_id},
+    )
     frames = np.random.RandomState(0).randint(0, 255, (6, 60, 80, 3), dtype=np.uint8)
-    media = [LoadedMedia("image", "image/png", "data_url", 1, "i", image=Image.fromarray(frames[0])),
-             LoadedMedia("video", "video/mp4", "data_url", 1, "v",
-                         video=Video(frames, [0.0, 0.5, 1.0, 1.5, 2.0, 2.5], 3.0, 10.0))]  # fmt: skip
+    media = [
+        LoadedMedia("image", "image/png", "data_url", 1, "i", image=Image.fromarray(frames[0])),
+        LoadedMedia(
+            "video", "video/mp4", "data_url", 1, "v", video=Video(frames, [0.0, 0.5, 1.0, 1.5, 2.0, 2.5], 3.0, 10.0)
+        ),
+    ]
     parts = [{"type": "image"}, {"type": "video"}, {"type": "text", "text": "Hi"}]
     text = tok.apply_chat_template([{"role": "user", "content": parts}], tokenize=False, add_generation_prompt=True)
     inputs = build_inputs(tok(text, add_special_tokens=False)["input_ids"], media, procs)
@@ -193,8 +215,11 @@ def test_image_counts_its_tokens_in_the_prompt(vl_live, vl_parts) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     _, tok, procs = vl_parts
-    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}],
-                                   tokenize=False, add_generation_prompt=True)  # fmt: skip
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     placeholders = len(tok(text, add_special_tokens=False)["input_ids"])
     grid = procs.image(images=[Image.new("RGB", (100, 70))], return_tensors="pt")["image_grid_thw"]
     image_tokens = int(grid.prod()) // procs.image.merge_size**2
@@ -234,8 +259,10 @@ def test_n2_and_text_only_on_the_vl_model(vl_live) -> None:
     assert r.status_code == 200, r.text
     assert [c["index"] for c in r.json()["choices"]] == [0, 1]
     with vl_live.client() as c:
-        r = c.post("/v1/chat/completions", json={"model": VL, "max_tokens": 2,
-                                                 "messages": [{"role": "user", "content": "Hello"}]})  # fmt: skip
+        r = c.post(
+            "/v1/chat/completions",
+            json={"model": VL, "max_tokens": 2, "messages": [{"role": "user", "content": "Hello"}]},
+        )
     assert r.status_code == 200, r.text
     assert "media" not in r.json()
 

@@ -57,8 +57,16 @@ def test_lean_runner_matches_hf_on_smollm2(service) -> None:
 
 def tiny(config_cls, model_cls, **kw):
     torch.manual_seed(0)
-    cfg = config_cls(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, **kw)  # fmt: skip
+    cfg = config_cls(
+        vocab_size=5000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **kw,
+    )
     return model_cls(cfg).eval()
 
 
@@ -133,8 +141,12 @@ def test_lean_runner_in_bf16_keeps_float32_activations_and_rounds_only_long_inpu
     assert 0 < err < 0.03 * scale, (err, scale)  # bf16 inputs: 8 significant bits, float32 sums
 
 
-GREEDY_PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
-                  "List three primary colours.", "Explain what a CPU cache is in one sentence."]  # fmt: skip
+GREEDY_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three primary colours.",
+    "Explain what a CPU cache is in one sentence.",
+]
 
 
 def greedy(runner, prompts: list[list[int]], steps: int) -> list[list[int]]:
@@ -159,8 +171,10 @@ def test_greedy_tokens_are_the_same_with_and_without_the_kernels(service) -> Non
     if runner.kern is None:
         pytest.skip("no CPU kernels here: the service already runs the torch path")
     tok = service.engine.tokenizer
-    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-             for p in GREEDY_PROMPTS]  # fmt: skip
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in GREEDY_PROMPTS
+    ]
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     plain = DecoderRunner(copy.deepcopy(runner.model).float(), "cpu", kv_tokens=4096, use_kernels=False)
     together = greedy(runner, prompts, 24)

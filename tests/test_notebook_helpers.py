@@ -65,8 +65,13 @@ def wait_idle(service: Any) -> None:
 # ---- the request and one chat ---------------------------------------------------------------------------------
 def test_request_is_the_one_the_api_parses(local: LocalBackend) -> None:
     req = local.request(QUESTION, temperature=0.5, seed=None)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "temperature": 0.5,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "temperature": 0.5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     assert req == parse_chat_request(body)
     with pytest.raises(RequestValidationError, match=r"Parameter temperature must be in \[0.0, 2.0\], got 2.5"):
         local.request(QUESTION, temperature=2.5)
@@ -157,16 +162,19 @@ HEAD = '"id": "x", "created": 1, "model": "m"'
 
 
 def test_sse_parser_keeps_reasoning_apart_and_counts_tokens_from_usage() -> None:
-    lines = [": keep-alive", *sse(
-        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"role": "assistant", "content": ""}}}}]}}',
-        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"reasoning_content": "think"}}}}]}}',
-        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "Hi there"}}}}]}}',
-        f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "!"}}, "finish_reason": "stop"}}], '
-        '"usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
-        f'{{{HEAD}, "choices": [], "usage": {{"prompt_tokens": 3, "prompt_tokens_details": null, '
-        '"completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
-        "[DONE]",
-    )]  # fmt: skip
+    lines = [
+        ": keep-alive",
+        *sse(
+            f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"role": "assistant", "content": ""}}}}]}}',
+            f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"reasoning_content": "think"}}}}]}}',
+            f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "Hi there"}}}}]}}',
+            f'{{{HEAD}, "choices": [{{"index": 0, "delta": {{"content": "!"}}, "finish_reason": "stop"}}], '
+            '"usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
+            f'{{{HEAD}, "choices": [], "usage": {{"prompt_tokens": 3, "prompt_tokens_details": null, '
+            '"completion_tokens": 5, "total_tokens": 8, "batch_size": [1, 1, 2, 2, 2]}}',
+            "[DONE]",
+        ),
+    ]
     parser, result = SSEChunks(), ChatResult()
     for line in lines:
         chunk = parser.line(line)
@@ -274,11 +282,23 @@ def test_expand_grid_and_distinct_n() -> None:
 def test_sweep_runs_the_grid_as_one_batched_job(local: LocalBackend) -> None:
     grid = {"temperature": [0.5, 1.5], "seed": [1, 2]}
     df = sweep(local, grid, QUESTION, max_tokens=6)
-    assert list(df[["temperature", "seed"]].itertuples(index=False, name=None)) == [(0.5, 1), (0.5, 2), (1.5, 1),
-                                                                                    (1.5, 2)]  # fmt: skip
+    assert list(df[["temperature", "seed"]].itertuples(index=False, name=None)) == [
+        (0.5, 1),
+        (0.5, 2),
+        (1.5, 1),
+        (1.5, 2),
+    ]
     assert df["error"].isna().all() and (df["length"] <= 6).all() and (df["length"] > 0).all()
-    for column in ("reply", "mean_logprob", "min_logprob", "distinct_1", "distinct_2", "ttft_ms", "tokens_per_s",
-                   "finish_reason"):  # fmt: skip
+    for column in (
+        "reply",
+        "mean_logprob",
+        "min_logprob",
+        "distinct_1",
+        "distinct_2",
+        "ttft_ms",
+        "tokens_per_s",
+        "finish_reason",
+    ):
         assert column in df and df[column].notna().all(), column
     assert df["max_batch_size"].max() > 1  # in flight together: the engine batched them
     again = sweep(local, [{"temperature": 1.5, "seed": 2}], QUESTION, max_tokens=6)
@@ -378,8 +398,13 @@ def test_the_tool_loop_by_hand(qwen: LocalBackend) -> None:
     assert [(call.name, call.arguments)] == [(c.function.name, c.function.arguments) for c in expected]
     assert call.id.startswith("call_") and call.args == {"city": "Paris"}
     turn = asked.message()
-    assert turn == {"role": "assistant", "content": "", "tool_calls": [
-        {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.arguments}}]}  # fmt: skip
+    assert turn == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.arguments}}
+        ],
+    }
     answer = tool_result_message(call, {"temperature": 22, "sky": "sunny"})
     assert answer == {**WEATHER_RESULT, "tool_call_id": call.id}
     final = qwen.chat([WEATHER_QUESTION, turn, answer], tools=TOOLS, temperature=0, max_tokens=60)
@@ -415,8 +440,11 @@ def test_split_tool_call_deltas_fold_into_calls() -> None:
             result.add(chunk)
     assert result.tool_calls == [ToolCall("call_a", "f", '{"x": 1}'), ToolCall("call_b", "g", "{}")]
     assert [c.args for c in result.tool_calls] == [{"x": 1}, {}]
-    assert result.message()["tool_calls"][1] == {"id": "call_b", "type": "function",
-                                                  "function": {"name": "g", "arguments": "{}"}}  # fmt: skip
+    assert result.message()["tool_calls"][1] == {
+        "id": "call_b",
+        "type": "function",
+        "function": {"name": "g", "arguments": "{}"},
+    }
     with pytest.raises(ValueError, match="not a JSON object"):
         _ = ToolCall("call_c", "h", "[1]").args
     assert tool_result_message(result.tool_calls[0], "plain text")["content"] == "plain text"
@@ -445,11 +473,16 @@ def test_audio_is_transcribed_and_the_transcription_comes_back(local: LocalBacke
 
 
 def test_structured_output_reply_is_the_json_asked_for(local: LocalBackend) -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "legs": {"type": "integer"}},
-              "required": ["name", "legs"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "legs": {"type": "integer"}},
+        "required": ["name", "legs"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "animal", "schema": schema}}
-    result = local.chat("Describe a cat as JSON with its name and number of legs.", response_format=fmt,
-                        temperature=0, max_tokens=40)  # fmt: skip
+    result = local.chat(
+        "Describe a cat as JSON with its name and number of legs.", response_format=fmt, temperature=0, max_tokens=40
+    )
     assert result.finish_reason == "stop" and set(json.loads(result.reply)) == {"name", "legs"}
 
 

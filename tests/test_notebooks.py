@@ -83,8 +83,10 @@ def test_committed_notebooks_carry_no_outputs(path: Path) -> None:
 # callbacks run their requests on the kernel's loop. (widget expression, comm data); then a cell and what it prints.
 BROWSER = {
     "01_quickstart.ipynb": (
-        [("panel.box", {"method": "update", "state": {"value": "Now one about rivers."}, "buffer_paths": []}),
-         ("panel.send_button", {"method": "custom", "content": {"event": "click"}})],
+        [
+            ("panel.box", {"method": "update", "state": {"value": "Now one about rivers."}, "buffer_paths": []}),
+            ("panel.send_button", {"method": "custom", "content": {"event": "click"}}),
+        ],
         "reply = await panel.task\nprint(len(panel.history), panel.history[-2]['content'], reply.finish_reason)",
         "4 Now one about rivers.",
     ),
@@ -93,7 +95,7 @@ BROWSER = {
         "moved = await explorer.task\nprint(explorer.values()['temperature'], moved.completion_tokens > 0)",
         "0.3 True",
     ),
-}  # fmt: skip
+}
 
 
 def run_cell(client: Any, nb: Any, source: str) -> str:
@@ -117,8 +119,13 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel: Path) -> None:
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S, startup_timeout=60,
-                            resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    client = NotebookClient(
+        nb,
+        kernel_name=KERNEL,
+        timeout=CELL_TIMEOUT_S,
+        startup_timeout=60,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     cells = code_cells(nb)
     started = time.monotonic()
     with client.setup_kernel():

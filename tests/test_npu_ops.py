@@ -59,23 +59,39 @@ def test_every_operation_takes_its_fused_function_when_torch_npu_has_it(caplog: 
     assert fallback_lines(caplog) == []
 
 
-@pytest.mark.parametrize(("missing", "op", "expect"), [
-    (("_npu_paged_attention",), "decode_attention", "torch_npu.npu_fused_infer_attention_score"),
-    (("npu_prompt_flash_attention",), "prompt_attention", "torch_npu.npu_fused_infer_attention_score"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("missing", "op", "expect"),
+    [
+        (("_npu_paged_attention",), "decode_attention", "torch_npu.npu_fused_infer_attention_score"),
+        (("npu_prompt_flash_attention",), "prompt_attention", "torch_npu.npu_fused_infer_attention_score"),
+    ],
+)
 def test_an_attention_op_takes_the_next_fused_function(missing: tuple[str, ...], op: str, expect: str) -> None:
     table, _ = fake_table(missing=missing)
     assert table.chosen == {**ALL_FUSED, op: expect}
 
 
-@pytest.mark.parametrize(("missing", "op", "line"), [
-    (("npu_swiglu",), "silu_mul", "npu op silu_mul: torch reference (torch_npu 2.5.1 has no npu_swiglu)"),
-    (("npu_add_rms_norm", "npu_rms_norm"), "add_rmsnorm",
-     "npu op add_rmsnorm: torch reference (torch_npu 2.5.1 has no npu_add_rms_norm or npu_rms_norm)"),
-    (("npu_rotary_mul",), "rope_store", "npu op rope_store: torch reference (torch_npu 2.5.1 has no npu_rotary_mul)"),
-    (("npu_quant_matmul",), "quant_matmul",
-     "npu op quant_matmul: torch reference (torch_npu 2.5.1 has no npu_quant_matmul)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("missing", "op", "line"),
+    [
+        (("npu_swiglu",), "silu_mul", "npu op silu_mul: torch reference (torch_npu 2.5.1 has no npu_swiglu)"),
+        (
+            ("npu_add_rms_norm", "npu_rms_norm"),
+            "add_rmsnorm",
+            "npu op add_rmsnorm: torch reference (torch_npu 2.5.1 has no npu_add_rms_norm or npu_rms_norm)",
+        ),
+        (
+            ("npu_rotary_mul",),
+            "rope_store",
+            "npu op rope_store: torch reference (torch_npu 2.5.1 has no npu_rotary_mul)",
+        ),
+        (
+            ("npu_quant_matmul",),
+            "quant_matmul",
+            "npu op quant_matmul: torch reference (torch_npu 2.5.1 has no npu_quant_matmul)",
+        ),
+    ],
+)
 def test_a_missing_function_falls_back_to_the_reference_with_one_log_line(
     caplog: pytest.LogCaptureFixture, missing: tuple[str, ...], op: str, line: str
 ) -> None:
@@ -140,25 +156,33 @@ def check_op_by_op(table: ops.TorchOps, fake: FakeTorchNpu, rows: int = 5) -> No
     torch.testing.assert_close(table.silu_mul(gate_up), ref.silu_mul(gate_up))
     for qk_norm in (None, norm):
         k1, v1, k2, v2 = (torch.zeros(64, KV, D) for _ in range(4))
-        torch.testing.assert_close(table.rope_store(qkv, cos, sin, slots, k1, v1, H, qk_norm),
-                                   ref.rope_store(qkv, cos, sin, slots, k2, v2, H, qk_norm))  # fmt: skip
+        torch.testing.assert_close(
+            table.rope_store(qkv, cos, sin, slots, k1, v1, H, qk_norm),
+            ref.rope_store(qkv, cos, sin, slots, k2, v2, H, qk_norm),
+        )
         torch.testing.assert_close(k1, k2)
         torch.testing.assert_close(v1, v2)
-    torch.testing.assert_close(table.decode_attention(q, k_pool, v_pool, pages, lens),
-                               ref.decode_attention(q, k_pool, v_pool, pages, lens), atol=1e-5, rtol=1e-4)  # fmt: skip
+    torch.testing.assert_close(
+        table.decode_attention(q, k_pool, v_pool, pages, lens),
+        ref.decode_attention(q, k_pool, v_pool, pages, lens),
+        atol=1e-5,
+        rtol=1e-4,
+    )
     g = torch.Generator().manual_seed(3)
     for start, t in ((0, 6), (5, 4), (9, 1), (0, 1)):
         qp = torch.randn(H, t, D, generator=g)
         kp, vp = torch.randn(KV, start + t, D, generator=g), torch.randn(KV, start + t, D, generator=g)
-        torch.testing.assert_close(table.prompt_attention(qp, kp, vp, start), ref.prompt_attention(qp, kp, vp, start),
-                                   atol=1e-5, rtol=1e-4)  # fmt: skip
+        torch.testing.assert_close(
+            table.prompt_attention(qp, kp, vp, start), ref.prompt_attention(qp, kp, vp, start), atol=1e-5, rtol=1e-4
+        )
 
 
 def attention_functions(missing: tuple[str, ...]) -> set[str]:
     """The (decode, prompt) functions a table over a fake without `missing` calls."""
     decode = "npu_fused_infer_attention_score" if "_npu_paged_attention" in missing else "_npu_paged_attention"
-    prompt = "npu_fused_infer_attention_score" if "npu_prompt_flash_attention" in missing else \
-        "npu_prompt_flash_attention"  # fmt: skip
+    prompt = (
+        "npu_fused_infer_attention_score" if "npu_prompt_flash_attention" in missing else "npu_prompt_flash_attention"
+    )
     return {decode, prompt}
 
 
@@ -189,34 +213,59 @@ def test_the_arguments_passed_are_the_documented_layouts() -> None:
 
     table.rope_store(qkv, cos, sin, slots, torch.zeros(64, KV, D), torch.zeros(64, KV, D), H)
     (call,) = fake.named("npu_rotary_mul")  # q and k in one call: BSND, cos / sin BS1D
-    assert call.args == [TensorInfo((1, rows, H + KV, D), f32, True), TensorInfo((1, rows, 1, D), f32, True),
-                         TensorInfo((1, rows, 1, D), f32, True)]  # fmt: skip
+    assert call.args == [
+        TensorInfo((1, rows, H + KV, D), f32, True),
+        TensorInfo((1, rows, 1, D), f32, True),
+        TensorInfo((1, rows, 1, D), f32, True),
+    ]
     fake.calls.clear()
     table.rope_store(qkv, cos, sin, slots, torch.zeros(64, KV, D), torch.zeros(64, KV, D), H, norm)
-    assert [c.name for c in fake.calls] == ["npu_rms_norm", "npu_rms_norm", "npu_rotary_mul", "npu_rotary_mul",
-                                            "_npu_reshape_and_cache"]  # fmt: skip
-    assert [c.args[0].shape for c in fake.calls[:4]] == [(rows, H, D), (rows, KV, D), (1, rows, H, D),
-                                                         (1, rows, KV, D)]  # fmt: skip
+    assert [c.name for c in fake.calls] == [
+        "npu_rms_norm",
+        "npu_rms_norm",
+        "npu_rotary_mul",
+        "npu_rotary_mul",
+        "_npu_reshape_and_cache",
+    ]
+    assert [c.args[0].shape for c in fake.calls[:4]] == [(rows, H, D), (rows, KV, D), (1, rows, H, D), (1, rows, KV, D)]
 
     fake.calls.clear()
     qp, kp, vp = torch.randn(H, 4, D), torch.randn(KV, 9, D), torch.randn(KV, 9, D)
     table.prompt_attention(qp, kp, vp, 5)
     (call,) = fake.named("npu_prompt_flash_attention")
-    assert call.args == [TensorInfo((1, 4, H, D), f32, True), TensorInfo((1, 9, KV, D), f32, True),
-                         TensorInfo((1, 9, KV, D), f32, True)]  # fmt: skip
-    assert call.kwargs == {"num_heads": H, "num_key_value_heads": KV, "input_layout": "BSND", "scale_value": D**-0.5,
-                           "atten_mask": TensorInfo((2048, 2048), torch.bool, True), "sparse_mode": 3}  # fmt: skip
+    assert call.args == [
+        TensorInfo((1, 4, H, D), f32, True),
+        TensorInfo((1, 9, KV, D), f32, True),
+        TensorInfo((1, 9, KV, D), f32, True),
+    ]
+    assert call.kwargs == {
+        "num_heads": H,
+        "num_key_value_heads": KV,
+        "input_layout": "BSND",
+        "scale_value": D**-0.5,
+        "atten_mask": TensorInfo((2048, 2048), torch.bool, True),
+        "sparse_mode": 3,
+    }
     table.prompt_attention(qp[:, :1], kp[:, :6], vp[:, :6], 5)  # one row: no mask
     assert "atten_mask" not in fake.calls[-1].kwargs and "sparse_mode" not in fake.calls[-1].kwargs
 
     fia, fia_fake = fake_table(missing=("_npu_paged_attention",))  # decode on FIA in BSH
     fia.decode_attention(q, k_pool, v_pool, pages, lens)
     (call,) = fia_fake.calls
-    assert call.args == [TensorInfo((rows, 1, H * D), f32, True), TensorInfo((12, PAGE, KV * D), f32, True),
-                         TensorInfo((12, PAGE, KV * D), f32, True)]  # fmt: skip
-    assert call.kwargs == {"block_table": TensorInfo(tuple(pages.shape), torch.int32, True), "block_size": PAGE,
-                           "num_heads": H, "num_key_value_heads": KV, "input_layout": "BSH",
-                           "actual_seq_lengths_kv": lens.tolist(), "scale": D**-0.5}  # fmt: skip
+    assert call.args == [
+        TensorInfo((rows, 1, H * D), f32, True),
+        TensorInfo((12, PAGE, KV * D), f32, True),
+        TensorInfo((12, PAGE, KV * D), f32, True),
+    ]
+    assert call.kwargs == {
+        "block_table": TensorInfo(tuple(pages.shape), torch.int32, True),
+        "block_size": PAGE,
+        "num_heads": H,
+        "num_key_value_heads": KV,
+        "input_layout": "BSH",
+        "actual_seq_lengths_kv": lens.tolist(),
+        "scale": D**-0.5,
+    }
 
 
 def test_the_lengths_go_to_the_host_once_per_step() -> None:
@@ -243,9 +292,11 @@ def test_float32_attention_runs_the_reference_as_the_real_ops_take_fp16_bf16(cap
             out = table.decode_attention(q, k_pool, v_pool, pages, lens)
     torch.testing.assert_close(out, ref.decode_attention(q, k_pool, v_pool, pages, lens))
     assert fake.calls == []
-    assert fallback_lines(caplog) == ["npu op decode_attention: torch reference for torch.float32 "
-                                      "(torch_npu._npu_paged_attention takes torch.float16 / "
-                                      "torch.bfloat16)"]  # fmt: skip
+    assert fallback_lines(caplog) == [
+        "npu op decode_attention: torch reference for torch.float32 "
+        "(torch_npu._npu_paged_attention takes torch.float16 / "
+        "torch.bfloat16)"
+    ]
     table.decode_attention(q.bfloat16(), k_pool.bfloat16(), v_pool.bfloat16(), pages, lens)  # bf16: the fused op
     assert [c.name for c in fake.calls] == ["_npu_paged_attention"]
 
@@ -260,13 +311,14 @@ def test_device_ops_on_an_npu_imports_torch_npu_and_logs_the_choice(
     assert isinstance(table, npu_ops.NpuOps) and table.npu is fake and table.version == "2.1.0.post3"
     assert table.page == devices.page_size("npu:0") == 128
     assert table.chosen == {**ALL_FUSED, "silu_mul": "torch"}
-    assert "device ops on npu:0: add_rmsnorm=torch_npu.npu_add_rms_norm, rope_store=torch_npu.npu_rotary_mul + " \
-           "torch_npu._npu_reshape_and_cache, silu_mul=torch, " in caplog.text  # fmt: skip
+    assert (
+        "device ops on npu:0: add_rmsnorm=torch_npu.npu_add_rms_norm, rope_store=torch_npu.npu_rotary_mul + "
+        "torch_npu._npu_reshape_and_cache, silu_mul=torch, " in caplog.text
+    )
     assert "npu op silu_mul: torch reference (torch_npu 2.1.0.post3 has no npu_swiglu)" in caplog.text
 
 
-@pytest.mark.parametrize(("arch", "missing"), [("llama", ()), ("llama", PATHS[1]), ("llama", PATHS[2]),
-                                             ("qwen3", ())])  # fmt: skip
+@pytest.mark.parametrize(("arch", "missing"), [("llama", ()), ("llama", PATHS[1]), ("llama", PATHS[2]), ("qwen3", ())])
 def test_a_runner_on_the_fused_table_matches_hf(arch: str, missing: tuple[str, ...]) -> None:
     """The wrappers wired end to end: chunked prompts, ragged decode batches, prompt beside decode, forks."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM

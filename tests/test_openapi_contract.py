@@ -50,11 +50,14 @@ def refused_when(doc: dict[str, Any], name: str, body: dict[str, Any]) -> list[s
 
 def test_every_route_documents_the_statuses_it_answers(doc: dict[str, Any]) -> None:
     paths = doc["paths"]
-    expected = {("/v1/models", "get"): {"200", "401", "503"}, ("/v1/models/{model_id}", "get"): {"200", "401", "404", "503"},
-                (V1, "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
-                ("/v1/completions", "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
-                (V2, "post"): {"200", "400", "401", "403", "413", "429", "500"},
-                (PV1, "post"): {"200", "400", "401", "404", "413", "429", "500"}}  # fmt: skip
+    expected = {
+        ("/v1/models", "get"): {"200", "401", "503"},
+        ("/v1/models/{model_id}", "get"): {"200", "401", "404", "503"},
+        (V1, "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
+        ("/v1/completions", "post"): {"200", "401", "403", "413", "422", "429", "500", "503"},
+        (V2, "post"): {"200", "400", "401", "403", "413", "429", "500"},
+        (PV1, "post"): {"200", "400", "401", "404", "413", "429", "500"},
+    }
     assert {(p, m) for p, ops in paths.items() for m in ops} == set(expected)
     for (path, method), statuses in expected.items():
         op = paths[path][method]
@@ -76,8 +79,14 @@ def test_model_routes_answer_as_documented(doc: dict[str, Any], http: httpx.Clie
 
 def test_credential_failures_answer_as_documented(doc: dict[str, Any], live: Any) -> None:
     with extra_server(live.settings, live.service, api_keys=["right"], pangu_auth_tokens=["right"]) as http:
-        for path, method in (("/v1/models", "get"), ("/v1/models/{model_id}", "get"), (V1, "post"), (V2, "post"),
-                             (PV1, "post"), ("/v1/completions", "post")):  # fmt: skip
+        for path, method in (
+            ("/v1/models", "get"),
+            ("/v1/models/{model_id}", "get"),
+            (V1, "post"),
+            (V2, "post"),
+            (PV1, "post"),
+            ("/v1/completions", "post"),
+        ):
             url = path.format(model_id=MODEL, project_id="p", deployment_id="d")
             for headers in ({}, {"Authorization": "Bearer wrong", "X-Auth-Token": "wrong"}):
                 r = http.request(method, url, headers=headers, json={"model": MODEL, "messages": HI})
@@ -126,17 +135,24 @@ def _outside_inside(key: str, bound: float, integer: bool) -> tuple[float, float
     return (bound, away) if key.startswith("exclusive") else (near, bound)
 
 
-EDGES = [(V1, "ChatCompletionRequest", "temperature", "minimum"), (V1, "ChatCompletionRequest", "temperature", "maximum"),
-         (V1, "ChatCompletionRequest", "top_p", "exclusiveMinimum"), (V1, "ChatCompletionRequest", "top_p", "maximum"),
-         (V1, "ChatCompletionRequest", "max_tokens", "minimum"), (V1, "ChatCompletionRequest", "max_tokens", "maximum"),
-         (V1, "ChatCompletionRequest", "n", "maximum"), (V1, "ChatCompletionRequest", "repetition_penalty", "exclusiveMinimum"),
-         (V2, "PanguV2ChatCompletionRequest", "temperature", "exclusiveMinimum"),
-         (V2, "PanguV2ChatCompletionRequest", "temperature", "maximum")]  # fmt: skip
+EDGES = [
+    (V1, "ChatCompletionRequest", "temperature", "minimum"),
+    (V1, "ChatCompletionRequest", "temperature", "maximum"),
+    (V1, "ChatCompletionRequest", "top_p", "exclusiveMinimum"),
+    (V1, "ChatCompletionRequest", "top_p", "maximum"),
+    (V1, "ChatCompletionRequest", "max_tokens", "minimum"),
+    (V1, "ChatCompletionRequest", "max_tokens", "maximum"),
+    (V1, "ChatCompletionRequest", "n", "maximum"),
+    (V1, "ChatCompletionRequest", "repetition_penalty", "exclusiveMinimum"),
+    (V2, "PanguV2ChatCompletionRequest", "temperature", "exclusiveMinimum"),
+    (V2, "PanguV2ChatCompletionRequest", "temperature", "maximum"),
+]
 
 
 @pytest.mark.parametrize(("path", "name", "field", "key"), EDGES, ids=lambda v: str(v).rsplit("/", 1)[-1])
-def test_documented_bounds_are_the_enforced_ones(doc: dict[str, Any], http: httpx.Client, path: str, name: str,
-                                                 field: str, key: str) -> None:  # fmt: skip
+def test_documented_bounds_are_the_enforced_ones(
+    doc: dict[str, Any], http: httpx.Client, path: str, name: str, field: str, key: str
+) -> None:
     prop = schema(doc, name)["properties"][field]
     branch = prop["anyOf"][0] if "anyOf" in prop else prop
     outside, inside = _outside_inside(key, branch[key], branch["type"] == "integer")
@@ -164,8 +180,10 @@ BODIES = [
     ({"messages": [{"role": "user"}]}, False),  # a user message needs content
     ({"messages": [{"role": "user", "content": ""}]}, False),
     ({"messages": [{"role": "tool", "content": "42"}]}, False),  # a tool message needs tool_call_id
-    ({"messages": [{"role": "assistant", "content": "hi"}, {"role": "tool", "content": "", "tool_call_id": "c"}]},
-     True),
+    (
+        {"messages": [{"role": "assistant", "content": "hi"}, {"role": "tool", "content": "", "tool_call_id": "c"}]},
+        True,
+    ),
     ({"messages": HI, "stream_options": {"include_usage": True}}, False),  # only with stream
     ({"messages": HI, "logprobs": False, "top_logprobs": 2}, False),
     ({"messages": HI, "tool_choice": "required"}, False),  # needs tools
@@ -175,12 +193,13 @@ BODIES = [
     ({"messages": HI, "model": "another-model"}, False),
     ({"messages": HI, "n": 2, "temperature": 0}, False),  # an x-refused-when combination
     ({"messages": HI, "n": 2, "best_of": 2, "temperature": 0.7}, True),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "allowed"), BODIES, ids=[str(i) for i in range(len(BODIES))])
-def test_what_the_document_allows_the_server_takes(doc: dict[str, Any], http: httpx.Client, body: dict[str, Any],
-                                                   allowed: bool) -> None:  # fmt: skip
+def test_what_the_document_allows_the_server_takes(
+    doc: dict[str, Any], http: httpx.Client, body: dict[str, Any], allowed: bool
+) -> None:
     body = {"model": MODEL, "max_tokens": 1, **body}
     name = "ChatCompletionRequest"
     in_schema = validator(doc, {"$ref": f"#/components/schemas/{name}"}).is_valid(body)

@@ -41,31 +41,71 @@ def splits(text: str):
 # (case id, model output, expected content, expected calls as (name, arguments text)), all with calls (§8.2).
 VALID = [
     ("one call", PARIS, "", [("get_weather", '{"city": "Paris"}')]),
-    ("compact json", '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>', "",
-     [("get_weather", '{"city": "Paris"}')]),
-    ("two calls in order", PARIS + "\n" + TOKYO, "",
-     [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Asia/Tokyo", "h24": true}')]),
+    (
+        "compact json",
+        '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>',
+        "",
+        [("get_weather", '{"city": "Paris"}')],
+    ),
+    (
+        "two calls in order",
+        PARIS + "\n" + TOKYO,
+        "",
+        [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Asia/Tokyo", "h24": true}')],
+    ),
     ("text before", "Let me check.\n\n" + PARIS, "Let me check.\n\n", [("get_weather", '{"city": "Paris"}')]),
     ("text after is dropped", PARIS + "\nDone, I think.", "", [("get_weather", '{"city": "Paris"}')]),
-    ("text between is dropped", "A" + PARIS + " and then " + TOKYO + " z", "A",
-     [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Asia/Tokyo", "h24": true}')]),
-    ("whitespace around json", '<tool_call> \n\t{"name": "f", "arguments": {"a": 1}}  \n\n</tool_call>', "",
-     [("f", '{"a": 1}')]),
-    ("unicode kept unescaped", '<tool_call>{"name": "查询", "arguments": {"城市": "北京", "e": "\\u00e9"}}</tool_call>',
-     "", [("查询", '{"城市": "北京", "e": "é"}')]),
+    (
+        "text between is dropped",
+        "A" + PARIS + " and then " + TOKYO + " z",
+        "A",
+        [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Asia/Tokyo", "h24": true}')],
+    ),
+    (
+        "whitespace around json",
+        '<tool_call> \n\t{"name": "f", "arguments": {"a": 1}}  \n\n</tool_call>',
+        "",
+        [("f", '{"a": 1}')],
+    ),
+    (
+        "unicode kept unescaped",
+        '<tool_call>{"name": "查询", "arguments": {"城市": "北京", "e": "\\u00e9"}}</tool_call>',
+        "",
+        [("查询", '{"城市": "北京", "e": "é"}')],
+    ),
     ("empty object", '<tool_call>{"name": "now", "arguments": {}}</tool_call>', "", [("now", "{}")]),
     ("empty object with spaces", '<tool_call>{"name": "now", "arguments": { \n }}</tool_call>', "", [("now", "{}")]),
-    ("string arguments pass through", '<tool_call>{"name": "f", "arguments": "{\\"x\\": [1, 2]}"}</tool_call>', "",
-     [("f", '{"x": [1, 2]}')]),
-    ("arguments before name", '<tool_call>{"arguments": {"q": "a}b{c"}, "name": "search"}</tool_call>', "",
-     [("search", '{"q": "a}b{c"}')]),
-    ("nested and escaped", '<tool_call>{"name": "f", "arguments": {"a": {"b": [1, {"c": "x\\"}y"}]}, "n": null}}'
-     "</tool_call>", "", [("f", '{"a": {"b": [1, {"c": "x\\"}y"}]}, "n": null}')]),
-    ("tags inside strings", '<tool_call>{"name": "echo", "arguments": {"s": "<tool_call> and <b>"}}</tool_call>', "",
-     [("echo", '{"s": "<tool_call> and <b>"}')]),
-    ("extra keys are ignored", '<tool_call>{"id": 7, "name": "f", "arguments": {"a": 1.5e3}, "x": [1]}</tool_call>',
-     "", [("f", '{"a": 1500.0}')]),
-]  # fmt: skip
+    (
+        "string arguments pass through",
+        '<tool_call>{"name": "f", "arguments": "{\\"x\\": [1, 2]}"}</tool_call>',
+        "",
+        [("f", '{"x": [1, 2]}')],
+    ),
+    (
+        "arguments before name",
+        '<tool_call>{"arguments": {"q": "a}b{c"}, "name": "search"}</tool_call>',
+        "",
+        [("search", '{"q": "a}b{c"}')],
+    ),
+    (
+        "nested and escaped",
+        '<tool_call>{"name": "f", "arguments": {"a": {"b": [1, {"c": "x\\"}y"}]}, "n": null}}</tool_call>',
+        "",
+        [("f", '{"a": {"b": [1, {"c": "x\\"}y"}]}, "n": null}')],
+    ),
+    (
+        "tags inside strings",
+        '<tool_call>{"name": "echo", "arguments": {"s": "<tool_call> and <b>"}}</tool_call>',
+        "",
+        [("echo", '{"s": "<tool_call> and <b>"}')],
+    ),
+    (
+        "extra keys are ignored",
+        '<tool_call>{"id": 7, "name": "f", "arguments": {"a": 1.5e3}, "x": [1]}</tool_call>',
+        "",
+        [("f", '{"a": 1500.0}')],
+    ),
+]
 
 # Outputs that report no call: the non-stream content is the text unchanged (§8.2 step 2, deviation: untrimmed).
 INVALID = [
@@ -224,22 +264,36 @@ GLM_CALL2 = "get_time\n ```python\ntool_call(tz='Asia/Tokyo', h24=True, hours=[1
 
 GLM_CASES = [
     ("one call", GLM_CALL, "", [("get_weather", '{"city": "Paris"}')]),
-    ("two segments", GLM_CALL + "<|assistant|>" + GLM_CALL2, "",
-     [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "Asia/Tokyo", "h24": true, "hours": [1, -2], '
-                                                          '"opts": {"a": null}}')]),
+    (
+        "two segments",
+        GLM_CALL + "<|assistant|>" + GLM_CALL2,
+        "",
+        [
+            ("get_weather", '{"city": "Paris"}'),
+            ("get_time", '{"tz": "Asia/Tokyo", "h24": true, "hours": [1, -2], "opts": {"a": null}}'),
+        ],
+    ),
     ("leading marker", "<|assistant|>" + GLM_CALL, "", [("get_weather", '{"city": "Paris"}')]),
     ("no arguments", "now\n```python\ntool_call()\n```", "", [("now", "{}")]),
-    ("stops at the first segment that is not a call", GLM_CALL + "<|assistant|>\nIt is sunny." + "<|assistant|>"
-     + GLM_CALL2, "", [("get_weather", '{"city": "Paris"}')]),
+    (
+        "stops at the first segment that is not a call",
+        GLM_CALL + "<|assistant|>\nIt is sunny." + "<|assistant|>" + GLM_CALL2,
+        "",
+        [("get_weather", '{"city": "Paris"}')],
+    ),
     ("plain answer", "\nThe answer is 4.", "\nThe answer is 4.", []),
-    ("not literal", 'f\n```python\ntool_call(city=input("x"))\n```', 'f\n```python\ntool_call(city=input("x"))\n```',
-     []),
+    (
+        "not literal",
+        'f\n```python\ntool_call(city=input("x"))\n```',
+        'f\n```python\ntool_call(city=input("x"))\n```',
+        [],
+    ),
     ("positional argument", 'f\n```python\ntool_call("Paris")\n```', 'f\n```python\ntool_call("Paris")\n```', []),
     ("other function", 'f\n```python\nprint(city="x")\n```', 'f\n```python\nprint(city="x")\n```', []),
     ("set is not JSON", "f\n```python\ntool_call(a={1})\n```", "f\n```python\ntool_call(a={1})\n```", []),
     ("no fence", 'f\ntool_call(city="x")', 'f\ntool_call(city="x")', []),
     ("unicode", '查询天气\n```python\ntool_call(城市="北京")\n```', "", [("查询天气", '{"城市": "北京"}')]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "content", "calls"), [c[1:] for c in GLM_CASES], ids=[c[0] for c in GLM_CASES])

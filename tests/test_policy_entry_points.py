@@ -22,8 +22,13 @@ from tests.test_ui import BOX, CHATBOT, CHECK, STATS, answer, client
 
 QUESTION = "What is the capital of France?"
 # The longest reply the server allows: it outlasts what a test does while it runs (closing it aborts it).
-LONG = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 512,
-        "ignore_eos": True, "temperature": 0}  # fmt: skip
+LONG = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Tell me a long story."}],
+    "max_tokens": 512,
+    "ignore_eos": True,
+    "temperature": 0,
+}
 LIMIT = "Too many concurrent requests from this client: the limit is 1."
 
 
@@ -77,28 +82,36 @@ def test_a_page_reply_counts_against_the_api(one_per_client: httpx.Client, servi
     finally:
         ui.predict(api_name="/stop")
         job.result(timeout=120)
-    wait_until(lambda: one_per_client.post("/v1/chat/completions", json={**LONG, "max_tokens": 2}).status_code == 200,
-               "the page's slot to be released")  # fmt: skip
+    wait_until(
+        lambda: one_per_client.post("/v1/chat/completions", json={**LONG, "max_tokens": 2}).status_code == 200,
+        "the page's slot to be released",
+    )
 
 
 def test_the_request_timeout_sheds_a_page_reply_as_it_sheds_an_api_one(settings: Any, service: Any) -> None:
     with extra_server(settings, service, request_timeout_s=1) as http:
-        out = client(url_of(http)).predict(message=QUESTION, system="", max_tokens=400, ignore_eos=True,
-                                           temperature=0.0, api_name="/chat")  # fmt: skip
+        out = client(url_of(http)).predict(
+            message=QUESTION, system="", max_tokens=400, ignore_eos=True, temperature=0.0, api_name="/chat"
+        )
         api = http.post("/v1/chat/completions", json=LONG).json()
     assert api["choices"][0]["finish_reason"] == "insufficient_system_resource"
     assert 'data-stat="finish reason">insufficient_system_resource<' in out[STATS]
 
 
-def test_the_moderation_hook_blocks_the_same_question_and_answer_on_the_page(settings: Any, service: Any,
-                                                                            tmp_path: Path) -> None:  # fmt: skip
+def test_the_moderation_hook_blocks_the_same_question_and_answer_on_the_page(
+    settings: Any, service: Any, tmp_path: Path
+) -> None:
     words = tmp_path / "words.json"
     words.write_text(json.dumps({"default": ["forbidden-topic", "paris"]}))
     with extra_server(settings, service, moderation_hook=f"wordlist:{words}") as http:
         ui = client(url_of(http))
         for message in ("Tell me about forbidden-topic.", QUESTION):  # blocked as a question; in the answer
-            body = {"model": MODEL, "messages": [{"role": "user", "content": message}], "max_tokens": 12,
-                    "temperature": 0}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": message}],
+                "max_tokens": 12,
+                "temperature": 0,
+            }
             api = http.post("/v1/chat/completions", json=body).json()["choices"][0]
             page = ui.predict(message=message, system="", max_tokens=12, temperature=0.0, api_name="/chat")
             assert api["finish_reason"] == "content_filter", message
@@ -106,8 +119,9 @@ def test_the_moderation_hook_blocks_the_same_question_and_answer_on_the_page(set
             assert 'data-stat="finish reason">content_filter<' in page[STATS]
 
 
-def test_page_traffic_is_counted_in_metrics_and_logged(live: Any, http: httpx.Client,
-                                                       caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_page_traffic_is_counted_in_metrics_and_logged(
+    live: Any, http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO, logger="playground.access"):
         out = client(live.url).predict(message=QUESTION, system="", max_tokens=4, temperature=0.0, api_name="/chat")
     assert out[CHECK] == ""
@@ -148,8 +162,9 @@ def test_the_pages_fold_takes_an_interception_as_the_whole_reply() -> None:
     from playground.reply import ReplyView
 
     def chunk(text: str, **extra: Any) -> ChatCompletionChunk:
-        return ChatCompletionChunk(id="c", created=0, model="m", choices=[ChunkChoice(index=0, delta=Delta(content=text))],
-                                   **extra)  # fmt: skip
+        return ChatCompletionChunk(
+            id="c", created=0, model="m", choices=[ChunkChoice(index=0, delta=Delta(content=text))], **extra
+        )
 
     view = ReplyView()
     for c in (chunk("The capital of France is"), chunk("Sorry, I can't help with that.", replaces=True)):

@@ -72,8 +72,7 @@ print("RESULT", json.dumps({"diffs": diffs, "tokens": reply.completion_tokens}))
 
 def test_load_and_build_service_change_no_process_wide_state() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=540)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
     assert out.returncode == 0, out.stderr[-4000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
     result = json.loads(line[len("RESULT ") :])

@@ -47,8 +47,9 @@ def test_tile_kernel_matches_the_dequantized_matrix(K, rows: int, n: int, k: int
     assert ((qw.dequantize() - w).abs() <= step / 2 + 1e-5).all()
 
 
-@pytest.mark.parametrize(("n", "k", "bits", "group"), [(16, 64, 4, 32), (48, 200, 4, 64), (33, 576, 4, 128),
-                                                        (17, 40, 8, 0), (32, 576, 8, 0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "k", "bits", "group"), [(16, 64, 4, 32), (48, 200, 4, 64), (33, 576, 4, 128), (17, 40, 8, 0), (32, 576, 8, 0)]
+)
 def test_torch_packed_kernels_match_the_dequantized_matrix(n: int, k: int, bits: int, group: int) -> None:
     g = torch.Generator().manual_seed(n + k)
     qw = quant.quantize(torch.randn(n, k, generator=g), bits, group)
@@ -96,8 +97,10 @@ def _prompts(service: Any) -> list[list[int]]:
     from tests.test_model_runner import GREEDY_PROMPTS
 
     tok = service.engine.tokenizer
-    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-             for p in GREEDY_PROMPTS]  # fmt: skip
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in GREEDY_PROMPTS
+    ]
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -123,8 +126,12 @@ def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, quantiz
     runner = _runner(service, quantization)
     expected = {"int4": "int4 x120", "int8": "int8 x120", "auto": "Q4_1 x120"}[quantization]
     assert runner.quantization == expected
-    assert runner.weights_label == {"int4": "int4 · quantized at load", "int8": "int8 · quantized at load",
-                                    "auto": "Q4_1 · int4 kernels"}[quantization]  # fmt: skip
+    assert (
+        runner.weights_label
+        == {"int4": "int4 · quantized at load", "int8": "int8 · quantized at load", "auto": "Q4_1 · int4 kernels"}[
+            quantization
+        ]
+    )
     qp = [p for layer in runner.proj for p in layer]
     assert all(isinstance(p, quant.QuantProjection) for p in qp)
     params = sum(p.qw.n * p.qw.k for p in qp)
@@ -175,8 +182,12 @@ def test_the_api_serves_int4(settings) -> None:
         with live.client() as http:
             card = http.get(f"/v1/models/{MODEL}").json()
             assert card["quantization"] == "int4 x120"
-            body = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}],
-                    "max_tokens": 6, "temperature": 0}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Name a colour."}],
+                "max_tokens": 6,
+                "temperature": 0,
+            }
             r = http.post("/v1/chat/completions", json=body)
             assert r.status_code == 200, r.text
             assert r.json()["usage"]["completion_tokens"] >= 1 and r.json()["choices"][0]["message"]["content"]

@@ -194,13 +194,18 @@ def test_engine_on_the_batched_runner_gives_the_one_by_one_tokens(phi3_parts) ->
     from engine.core.types import SamplingParams
 
     model, tok = phi3_parts
-    jobs = [("greedy", "hi", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)),
-            ("long", "Tell me about cats, dogs and birds in one sentence each.",
-             SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)),
-            ("n3", "Name a colour.", SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=20, ignore_eos=True)),
-            ("best", "Count.", SamplingParams(temperature=0.8, seed=4, n=1, best_of=3, max_tokens=12)),
-            ("beam", "Why?", SamplingParams(temperature=0, n=2, use_beam_search=True, max_tokens=10, ignore_eos=True)),
-            ("gone", "A long reply please.", SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))]  # fmt: skip
+    jobs = [
+        ("greedy", "hi", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)),
+        (
+            "long",
+            "Tell me about cats, dogs and birds in one sentence each.",
+            SamplingParams(temperature=0, max_tokens=60, ignore_eos=True),
+        ),
+        ("n3", "Name a colour.", SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=20, ignore_eos=True)),
+        ("best", "Count.", SamplingParams(temperature=0.8, seed=4, n=1, best_of=3, max_tokens=12)),
+        ("beam", "Why?", SamplingParams(temperature=0, n=2, use_beam_search=True, max_tokens=10, ignore_eos=True)),
+        ("gone", "A long reply please.", SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)),
+    ]
     batched, _ = run_engine(HFRunner(model, "cpu"), tok, jobs, abort="gone")
     alone, _ = run_engine(HFRunner(model, "cpu", batched=False), tok, jobs, abort="gone")
     for rid in ("greedy", "long", "n3", "best", "beam"):
@@ -210,12 +215,16 @@ def test_engine_on_the_batched_runner_gives_the_one_by_one_tokens(phi3_parts) ->
     # Room for one request to finish and two to start (as test_engine's preemption test): the later ones are
     # preempted, prefill again alone, rejoin the batch and continue with the same tokens.
     texts = ["Name a colour.", "Count to five.", "What is a cat?"]
-    params = [SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
-              SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
-              SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True)]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0, max_tokens=150, ignore_eos=True),
+        SamplingParams(temperature=0.9, seed=11, max_tokens=150, ignore_eos=True),
+        SamplingParams(temperature=0.7, top_k=20, seed=5, max_tokens=150, ignore_eos=True),
+    ]
     small = [(f"p{i}", t, p) for i, (t, p) in enumerate(zip(texts, params))]
-    longest = max(len(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"])
-                  for t in texts)  # fmt: skip
+    longest = max(
+        len(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"])
+        for t in texts
+    )
     budget = longest + 150 + 2 * (longest + 1 + 128)
     ref, _ = run_engine(HFRunner(model, "cpu", batched=False), tok, small)
     tight, preemptions = run_engine(HFRunner(model, "cpu"), tok, small, kv_tokens=budget)
@@ -270,13 +279,17 @@ def test_a_short_request_waits_while_its_padded_row_would_overrun_the_budget(phi
 
     e.start()
     try:
-        e.submit(EngineRequest("long", long, SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)),
-                 lambda x: sink("long", x))  # fmt: skip
+        e.submit(
+            EngineRequest("long", long, SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)),
+            lambda x: sink("long", x),
+        )
         deadline = time.monotonic() + 60
         while len(sizes["long"]) < 2 and time.monotonic() < deadline:  # decoding: its row is the cohort
             time.sleep(0.001)
-        e.submit(EngineRequest("short", short, SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)),
-                 lambda x: sink("short", x))  # fmt: skip
+        e.submit(
+            EngineRequest("short", short, SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)),
+            lambda x: sink("short", x),
+        )
         assert all(d.wait(120) for d in done.values())
     finally:
         e.shutdown()

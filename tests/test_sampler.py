@@ -55,8 +55,17 @@ def test_presence_and_frequency_penalties_count_output_tokens() -> None:
 
 def test_greedy_and_logprob_come_from_raw_logits() -> None:
     logits = torch.tensor([[0.0, 2.0, 1.0]])
-    (token, lp, entry), = sample_rows(logits, [Row(SamplingParams(temperature=0, logprobs=True, top_logprobs=2,
-                                                                  repetition_penalty=1.5), torch.Generator(), [1], [])])  # fmt: skip
+    ((token, lp, entry),) = sample_rows(
+        logits,
+        [
+            Row(
+                SamplingParams(temperature=0, logprobs=True, top_logprobs=2, repetition_penalty=1.5),
+                torch.Generator(),
+                [1],
+                [],
+            )
+        ],
+    )
     raw = torch.log_softmax(logits[0], -1)
     assert token == 1 and math.isclose(lp, float(raw[1]), rel_tol=1e-6)
     assert [t for t, _ in entry.top] == [1, 2]

@@ -15,10 +15,24 @@ from engine.protocol.response import ChoiceLogprobs, LogprobEntry, TopLogprob
 ASK = {"logprobs": True, "top_logprobs": 5, "sampler_logprobs": True}
 
 
-def one(logits: list[float], prompt: list[int] | None = None, output: list[int] | None = None, *,
-        seed: int = 0, mask: list[bool] | None = None, forced: int | None = None, **params: object):  # fmt: skip
-    row = Row(SamplingParams(**{**ASK, **params}), torch.Generator().manual_seed(seed), prompt or [], output or [],
-              forced, None if mask is None else torch.tensor(mask))  # fmt: skip
+def one(
+    logits: list[float],
+    prompt: list[int] | None = None,
+    output: list[int] | None = None,
+    *,
+    seed: int = 0,
+    mask: list[bool] | None = None,
+    forced: int | None = None,
+    **params: object,
+):
+    row = Row(
+        SamplingParams(**{**ASK, **params}),
+        torch.Generator().manual_seed(seed),
+        prompt or [],
+        output or [],
+        forced,
+        None if mask is None else torch.tensor(mask),
+    )
     ((token, lp, entry),) = sample_rows(torch.tensor([logits]), [row])
     return token, lp, entry
 
@@ -86,8 +100,9 @@ def test_plain_greedy_after_equals_before() -> None:
 
 def test_a_temperature_that_overflows_is_greedy_and_recorded_without_it() -> None:
     logits = torch.tensor([1.0, 3.0, 2.0])
-    processed, highest = processed_logits(logits.clone(), Row(SamplingParams(temperature=1e-45), torch.Generator(),
-                                                              [], []))  # fmt: skip
+    processed, highest = processed_logits(
+        logits.clone(), Row(SamplingParams(temperature=1e-45), torch.Generator(), [], [])
+    )
     assert highest and processed.tolist() == logits.tolist()
     token, _, e = one(logits.tolist(), temperature=1e-45)
     assert token == 1 and e.processed[0][0] == 1
@@ -113,9 +128,20 @@ def old_choose(logits: torch.Tensor, row: Row) -> int:
     return int(torch.multinomial(probs, 1, generator=row.generator))
 
 
-SETTINGS = [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 5}, {"temperature": 1.3, "top_p": 0.9},
-            {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "presence_penalty": 0.5, "frequency_penalty": 0.3,
-             "repetition_penalty": 1.2}, {"temperature": 0.0, "repetition_penalty": 1.5}]  # fmt: skip
+SETTINGS = [
+    {"temperature": 1.0},
+    {"temperature": 0.7, "top_k": 5},
+    {"temperature": 1.3, "top_p": 0.9},
+    {
+        "temperature": 0.8,
+        "top_k": 20,
+        "top_p": 0.95,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.3,
+        "repetition_penalty": 1.2,
+    },
+    {"temperature": 0.0, "repetition_penalty": 1.5},
+]
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
@@ -138,11 +164,13 @@ def test_seeds_draw_what_they_drew_before_whether_or_not_the_row_asks(settings: 
 
 
 def test_the_json_has_the_after_keys_only_when_asked() -> None:
-    plain = LogprobEntry(token="a", logprob=-0.5, bytes=[97], top_logprobs=[TopLogprob(token="a", logprob=-0.5,
-                                                                                         bytes=[97])])  # fmt: skip
+    plain = LogprobEntry(
+        token="a", logprob=-0.5, bytes=[97], top_logprobs=[TopLogprob(token="a", logprob=-0.5, bytes=[97])]
+    )
     assert set(plain.model_dump()) == {"token", "logprob", "bytes", "top_logprobs"}
-    asked = plain.model_copy(update={"sampler_logprob": 0.0,
-                                     "sampler_top_logprobs": [TopLogprob(token="a", logprob=0.0, bytes=[97])]})  # fmt: skip
+    asked = plain.model_copy(
+        update={"sampler_logprob": 0.0, "sampler_top_logprobs": [TopLogprob(token="a", logprob=0.0, bytes=[97])]}
+    )
     dumped = ChoiceLogprobs(content=[asked]).model_dump()["content"][0]
     assert dumped["sampler_logprob"] == 0.0 and dumped["sampler_top_logprobs"][0]["token"] == "a"
     forced = plain.model_copy(update={"sampler_top_logprobs": []})

@@ -148,8 +148,9 @@ def logits_for(picks: list[int], vocab: int = 64) -> torch.Tensor:
 def test_verify_rolls_the_cache_back_to_the_accepted_prefix(service) -> None:
     # cache held 100 tokens; the step fed the last token and drafts [7, 8, 9]: KV now 104 long
     s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 104)
-    accepted = verify(logits_for([7, 8, 20, 30]), [7, 8, 9], s, lambda: Row(s.params, torch.Generator(), [],
-                      s.output_ids), stats())  # fmt: skip
+    accepted = verify(
+        logits_for([7, 8, 20, 30]), [7, 8, 9], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats()
+    )
     assert accepted == 2 and s.output_ids == [5, 7, 8, 20]
     assert s.cache.length == 103  # the last token and 7, 8 keep their KV; 20 is the next step's input
     assert s.pending.accepted == [0, 1] and s.pending.drafted == 3
@@ -160,8 +161,10 @@ def test_verify_rolls_the_cache_back_to_the_accepted_prefix(service) -> None:
 
 def test_verify_takes_the_bonus_token_after_all_drafts(service) -> None:
     s = sequence(service, SamplingParams(temperature=0, max_tokens=50), 103)
-    assert verify(logits_for([7, 8, 9]), [7, 8], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids),
-                  stats()) == 2  # fmt: skip
+    assert (
+        verify(logits_for([7, 8, 9]), [7, 8], s, lambda: Row(s.params, torch.Generator(), [], s.output_ids), stats())
+        == 2
+    )
     assert s.output_ids == [5, 7, 8, 9] and s.cache.length == 103
 
 
@@ -210,8 +213,9 @@ class Collector:
 def spec_engine(service):
     core = service.engine
     lim = EngineLimits(max_model_len=8192, step_log=0, speculative_ngram=4)
-    e = Engine(core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)), core.tokenizer,
-               set(core.eos_ids), lim)  # fmt: skip
+    e = Engine(
+        core.runner.sibling(lim.kv_cache_tokens + PAGE * (lim.max_num_seqs + 1)), core.tokenizer, set(core.eos_ids), lim
+    )
     e.start()
     yield e
     e.shutdown()
@@ -275,8 +279,15 @@ def tiny_llama() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=5000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -309,8 +320,14 @@ def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: 
         runner.forward([Segment(a, prompt), Segment(b, prompt[:-4]), Segment(c, prompt)])
         runner.forward([Segment(b, prompt[-4:], want_logits=False)])
         fresh = KVCache()
-        got = runner.forward([Segment(c, [41]), Segment(a, fed_a, all_logits=True), Segment(fresh, prompt[:5]),
-                              Segment(b, fed_b, all_logits=True)])  # fmt: skip
+        got = runner.forward(
+            [
+                Segment(c, [41]),
+                Segment(a, fed_a, all_logits=True),
+                Segment(fresh, prompt[:5]),
+                Segment(b, fed_b, all_logits=True),
+            ]
+        )
         assert got.shape == (1 + len(fed_a) + 1 + len(fed_b), 5000)
         torch.testing.assert_close(got[0:1], want_c, atol=1e-4, rtol=0)
         torch.testing.assert_close(got[1:7], want_a, atol=1e-4, rtol=0)

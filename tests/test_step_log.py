@@ -10,9 +10,23 @@ from engine.core.step_log import StepLog, StepRecord, short_id
 
 
 def record(step: int, start: float, requests: tuple[str, ...] = ("r1",), ms: float = 10.0) -> StepRecord:
-    return StepRecord(step=step, start=start, ms=ms, rows=len(requests), decode_rows=len(requests), prompt_tokens=0,
-                      prompt_chunks=0, requests=requests, preemptions=0, prefix_tokens=0, prefix_blocks=0,
-                      weight_bytes=1000, kv_bytes=24, floor_ms=2.5, pct=25.0)  # fmt: skip
+    return StepRecord(
+        step=step,
+        start=start,
+        ms=ms,
+        rows=len(requests),
+        decode_rows=len(requests),
+        prompt_tokens=0,
+        prompt_chunks=0,
+        requests=requests,
+        preemptions=0,
+        prefix_tokens=0,
+        prefix_blocks=0,
+        weight_bytes=1000,
+        kv_bytes=24,
+        floor_ms=2.5,
+        pct=25.0,
+    )
 
 
 def test_the_ring_never_holds_more_than_its_capacity_and_keeps_the_newest() -> None:
@@ -50,7 +64,15 @@ def test_a_log_of_no_records_is_refused() -> None:
 
 def test_short_ids_are_a_counter_in_base_36() -> None:
     assert [short_id(n) for n in (1, 9, 10, 35, 36, 46, 1295, 1296)] == [
-        "r1", "r9", "ra", "rz", "r10", "r1a", "rzz", "r100"]  # fmt: skip
+        "r1",
+        "r9",
+        "ra",
+        "rz",
+        "r10",
+        "r1a",
+        "rzz",
+        "r100",
+    ]
 
 
 def test_a_reply_sees_its_peers_without_itself_and_the_wire_sees_short_ids() -> None:

@@ -15,9 +15,15 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 def reply(times: list[float], engine: bool = True) -> ChoiceView:
     n = len(times)
-    return ChoiceView(index=0, token_ids=list(range(n)), times_ms=times, batch_sizes=[1] * n if engine else [],
-                      queue_waits_us=[3000] + [0] * (n - 1) if engine else [], prepare_ms=5.0 if engine else None,
-                      engine_timeline=engine)  # fmt: skip
+    return ChoiceView(
+        index=0,
+        token_ids=list(range(n)),
+        times_ms=times,
+        batch_sizes=[1] * n if engine else [],
+        queue_waits_us=[3000] + [0] * (n - 1) if engine else [],
+        prepare_ms=5.0 if engine else None,
+        engine_timeline=engine,
+    )
 
 
 def texts(svg: str, cls: str) -> list[str]:

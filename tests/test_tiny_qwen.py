@@ -60,9 +60,17 @@ def test_tokenizer_encodes_like_the_qwen_bpe_and_round_trips(tokenizer: Any, ref
 
 def test_added_tokens_have_the_qwen3_ids_and_encode_as_one_token(tokenizer: Any) -> None:
     assert len(tokenizer) == tq.VOCAB_SIZE == 151_669
-    for token, expected in {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
-                            "<tool_call>": 151657, "</tool_call>": 151658, "<tool_response>": 151665,
-                            "</tool_response>": 151666, "<think>": 151667, "</think>": 151668}.items():  # fmt: skip
+    for token, expected in {
+        "<|endoftext|>": 151643,
+        "<|im_start|>": 151644,
+        "<|im_end|>": 151645,
+        "<tool_call>": 151657,
+        "</tool_call>": 151658,
+        "<tool_response>": 151665,
+        "</tool_response>": 151666,
+        "<think>": 151667,
+        "</think>": 151668,
+    }.items():
         assert tq.SPECIAL_IDS[token] == expected
     for token, special in tq.ADDED_TOKENS:
         token_id = tq.SPECIAL_IDS[token]

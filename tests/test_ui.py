@@ -95,20 +95,29 @@ def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_re
     assert thought["metadata"]["duration"] > 0 and text(thought)
     assert answer(out[CHATBOT]) == "The answer is 4."
     ui = client(qwen_live.url)  # the thinking switch goes out as chat_template_kwargs.enable_thinking
-    out = ui.predict(message="What is 2+2?", system="", enable_thinking="off", temperature=0.0, max_tokens=64,
-                     api_name="/chat")  # fmt: skip
+    out = ui.predict(
+        message="What is 2+2?", system="", enable_thinking="off", temperature=0.0, max_tokens=64, api_name="/chat"
+    )
     assert not any(title(m).startswith("∴") for m in out[CHATBOT]) and answer(out[CHATBOT]) == "The answer is 4."
     assert '"enable_thinking": false' in out[REQUEST]
 
     ui = client(qwen_live.url)  # a fresh conversation: the model learnt this exchange on its own
     tools = dumps([GET_WEATHER])
-    out = ui.predict(message="Weather in Paris?", system="", tools_text=tools, temperature=0.0, max_tokens=64,
-                     api_name="/chat")  # fmt: skip
+    out = ui.predict(
+        message="Weather in Paris?", system="", tools_text=tools, temperature=0.0, max_tokens=64, api_name="/chat"
+    )
     call = next(m for m in out[CHATBOT] if title(m) == "⚒ get_weather")
     assert '"city": "Paris"' in text(call) and "arguments match" in text(call)
     call_id = call["metadata"]["log"]
-    out = ui.predict(result='{"temperature": 22, "sky": "sunny"}', call_id=call_id, system="", tools_text=tools,
-                     temperature=0.0, max_tokens=64, api_name="/tool_result")  # fmt: skip
+    out = ui.predict(
+        result='{"temperature": 22, "sky": "sunny"}',
+        call_id=call_id,
+        system="",
+        tools_text=tools,
+        temperature=0.0,
+        max_tokens=64,
+        api_name="/tool_result",
+    )
     assert any(title(m).startswith("↩ result of get_weather") for m in out[CHATBOT])
     assert answer(out[CHATBOT]) == "It is sunny and 22 °C in Paris."
 
@@ -122,13 +131,15 @@ def test_replay_sends_the_exact_request_again_and_compares(ui) -> None:
     report = ui.predict(body_text=edited, api_name="/replay")  # a modified replay: the request diff says how
     assert "Request:** modified" in report and '-  "max_tokens": 8' in report and '+  "max_tokens": 2' in report
     assert "differs from the original reply" in report and "--- original reply" in report
-    assert "Not sent" in ui.predict(body_text=out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 0'),
-                                    api_name="/replay")  # fmt: skip
+    assert "Not sent" in ui.predict(
+        body_text=out[REQUEST].replace('"max_tokens": 8', '"max_tokens": 0'), api_name="/replay"
+    )
 
 
 def test_ab_runs_both_settings_together_in_one_batch(ui) -> None:
-    check, a_md, a_stats, b_md, b_stats = ui.predict(message=QUESTION, system="", preset_b="Creative",
-                                                     temperature=0.0, max_tokens=8, ignore_eos=True, api_name="/ab")  # fmt: skip
+    check, a_md, a_stats, b_md, b_stats = ui.predict(
+        message=QUESTION, system="", preset_b="Creative", temperature=0.0, max_tokens=8, ignore_eos=True, api_name="/ab"
+    )
     assert check == "" and a_md.startswith("**A · current settings**") and b_md.startswith("**B · Creative**")
     for side in (a_stats, b_stats):
         assert 'data-stat="completion tokens">8<' in side and 'data-stat="finish reason">length<' in side
@@ -208,8 +219,9 @@ def test_audio_is_summarised_and_its_transcript_shows_under_the_users_turn(ui) -
 def test_the_page_drives_a_remote_server_and_says_which_stats_it_did_not_send(live, settings, service) -> None:
     with extra_server(settings, service) as page:  # a second server of this app; its page points at the first
         ui = client(str(page.base_url))
-        header, status = ui.predict(kind="Remote (OpenAI-compatible URL)", url=live.url + "/v1", api_key="",
-                                    model="", api_name="/backend")  # fmt: skip
+        header, status = ui.predict(
+            kind="Remote (OpenAI-compatible URL)", url=live.url + "/v1", api_key="", model="", api_name="/backend"
+        )
         assert f"backend: remote {live.url} · {MODEL}" in header and status.startswith("✓ Connected")
         out = ui.predict(message=QUESTION, system="", temperature=0.0, max_tokens=12, api_name="/chat")
     api = chat(live.client(), messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=12).json()
@@ -239,8 +251,10 @@ def test_stats_a_remote_server_does_not_send_are_none_in_a_notebook_and_not_prov
     assert 'data-stat="batch size (max)">not provided<' in out[STATS]
     assert 'data-stat="queue wait">not provided<' in out[STATS]
     assert f'data-stat="completion tokens">{result.completion_tokens}<' in out[STATS]
-    assert ("Not provided by the remote backend: engine timeline, preparation, queue wait, prefill, batch size "
-            "(max), token ids." in out[STATS])  # fmt: skip
+    assert (
+        "Not provided by the remote backend: engine timeline, preparation, queue wait, prefill, batch size "
+        "(max), token ids." in out[STATS]
+    )
 
 
 def test_a_video_shows_the_frames_the_server_will_sample(ui, tmp_path) -> None:

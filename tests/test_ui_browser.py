@@ -47,8 +47,12 @@ def test_a_reply_streams_with_engine_stats_that_match_the_api(browser: Any, live
     print(f"\nfirst paint {first:.0f} ms after Send, {len(paints)} paints, {rate:.1f} paints/s")
     assert rate < 25, "updates should be throttled to about 10 a second"
 
-    api = chat(live.client(), messages=[{"role": "user", "content": "Count from one to twenty in words."}],
-               temperature=0, max_tokens=24).json()  # fmt: skip
+    api = chat(
+        live.client(),
+        messages=[{"role": "user", "content": "Count from one to twenty in words."}],
+        temperature=0,
+        max_tokens=24,
+    ).json()
     assert stat(page, "prompt tokens") == str(api["usage"]["prompt_tokens"])
     assert stat(page, "completion tokens") == str(api["usage"]["completion_tokens"])
     assert stat(page, "finish reason") == api["choices"][0]["finish_reason"]
@@ -70,8 +74,9 @@ def test_stop_aborts_the_engine_request(browser: Any, live: Any) -> None:
     page.get_by_role("tab", name="Stats").click()
     time.sleep(0.5)
     send(page, "Tell me a long story.")
-    page.wait_for_function("() => +document.querySelector(\"#pg-stats td[data-stat='completion tokens']\")"
-                           "?.textContent > 3")  # fmt: skip
+    page.wait_for_function(
+        "() => +document.querySelector(\"#pg-stats td[data-stat='completion tokens']\")?.textContent > 3"
+    )
     page.click("#pg-stop")
     page.wait_for_function(FINISHED_JS, timeout=30_000)
     tokens = int(stat(page, "completion tokens"))
@@ -106,8 +111,9 @@ def test_an_invalid_combination_is_explained_and_nothing_is_sent(browser: Any, l
     page.close()
 
 
-def test_a_page_message_over_the_clients_limit_gets_the_apis_refusal_and_is_kept(browser: Any, settings: Any,
-                                                                                 service: Any) -> None:  # fmt: skip
+def test_a_page_message_over_the_clients_limit_gets_the_apis_refusal_and_is_kept(
+    browser: Any, settings: Any, service: Any
+) -> None:
     from tests.test_policy_entry_points import LIMIT, api_stream_running
 
     with extra_server(settings, service, max_concurrent_per_client=1) as http:

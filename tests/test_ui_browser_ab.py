@@ -47,9 +47,11 @@ def test_each_side_s_timeline_is_large_enough_to_read(browser: Any, live: Any) -
     open_tab(page, "A/B")
     page.click("#pg-ab-run")
     for side in ("a", "b"):
-        page.wait_for_function(f"""() => {{ const e = document.querySelector(
+        page.wait_for_function(
+            f"""() => {{ const e = document.querySelector(
             "#pg-ab-{side}-numbers td[data-stat='finish reason']"); return e && /length|stop/.test(e.textContent); }}""",
-                               timeout=120_000)  # fmt: skip
+            timeout=120_000,
+        )
     page.locator("#pg-ab-a-numbers svg.pg-timeline").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     shot(page, "ab-2-timelines", full_page=False)

@@ -11,11 +11,19 @@ from tests.browser_helpers import NEEDS_CHROMIUM, open_page, open_tab, shot, syn
 
 pytestmark = NEEDS_CHROMIUM
 
-PROMPTS = "\n".join(json.dumps(r) for r in [
-    {"user": "What is the capital of {{c}}? Answer with the city only.", "c": c, "expected": e}
-    for c, e in (("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"))
-] + [{"user": "Name a colour of the sky.", "expected": "blue"}, {"user": "Say hello.", "expected": "hello"},
-     {"user": 'Reply with a JSON object with a key "a" set to 1.'}, {"user": "What is 2+2?", "expected": "4"}])  # fmt: skip
+PROMPTS = "\n".join(
+    json.dumps(r)
+    for r in [
+        {"user": "What is the capital of {{c}}? Answer with the city only.", "c": c, "expected": e}
+        for c, e in (("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"))
+    ]
+    + [
+        {"user": "Name a colour of the sky.", "expected": "blue"},
+        {"user": "Say hello.", "expected": "hello"},
+        {"user": 'Reply with a JSON object with a key "a" set to 1.'},
+        {"user": "What is 2+2?", "expected": "4"},
+    ]
+)
 
 
 def set_code(page: Any, elem: str, text: str) -> None:
@@ -30,9 +38,11 @@ def test_a_grid_of_eight_prompts_and_three_columns(browser: Any, live: Any, tmp_
     page = open_page(browser, live.url)
     open_tab(page, "Grid")
     set_code(page, "pg-grid-prompts", PROMPTS)
-    columns = [{"name": "greedy", "temperature": 0, "max_tokens": 12},
-               {"name": "one word", "temperature": 0, "max_tokens": 12, "system": "Answer in one word."},
-               {"name": "by URL", "url": live.url + "/v1", "temperature": 0, "max_tokens": 12}]  # fmt: skip
+    columns = [
+        {"name": "greedy", "temperature": 0, "max_tokens": 12},
+        {"name": "one word", "temperature": 0, "max_tokens": 12, "system": "Answer in one word."},
+        {"name": "by URL", "url": live.url + "/v1", "temperature": 0, "max_tokens": 12},
+    ]
     set_code(page, "pg-grid-columns", json.dumps(columns))
     page.click("#pg-grid-run")
     sync_api.expect(page.locator("#pg-grid-progress .pg-progress")).to_be_visible(timeout=30_000)
@@ -64,8 +74,10 @@ def test_a_grid_of_eight_prompts_and_three_columns(browser: Any, live: Any, tmp_
         other.click("#pg-grid-reopen")
     chooser.value.set_files(str(saved))
     sync_api.expect(other.locator("#pg-grid-result .pg-grid-cells tr")).to_have_count(9, timeout=30_000)
-    assert other.locator("#pg-grid-result .pg-grid-summary").inner_text() == page.locator(
-        "#pg-grid-result .pg-grid-summary").inner_text()  # fmt: skip
+    assert (
+        other.locator("#pg-grid-result .pg-grid-summary").inner_text()
+        == page.locator("#pg-grid-result .pg-grid-summary").inner_text()
+    )
     other.close()
     page.close()
 

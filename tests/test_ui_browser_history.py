@@ -63,11 +63,16 @@ def finished(page: Any) -> None:
 def panel(page: Any) -> dict[str, Any]:
     """What the side panel shows of the selected reply: its statistics, timeline, tokens and request."""
     open_tab(page, "Request")
-    request = page.locator("#pg-request .cm-content").inner_text() if page.locator(
-        "#pg-request .cm-content").count() else ""  # fmt: skip
+    request = (
+        page.locator("#pg-request .cm-content").inner_text() if page.locator("#pg-request .cm-content").count() else ""
+    )
     open_tab(page, "Stats")
-    return {"stats": page.evaluate(NUMBERS_JS), "timeline": page.locator("#pg-timeline svg").count(),
-            "tokens": page.locator("#pg-heat .pg-tok").count(), "request": request}  # fmt: skip
+    return {
+        "stats": page.evaluate(NUMBERS_JS),
+        "timeline": page.locator("#pg-timeline svg").count(),
+        "tokens": page.locator("#pg-heat .pg-tok").count(),
+        "request": request,
+    }
 
 
 def test_a_reload_and_an_import_keep_every_number_of_a_reply(browser: Any, live: Any, tmp_path: Path) -> None:
@@ -195,8 +200,9 @@ def test_the_described_reply_is_highlighted_and_undo_or_clear_move_the_panel(bro
     assert newest and all("Say" not in h for h in newest)  # the newest reply, not a question
     described = page.evaluate(DESCRIBED_JS)  # before the click: its answer may come back at once
     bots.first.click()
-    page.wait_for_function("(m) => document.querySelector('#pg-stats .pg-described')?.dataset.messages !== m",
-                           arg=described)  # fmt: skip
+    page.wait_for_function(
+        "(m) => document.querySelector('#pg-stats .pg-described')?.dataset.messages !== m", arg=described
+    )
     older = page.evaluate(HIGHLIGHTED_JS)
     assert older and older != newest and older[0] in bots.first.inner_text()
     shot(page, "hist-7-older-selected")

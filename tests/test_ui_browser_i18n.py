@@ -20,18 +20,22 @@ pytestmark = NEEDS_CHROMIUM
 # Words that stay as they are in the Chinese page, each group with why. Matching is per word, case-sensitive.
 ALLOWED_GROUPS = (
     # A request is not translated: its fields and values are spelled as the API spells them (spec §2.2).
-    ("temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty seed max_tokens stop "
-     "stop_token_ids include_stop_str_in_output ignore_eos skip_special_tokens n best_of use_beam_search logprobs "
-     "top_logprobs response_format json_schema json_object text chat_template_kwargs enable_thinking "
-     "thinking_budget chat_template_kwargs.enable_thinking chat_template_kwargs.thinking_budget max_n tool_choice "
-     "tools auto none required length tool_calls stream name schema string "
-     "integer number boolean array object null true false logit_bias structured_outputs",
-     "an API field name or value"),
+    (
+        "temperature top_p top_k min_p presence_penalty frequency_penalty repetition_penalty seed max_tokens stop "
+        "stop_token_ids include_stop_str_in_output ignore_eos skip_special_tokens n best_of use_beam_search logprobs "
+        "top_logprobs response_format json_schema json_object text chat_template_kwargs enable_thinking "
+        "thinking_budget chat_template_kwargs.enable_thinking chat_template_kwargs.thinking_budget max_n tool_choice "
+        "tools auto none required length tool_calls stream name schema string "
+        "integer number boolean array object null true false logit_bias structured_outputs",
+        "an API field name or value",
+    ),
     ("get_weather get_time", "an example tool's name, as its JSON definition spells it"),
     ("k max", "mathematical notation in a field's help: top_k's k, max(n, best_of)"),
     ("ms s tok MiB GB", "a unit"),
-    ("JSON CSV JSONL curl Python openai API URL HTTP POST base64 data input_audio file Lark GBNF", "a format, protocol, "
-     "method, grammar notation or tool, spelled as it is (a data URL, a file:// path)"),
+    (
+        "JSON CSV JSONL curl Python openai API URL HTTP POST base64 data input_audio file Lark GBNF",
+        "a format, protocol, method, grammar notation or tool, spelled as it is (a data URL, a file:// path)",
+    ),
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),
     ("TTFT", "time to first token, the abbreviation the statistics' Chinese name spells out"),
     ("KV", "the key/value cache, as Chinese inference documentation writes it (KV 缓存)"),
@@ -41,7 +45,7 @@ ALLOWED_GROUPS = (
     ("Enter Shift", "a key's name, as printed on the keyboard"),
     ("A B", "the two sides of an A/B comparison"),
     ("v1 chat completions http https host cat.png clip.mp4 mp4 avi wmv png", "a URL, its parts, or a file type"),
-)  # fmt: skip
+)
 ALLOWED = {word for words, _ in ALLOWED_GROUPS for word in words.split()}
 # Gradio 6.31's own strings that its zh-CN catalogue lacks (hard-coded in its frontend, or a missing key): the
 # copy and download buttons' tooltips, and the status line a screen reader hears when an event completes.
@@ -50,8 +54,16 @@ GRADIO_OWN = {"Copy", "Download", "Copy conversation", "Copy message", "common.c
 # Parts of the page that are not the page's own wording: the model's reply and what the user typed (chat
 # bubbles), source code (the Request tab's JSON, curl and Python; the tools editor), and Gradio's footer.
 # The System prompt box's placeholder quotes the model's chat template (its own default system prompt) as it is.
-SKIPPED = ["#pg-chat .message-row .bot .message-content .prose", "#pg-chat [data-testid='user']", ".cm-editor", "#pg-system",
-           "footer", ".code-wrap", "pre", "code"]  # fmt: skip
+SKIPPED = [
+    "#pg-chat .message-row .bot .message-content .prose",
+    "#pg-chat [data-testid='user']",
+    ".cm-editor",
+    "#pg-system",
+    "footer",
+    ".code-wrap",
+    "pre",
+    "code",
+]
 
 VISIBLE_TEXT_JS = """(skipped) => {
   const out = [];
@@ -129,8 +141,11 @@ def test_every_visible_string_of_the_page_is_chinese(browser: Any, live: Any) ->
     page.wait_for_timeout(500)
     page.fill("#pg-input textarea", "Hi")
     page.click("#pg-send")
-    page.wait_for_function("""() => { const e = document.querySelector("#pg-stats td[data-stat='finish reason']");
-      return e && ['length', 'stop'].includes(e.textContent.trim()); }""", timeout=120_000)  # fmt: skip
+    page.wait_for_function(
+        """() => { const e = document.querySelector("#pg-stats td[data-stat='finish reason']");
+      return e && ['length', 'stop'].includes(e.textContent.trim()); }""",
+        timeout=120_000,
+    )
 
     found: dict[str, set[str]] = {}
 

@@ -83,8 +83,10 @@ def test_the_side_panel_scrolls_on_its_own_beside_a_chat_that_stays_in_view(brow
     before = box(page, "#pg-input textarea")
     for _ in range(12):
         page.mouse.wheel(0, 400)
-    page.wait_for_function("() => { const s = document.querySelector('#pg-side');"
-                           " return s.scrollTop + s.clientHeight >= s.scrollHeight - 2; }")  # fmt: skip
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#pg-side');"
+        " return s.scrollTop + s.clientHeight >= s.scrollHeight - 2; }"
+    )
     after = box(page, "#pg-input textarea")
     assert page.evaluate("window.scrollY") == 0
     assert after["top"] == before["top"] and in_view(after, 1000)
@@ -107,8 +109,10 @@ def test_the_chat_label_and_buttons_cover_no_message_text(browser: Any, live: An
     page.fill("#pg-input textarea", text)
     page.click("#pg-send")
     page.wait_for_function(FINISHED_JS, timeout=120_000)
-    page.wait_for_function("() => { const w = document.querySelector('#pg-chat .bubble-wrap');"
-                           " return w.scrollTop > 0 && w.scrollTop + w.clientHeight >= w.scrollHeight - 2; }")  # fmt: skip
+    page.wait_for_function(
+        "() => { const w = document.querySelector('#pg-chat .bubble-wrap');"
+        " return w.scrollTop > 0 && w.scrollTop + w.clientHeight >= w.scrollHeight - 2; }"
+    )
     at_top = page.evaluate(CHAT_BOXES_JS, 0)
     assert at_top["first"] and at_top["lines"] and at_top["scrolled"] == 0, at_top
     first_lines = [line for line in at_top["lines"] if line["text"].startswith("Line 1 ")]
@@ -198,8 +202,7 @@ def _h264(path: Path, size: tuple[int, int] = (64, 48)) -> Path:
         stream = out.add_stream("libx264", rate=10)
         stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
         for i in range(10):
-            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), (40, 120, 220), np.uint8),
-                                               format="rgb24")  # fmt: skip
+            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), (40, 120, 220), np.uint8), format="rgb24")
             frame.pts = i
             out.mux(stream.encode(frame))
         out.mux(stream.encode(None))
@@ -215,8 +218,10 @@ def test_pending_attachments_show_a_thumbnail_or_a_player(browser: Any, live: An
     _, pending = attach_png(page, tmp_path, (64, 48))
     thumb = pending.locator("img.pg-thumb")
     sync_api.expect(thumb).to_have_count(1)
-    page.wait_for_function("() => { const i = document.querySelector('#pg-attach-list img.pg-thumb');"
-                           " return i && i.complete && i.naturalWidth === 64 && i.naturalHeight === 48; }")  # fmt: skip
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#pg-attach-list img.pg-thumb');"
+        " return i && i.complete && i.naturalWidth === 64 && i.naturalHeight === 48; }"
+    )
     b = thumb.bounding_box()
     assert 0 < b["width"] <= 96 and 0 < b["height"] <= 64  # scaled to a thumbnail, not the picture's size
     sync_api.expect(pending).to_contain_text("64×48 · sent as data URL")  # the line is still there beside it
@@ -232,8 +237,10 @@ def test_pending_attachments_show_a_thumbnail_or_a_player(browser: Any, live: An
     page.set_input_files("#pg-attach-video input[type=file]", str(clip))
     video = pending.locator("video.pg-thumb")
     sync_api.expect(video).to_have_count(1)
-    page.wait_for_function("() => { const v = document.querySelector('#pg-attach-list video');"
-                           " return v.readyState >= 1 && v.videoWidth === 64; }")  # fmt: skip
+    page.wait_for_function(
+        "() => { const v = document.querySelector('#pg-attach-list video');"
+        " return v.readyState >= 1 && v.videoWidth === 64; }"
+    )
     assert pending.locator("li").count() == 3 and thumb.count() == 1  # one line each, the image's kept
     shot(page, "layout-6-attachment-previews")
     page.close()
@@ -248,8 +255,9 @@ PLACEHOLDER_FIT_JS = """() => { const t = document.querySelector('#pg-input text
 
 
 @pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
-def test_on_a_phone_the_placeholder_fits_and_every_side_tab_follows_the_chat(browser: Any, live: Any,
-                                                                             locale: str) -> None:  # fmt: skip
+def test_on_a_phone_the_placeholder_fits_and_every_side_tab_follows_the_chat(
+    browser: Any, live: Any, locale: str
+) -> None:
     """Issue 30, item 9: the placeholder was cut off at the phone's edge, eight of the ten side tabs hid in an
     overflow menu, and the stats sat a long scroll below the chat (past its buttons, attachments, system prompt)."""
     page = open_page(browser, live.url, 390, 844, locale=locale)

@@ -88,10 +88,16 @@ def test_qwen_thinking_and_tool_tokens_are_marked_special(browser: Any, qwen_liv
     assert text.locator("mark.pg-prompt-special", has_text="<think>").count() == 1
     with httpx.Client(base_url=qwen_live.url) as http:
         messages = [{"role": "user", "content": "Weather in Paris?"}]
-        chat = http.post("/v1/chat/completions", json={
-            "model": "tiny-qwen3", "messages": messages, "max_tokens": 1, "tools": page.evaluate(
-                "() => JSON.parse(document.querySelector('#pg-tools .cm-content').innerText)"),
-            "chat_template_kwargs": {"enable_thinking": False}}).json()  # fmt: skip
+        chat = http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "tiny-qwen3",
+                "messages": messages,
+                "max_tokens": 1,
+                "tools": page.evaluate("() => JSON.parse(document.querySelector('#pg-tools .cm-content').innerText)"),
+                "chat_template_kwargs": {"enable_thinking": False},
+            },
+        ).json()
     assert shown_count(page) == chat["usage"]["prompt_tokens"]
     view(page).locator(".pg-ptok-special", has_text="<tool_call>").first.scroll_into_view_if_needed()
     shot(page, "prompt-3-qwen-think-tools", full_page=False)
@@ -108,13 +114,21 @@ def test_the_prompt_tab_speaks_chinese(browser: Any, live: Any) -> None:
     page.fill("#pg-input textarea", "你好")
     open_tab(page, "¶ 提示词")
     sync_api.expect(view(page).locator(".pg-prompt-counts")).to_contain_text("个 token")
-    found = {run for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED) if where.startswith("#pg-prompt")
-             for run in english_runs(text)}  # fmt: skip
+    found = {
+        run
+        for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED)
+        if where.startswith("#pg-prompt")
+        for run in english_runs(text)
+    }
     assert not found, found
     page.locator("#pg-prompt-source label", has_text="所选回复").click()
     sync_api.expect(view(page).locator(".pg-prompt-note")).to_contain_text("还没有回复")
-    found = {run for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED) if where.startswith("#pg-prompt")
-             for run in english_runs(text)}  # fmt: skip
+    found = {
+        run
+        for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED)
+        if where.startswith("#pg-prompt")
+        for run in english_runs(text)
+    }
     assert not found, found
     shot(page, "prompt-4-zh")
     context.close()

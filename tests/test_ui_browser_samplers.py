@@ -64,8 +64,9 @@ def sampler_settings(page: Any) -> None:
     sync_api.expect(box).to_contain_text("samplers before/after")
     box.locator("input[type=checkbox]").check()
     check = page.locator("#pg-check")
-    sync_api.expect(check).to_contain_text("sampler_logprobs requires logprobs to be true and top_logprobs of at "
-                                           "least 1")  # fmt: skip
+    sync_api.expect(check).to_contain_text(
+        "sampler_logprobs requires logprobs to be true and top_logprobs of at least 1"
+    )
     sync_api.expect(box).to_have_class(re.compile("pg-fault"))  # the box at fault, outlined
     shot(page, "samp-1-check-line-explains")
     page.locator("#pg-logprobs input[type=checkbox]").check()
@@ -84,8 +85,17 @@ def test_a_clicked_token_shows_the_model_and_the_samplers_side_by_side(browser: 
     refused = " ".join(page.locator("#pg-check p").all_inner_texts()).strip()
     assert not refused, f"the request was refused: {refused}"
     # The same request through the API, the same seed: the same tokens and the same records.
-    api = chat(live.client(), messages=[{"role": "user", "content": PROMPT}], temperature=0.8, top_k=3, seed=SEED,
-               max_tokens=8, logprobs=True, top_logprobs=5, sampler_logprobs=True).json()  # fmt: skip
+    api = chat(
+        live.client(),
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0.8,
+        top_k=3,
+        seed=SEED,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=5,
+        sampler_logprobs=True,
+    ).json()
     want = api["choices"][0]["logprobs"]["content"]
     heat = page.locator("#pg-heat .pg-heatmap .pg-tok")
     assert heat.count() == len(want)
@@ -119,8 +129,13 @@ def test_a_clicked_token_shows_the_model_and_the_samplers_side_by_side(browser: 
     page.close()
 
 
-def entry(token: str, p: float, alts: list[tuple[str, float]], after: list[tuple[str, float]] | None,
-          after_p: float | None = None) -> LogprobEntry:  # fmt: skip
+def entry(
+    token: str,
+    p: float,
+    alts: list[tuple[str, float]],
+    after: list[tuple[str, float]] | None,
+    after_p: float | None = None,
+) -> LogprobEntry:
     top = [TopLogprob(token=t, logprob=math.log(q), bytes=[]) for t, q in alts]
     e = LogprobEntry(token=token, logprob=math.log(p), bytes=[], top_logprobs=top)
     if after is not None:
@@ -160,9 +175,11 @@ def offline_page(browser: Any, markup: str, lang: str = "en") -> Any:
     which records the input events it gets."""
     page = browser.new_page(viewport={"width": 900, "height": 600})
     style = (PLAYGROUND / "tokens.css").read_text(encoding="utf-8")
-    page.set_content(f'<html lang="{lang}"><head><style>{style}</style></head><body style="font-family:sans-serif">'
-                     f'<div id="pg-action" hidden><textarea></textarea></div>'
-                     f'<div style="padding:2rem;width:20rem">{markup}</div></body></html>')  # fmt: skip
+    page.set_content(
+        f'<html lang="{lang}"><head><style>{style}</style></head><body style="font-family:sans-serif">'
+        f'<div id="pg-action" hidden><textarea></textarea></div>'
+        f'<div style="padding:2rem;width:20rem">{markup}</div></body></html>'
+    )
     page.add_script_tag(content=(PLAYGROUND / "tokens.js").read_text(encoding="utf-8"))
     page.evaluate("""() => { window.pgInputs = []; document.querySelector('#pg-action textarea')
       .addEventListener('input', (e) => window.pgInputs.push(e.target.value)); }""")

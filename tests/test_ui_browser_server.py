@@ -12,8 +12,10 @@ from tests.conftest import extra_server
 
 pytestmark = NEEDS_CHROMIUM
 
-PROMPT = ("Name the planets of the solar system in order from the sun, with one fact about each of them, and say "
-          "which one has the most moons and why.")  # fmt: skip
+PROMPT = (
+    "Name the planets of the solar system in order from the sun, with one fact about each of them, and say "
+    "which one has the most moons and why."
+)
 CELL = "#pg-server td[data-srv='{}']"
 TICK_URL = "/gradio_api/run/predict"  # the timer's refresh is an unqueued event
 
@@ -24,9 +26,11 @@ def cell(page: Any, name: str) -> str:
 
 def wait_cell(page: Any, name: str, js_test: str, timeout: int = 120_000) -> None:
     """Until the view's cell `name` passes `js_test` (a JS expression over its text `v`): the timer refreshed it."""
-    page.wait_for_function(f"() => {{ const e = document.querySelector(\"{CELL.format(name)}\"); "
-                           f"if (!e) return false; const v = e.textContent; return {js_test}; }}",
-                           timeout=timeout)  # fmt: skip
+    page.wait_for_function(
+        f'() => {{ const e = document.querySelector("{CELL.format(name)}"); '
+        f"if (!e) return false; const v = e.textContent; return {js_test}; }}",
+        timeout=timeout,
+    )
 
 
 def setup(page: Any, max_tokens: int, ignore_eos: bool = False) -> None:
@@ -105,8 +109,9 @@ def login(browser: Any, url: str, password: str) -> Any:
     page.locator("input[type=password]").first.fill(password)
     page.locator("button", has_text="Login").click()
     page.wait_for_selector("#pg-input textarea")  # the login reloads the page: the header may come a moment later
-    page.wait_for_function("() => { const e = document.querySelector('.pg-header'); "
-                           "return e && !e.innerText.includes('loading'); }")  # fmt: skip
+    page.wait_for_function(
+        "() => { const e = document.querySelector('.pg-header'); return e && !e.innerText.includes('loading'); }"
+    )
     return page
 
 
@@ -142,8 +147,12 @@ def test_the_server_tab_in_chinese(browser: Any, live: Any) -> None:
     page.click("#pg-server-reset")
     sync_api.expect(page.locator("#pg-server-note")).to_contain_text("前缀缓存已清空")
     assert "前缀缓存块" in page.locator("#pg-server").inner_text()
-    found = {run for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED) if where.startswith("#pg-server")
-             or "pg-side" in where for run in english_runs(text)}  # fmt: skip
+    found = {
+        run
+        for where, text in page.evaluate(VISIBLE_TEXT_JS, SKIPPED)
+        if where.startswith("#pg-server") or "pg-side" in where
+        for run in english_runs(text)
+    }
     shot(page, "server-6-chinese")
     context.close()
     assert not found, found

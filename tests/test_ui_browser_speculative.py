@@ -46,8 +46,14 @@ def test_acceptance_rate_is_shown_and_accepted_tokens_are_underlined(browser: An
     assert not refused, f"the request was refused: {refused}"
 
     # The same request through the API: its usage says what the page must show.
-    api = chat(live.client(), messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40,
-               logprobs=True, speculative=True).json()  # fmt: skip
+    api = chat(
+        live.client(),
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=40,
+        logprobs=True,
+        speculative=True,
+    ).json()
     spec = api["usage"]["speculative"]
     assert spec["accepted"] > 0
     want = f"{spec['accepted'] / spec['drafted']:.0%} ({spec['accepted']:,} / {spec['drafted']:,})"

@@ -32,8 +32,9 @@ def few_tokens(page: Any, max_tokens: int) -> None:
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
-def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(browser: Any, live: Any, width: int,
-                                                                   height: int) -> None:  # fmt: skip
+def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(
+    browser: Any, live: Any, width: int, height: int
+) -> None:
     page = open_page(browser, live.url, width, height)
     # SmolLM2 has a chat template of its own: the page starts on Chat
     assert page.locator("#pg-mode input[value=chat]").is_checked()

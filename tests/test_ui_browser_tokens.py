@@ -51,11 +51,13 @@ def reply(page: Any, text: str = PROMPT) -> None:
 def popover(page: Any) -> dict[str, Any]:
     """What the open popover shows: its text, its alternative rows (data-i, data-alt, percentage) and its box."""
     page.wait_for_selector(POP, state="visible")
-    return page.evaluate("""(sel) => { const p = document.querySelector(sel); const r = p.getBoundingClientRect();
+    return page.evaluate(
+        """(sel) => { const p = document.querySelector(sel); const r = p.getBoundingClientRect();
       return {text: p.innerText, p: p.querySelector('.pg-tokpop-p').textContent, box: [r.left, r.top, r.right, r.bottom],
               rows: [...p.querySelectorAll('.pg-alt')].map(li => ({i: li.dataset.i, alt: li.dataset.alt,
                 chosen: li.classList.contains('pg-alt-chosen'), p: li.querySelector('.pg-alt-p').textContent}))}; }""",
-                         POP)  # fmt: skip
+        POP,
+    )
 
 
 def inside_viewport(box: list[float], page: Any) -> bool:
@@ -67,8 +69,14 @@ def test_popover_opens_on_click_and_keyboard_with_a_legend_and_a_heatmap_in_the_
     page = open_page(browser, live.url)
     with_logprobs(page, top=3)
     reply(page)
-    api = chat(live.client(), messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=8,
-               logprobs=True, top_logprobs=3).json()["choices"][0]["logprobs"]["content"]  # fmt: skip
+    api = chat(
+        live.client(),
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=3,
+    ).json()["choices"][0]["logprobs"]["content"]
     heat = page.locator("#pg-heat .pg-heatmap .pg-tok")
     assert heat.count() == len(api)
     legend = page.locator("#pg-heat .pg-legend")

@@ -19,14 +19,30 @@ def body(**changes) -> dict:
 
 
 def test_defaults_send_only_what_differs_from_the_api_defaults() -> None:
-    assert body() == {"model": "m", "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True},
-                      "temperature": 0.7, "max_tokens": 256}  # fmt: skip
+    assert body() == {
+        "model": "m",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.7,
+        "max_tokens": 256,
+    }
     assert check(body()) is None
 
 
 def test_controls_become_typed_request_fields() -> None:
-    b = body(max_tokens=64.0, top_k=40.0, seed="7", stop="END\n\n###", stop_token_ids="2, 5", logprobs=True,
-             top_logprobs=3.0, enable_thinking="off", thinking_budget=16, response_format="json_object")  # fmt: skip
+    b = body(
+        max_tokens=64.0,
+        top_k=40.0,
+        seed="7",
+        stop="END\n\n###",
+        stop_token_ids="2, 5",
+        logprobs=True,
+        top_logprobs=3.0,
+        enable_thinking="off",
+        thinking_budget=16,
+        response_format="json_object",
+    )
     assert b["max_tokens"] == 64 and type(b["max_tokens"]) is int and b["top_k"] == 40
     assert b["seed"] == 7 and b["stop"] == ["END", "###"] and b["stop_token_ids"] == [2, 5]
     assert b["logprobs"] is True and b["top_logprobs"] == 3

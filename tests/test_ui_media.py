@@ -26,13 +26,17 @@ def png_file(tmp_path: Path) -> Path:
 def test_files_become_the_content_parts_the_api_parses(tmp_path: Path) -> None:
     png = png_file(tmp_path)
     image = attachments.file_part(str(png), "image")
-    assert image == {"type": "image_url",
-                     "image_url": {"url": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()}}  # fmt: skip
+    assert image == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()},
+    }
     audio = attachments.file_part(str(SPEECH), "audio")
     assert audio["type"] == "input_audio" and audio["input_audio"]["format"] == "flac"
     assert base64.b64decode(audio["input_audio"]["data"]) == SPEECH.read_bytes()
     assert attachments.file_part(str(png), "image", attachments.URL) == {
-        "type": "image_url", "image_url": {"url": f"file://{png.resolve()}"}}  # fmt: skip
+        "type": "image_url",
+        "image_url": {"url": f"file://{png.resolve()}"},
+    }
     url = attachments.url_part(" https://example.com/clip.mp4 ", "video")
     assert url == {"type": "video_url", "video_url": {"url": "https://example.com/clip.mp4"}}
     body = {"model": "m", "messages": [{"role": "user", "content": [image, audio, url, {"type": "text", "text": "?"}]}]}
@@ -42,11 +46,19 @@ def test_files_become_the_content_parts_the_api_parses(tmp_path: Path) -> None:
 
 def test_summary_names_what_the_server_saw_and_how_it_is_sent() -> None:
     part = attachments.url_part("data:image/png;base64,AAAA", "image")
-    line = attachments.summary({"kind": "image", "mime": "image/png", "bytes": 2048, "width": 32, "height": 24},
-                               part, "red.png")  # fmt: skip
+    line = attachments.summary(
+        {"kind": "image", "mime": "image/png", "bytes": 2048, "width": 32, "height": 24}, part, "red.png"
+    )
     assert line == "▣ red.png · image/png · 2.0 KiB · 32×24 · sent as data URL (26 chars in the body)"
-    video = {"kind": "video", "mime": "video/mp4", "bytes": 10, "frames": 4, "fps": 2.0, "max_frames": 32,
-             "duration_s": 2.0}  # fmt: skip
+    video = {
+        "kind": "video",
+        "mime": "video/mp4",
+        "bytes": 10,
+        "frames": 4,
+        "fps": 2.0,
+        "max_frames": 32,
+        "duration_s": 2.0,
+    }
     assert "4 frames sampled (2 fps, max 32) · 2.0 s" in attachments.summary(video, part)
     refused = attachments.summary({"kind": "image", "error": "invalid base64 data"}, part)
     assert refused.endswith("⚠️ the server refuses it: invalid base64 data")
@@ -55,11 +67,20 @@ def test_summary_names_what_the_server_saw_and_how_it_is_sent() -> None:
 
 def test_long_media_is_elided_in_the_copy_views_only() -> None:
     data = "A" * 4000
-    body = {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
-        {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
-        {"type": "image_url", "image_url": {"url": "https://h/cat.png"}},
-        {"type": "text", "text": "hi"}]}]}  # fmt: skip
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+                    {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+                    {"type": "image_url", "image_url": {"url": "https://h/cat.png"}},
+                    {"type": "text", "text": "hi"},
+                ],
+            }
+        ],
+    }
     short = attachments.elide(body)
     parts = short["messages"][0]["content"]
     assert parts[0]["image_url"]["url"] == "data:image/png;base64,<4,000 base64 chars elided>"
@@ -79,8 +100,9 @@ def test_request_diff_shows_what_changed_and_nothing_when_identical() -> None:
 
 def remote_chunk(times: list[float], finish: str | None = None, **delta: str) -> ChatCompletionChunk:
     choice = ChunkChoice(index=0, delta=Delta(**delta), finish_reason=finish)
-    return ChatCompletionChunk(id="c", created=0, model="m", choices=[choice],
-                               timeline=TokenTimeline(token_times_ms=times))  # fmt: skip
+    return ChatCompletionChunk(
+        id="c", created=0, model="m", choices=[choice], timeline=TokenTimeline(token_times_ms=times)
+    )
 
 
 def test_remote_stats_say_what_the_backend_did_not_provide() -> None:
@@ -129,8 +151,9 @@ def test_transcripts_land_under_the_user_turn_they_came_from() -> None:
 
 def test_attachments_survive_export_and_import(tmp_path: Path) -> None:
     part = attachments.file_part(str(png_file(tmp_path)), "image")
-    conv = Conversation([Turn("user", "What is this?", parts=[part], attachments=["▣ red.png · image/png"],
-                              transcripts={})])  # fmt: skip
+    conv = Conversation(
+        [Turn("user", "What is this?", parts=[part], attachments=["▣ red.png · image/png"], transcripts={})]
+    )
     doc = json.loads(json.dumps(export.dump(export.Snapshot(conv))))
     back = export.load(doc).conv.turns[0]
     assert back.parts == [part] and back.content == "What is this?" and back.attachments == ["▣ red.png · image/png"]
@@ -158,16 +181,20 @@ def test_an_attachment_over_the_http_body_limit_says_so() -> None:
     big = attachments.url_part("data:image/png;base64," + "A" * (2 << 20), "image")
     item = asyncio.run(AttachHandlers(lambda: service).attachment(big, "big.png"))
     assert item["summary"].endswith("over the server's 1 MiB HTTP body limit: a curl copy of this request gets 413")
-    small = asyncio.run(AttachHandlers(lambda: service).attachment(attachments.url_part("https://h/a.png", "image"),
-                                                                   "a.png"))  # fmt: skip
+    small = asyncio.run(
+        AttachHandlers(lambda: service).attachment(attachments.url_part("https://h/a.png", "image"), "a.png")
+    )
     assert "limit" not in small["summary"]
 
 
 def fake_service(modalities: frozenset[str], transcription: bool) -> object:
     from types import SimpleNamespace
 
-    return SimpleNamespace(served_name="m", model=SimpleNamespace(modalities=modalities, context_length=4096),
-                           settings=SimpleNamespace(audio_transcription=transcription))  # fmt: skip
+    return SimpleNamespace(
+        served_name="m",
+        model=SimpleNamespace(modalities=modalities, context_length=4096),
+        settings=SimpleNamespace(audio_transcription=transcription),
+    )
 
 
 def test_capabilities_say_what_the_model_does_with_each_media_kind() -> None:
@@ -196,9 +223,16 @@ def test_the_media_report_shows_under_the_users_turn_and_survives_export() -> No
     conv = Conversation([Turn("user", "What?", parts=[part, clip], attachments=["▣ a.png", "▶ b.mp4"])])
     body = {"messages": [{"role": "system", "content": "s"}, *conv.messages()]}
     display(conv)
-    chunk = ChatCompletionChunk(id="c", created=0, model="m", choices=[], media=[
-        {"message": 1, "part": 0, "type": "image", "tokens": 252},
-        {"message": 1, "part": 1, "type": "video", "tokens": 910, "frames_sampled": 20, "duration": 10.0}])  # fmt: skip
+    chunk = ChatCompletionChunk(
+        id="c",
+        created=0,
+        model="m",
+        choices=[],
+        media=[
+            {"message": 1, "part": 0, "type": "image", "tokens": 252},
+            {"message": 1, "part": 1, "type": "video", "tokens": 910, "frames_sampled": 20, "duration": 10.0},
+        ],
+    )
     reply = ReplyView()
     reply.add(chunk)
     conv.add_media(body, reply.media)
@@ -233,8 +267,9 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
 
         async def __aiter__(self):
             def chunk(text: str, **extra: object) -> ChatCompletionChunk:
-                return ChatCompletionChunk(id="c", created=0, model="m", choices=[
-                    ChunkChoice(index=0, delta=Delta(content=text))], **extra)  # fmt: skip
+                return ChatCompletionChunk(
+                    id="c", created=0, model="m", choices=[ChunkChoice(index=0, delta=Delta(content=text))], **extra
+                )
 
             yield chunk("Hel", media=[{"message": 0, "part": 0, "type": "image", "tokens": 252}])
             await gate.wait()  # the reply goes on only after the test looked

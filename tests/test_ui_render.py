@@ -27,12 +27,26 @@ from playground.render import Throttle, throttled
 from playground.reply import ReplyView
 
 
-def chunk(index: int = 0, times: tuple[float, ...] = (), finish: str | None = None, usage: Usage | None = None,
-          logprobs: list[LogprobEntry] | None = None, **delta) -> ChatCompletionChunk:  # fmt: skip
-    tl = TokenTimeline(token_ids=list(range(len(times))), token_times_ms=list(times), batch_sizes=[1] * len(times),
-                       queue_waits_us=[2000] + [0] * (len(times) - 1) if times else [])  # fmt: skip
-    choice = ChunkChoice(index=index, delta=Delta(**delta), finish_reason=finish,
-                         logprobs=ChoiceLogprobs(content=logprobs) if logprobs else None)  # fmt: skip
+def chunk(
+    index: int = 0,
+    times: tuple[float, ...] = (),
+    finish: str | None = None,
+    usage: Usage | None = None,
+    logprobs: list[LogprobEntry] | None = None,
+    **delta,
+) -> ChatCompletionChunk:
+    tl = TokenTimeline(
+        token_ids=list(range(len(times))),
+        token_times_ms=list(times),
+        batch_sizes=[1] * len(times),
+        queue_waits_us=[2000] + [0] * (len(times) - 1) if times else [],
+    )
+    choice = ChunkChoice(
+        index=index,
+        delta=Delta(**delta),
+        finish_reason=finish,
+        logprobs=ChoiceLogprobs(content=logprobs) if logprobs else None,
+    )
     return ChatCompletionChunk(id="c", created=0, model="m", choices=[choice], usage=usage, timeline=tl)
 
 
@@ -50,8 +64,9 @@ def thinking_reply(done: bool = True) -> ReplyView:
     view.add(chunk(times=(100.0, 110.0), reasoning_content="Let me add."))
     view.add(chunk(times=(120.0,), reasoning_content=" 2+2=4."))
     if done:
-        view.add(chunk(times=(130.0, 150.0), content="It is 4.", reasoning_content="", finish="stop",
-                       usage=usage(15, 5, 3)))  # fmt: skip
+        view.add(
+            chunk(times=(130.0, 150.0), content="It is 4.", reasoning_content="", finish="stop", usage=usage(15, 5, 3))
+        )
         view.add(ChatCompletionChunk(id="c", created=0, model="m", choices=[], usage=usage(15, 5, 3)))
         view.done = True
     return view
@@ -109,8 +124,14 @@ def test_streamed_tool_calls_merge_and_are_checked_against_the_schema() -> None:
     head = ToolCallItem(index=0, id="call_1", type="function", function=FunctionCall(name="get_weather", arguments=""))
     view.add(chunk(times=(10.0,), tool_calls=[head]))
     view.add(chunk(times=(20.0,), tool_calls=[ToolCallItem(index=0, function=FunctionCall(arguments='{"city": '))]))
-    view.add(chunk(times=(30.0,), tool_calls=[ToolCallItem(index=0, function=FunctionCall(arguments='"Paris"}'))],
-                   finish="tool_calls", usage=usage(20, 3)))  # fmt: skip
+    view.add(
+        chunk(
+            times=(30.0,),
+            tool_calls=[ToolCallItem(index=0, function=FunctionCall(arguments='"Paris"}'))],
+            finish="tool_calls",
+            usage=usage(20, 3),
+        )
+    )
     view.done = True
     conv = Conversation([Turn("user", "Weather?"), Turn("assistant", reply=view, request={"tools": [GET_WEATHER]})])
     shown = display(conv)[0]
@@ -143,8 +164,9 @@ def test_timeline_is_well_formed_svg_with_the_boundary_and_per_token_hover() -> 
 
 
 def test_heatmap_shows_probability_and_alternatives_and_candidates_rank_by_logprob() -> None:
-    entry = LogprobEntry(token="Paris", logprob=-0.1, bytes=[], top_logprobs=[TopLogprob(token="Rome", logprob=-2.5,
-                                                                                          bytes=[])])  # fmt: skip
+    entry = LogprobEntry(
+        token="Paris", logprob=-0.1, bytes=[], top_logprobs=[TopLogprob(token="Rome", logprob=-2.5, bytes=[])]
+    )
     html = heatmap.tokens_html([entry])
     assert "p=90.5%" in html and "&#x27;Rome&#x27;  8.2%" in html
     view = ReplyView()

@@ -33,8 +33,10 @@ def prompt_heat(html: str) -> str:
 
 def test_text_mode_sends_the_raw_prompt_through_the_completions_path(ui: Any, http: Any) -> None:
     out = ui.predict(message=PROMPT, system="", temperature=0.0, max_tokens=8, mode="text", api_name="/chat")
-    api = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "temperature": 0, "max_tokens": 8,
-                                             "prompt_logprobs": 5, "logprobs": 5})  # fmt: skip
+    api = http.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": PROMPT, "temperature": 0, "max_tokens": 8, "prompt_logprobs": 5, "logprobs": 5},
+    )
     assert api.status_code == 200, api.text
     choice = api.json()["choices"][0]
     assert out[CHECK] == ""
@@ -74,25 +76,32 @@ def test_a_text_reply_regenerates_replays_and_copies_as_a_completion(ui: Any) ->
 
 
 def test_chat_mode_stays_the_default(ui: Any) -> None:
-    out = ui.predict(message="What is the capital of France?", system="", temperature=0.0, max_tokens=4,
-                     api_name="/chat")  # fmt: skip
+    out = ui.predict(
+        message="What is the capital of France?", system="", temperature=0.0, max_tokens=4, api_name="/chat"
+    )
     assert "messages" in json.loads(out[REQUEST]) and "pg-prompt-heat" not in out[HEAT]
 
 
 def test_text_mode_refuses_what_the_route_refuses(ui: Any) -> None:
     """A bad field is the route's own 4xx message on the check line; nothing is sent."""
-    out = ui.predict(message=PROMPT, system="", temperature=0.0, max_tokens=8, seed="-5",
-                     mode="text", api_name="/chat")  # fmt: skip
+    out = ui.predict(message=PROMPT, system="", temperature=0.0, max_tokens=8, seed="-5", mode="text", api_name="/chat")
     assert "Not sent" in out[CHECK] and "Parameter `seed` must be in" in out[CHECK], out[CHECK]
     assert out[CHATBOT] == UNCHANGED and out[BOX] == PROMPT  # nothing sent: the text goes back to the box
 
 
 def test_prompt_entries_keep_the_top_k_and_the_rank() -> None:
-    plp = [None,
-           {"7": {"logprob": -3.0, "rank": 9, "decoded_token": " x"}, "1": {"logprob": -0.1, "rank": 1,
-            "decoded_token": " a"}, "2": {"logprob": -2.5, "rank": 2, "decoded_token": " b"}},
-           {"1": {"logprob": -0.2, "rank": 1, "decoded_token": " a"}, "3": {"logprob": -2.0, "rank": 2,
-            "decoded_token": " c"}}]  # fmt: skip
+    plp = [
+        None,
+        {
+            "7": {"logprob": -3.0, "rank": 9, "decoded_token": " x"},
+            "1": {"logprob": -0.1, "rank": 1, "decoded_token": " a"},
+            "2": {"logprob": -2.5, "rank": 2, "decoded_token": " b"},
+        },
+        {
+            "1": {"logprob": -0.2, "rank": 1, "decoded_token": " a"},
+            "3": {"logprob": -2.0, "rank": 2, "decoded_token": " c"},
+        },
+    ]
     entries = textmode.prompt_entries(plp, k=2)
     assert [e.token for e in entries] == [" x", " a"]
     assert [a.token for a in entries[0].top_logprobs] == [" a", " b"]  # " x" is not among the top 2

@@ -13,13 +13,28 @@ from playground.reply import ChoiceView, ReplyView
 
 def reply(text: str, tokens: int = 3, logprobs: bool = False) -> ReplyView:
     times = [10.0 * (i + 1) for i in range(tokens)]
-    c = ChoiceView(0, content=text, token_ids=list(range(tokens)), times_ms=times, batch_sizes=[1] * tokens,
-                   queue_waits_us=[5] * tokens, prepare_ms=1.5, finish_reason="stop", answer_at=0,
-                   engine_timeline=True)  # fmt: skip
+    c = ChoiceView(
+        0,
+        content=text,
+        token_ids=list(range(tokens)),
+        times_ms=times,
+        batch_sizes=[1] * tokens,
+        queue_waits_us=[5] * tokens,
+        prepare_ms=1.5,
+        finish_reason="stop",
+        answer_at=0,
+        engine_timeline=True,
+    )
     if logprobs:
-        c.logprobs = [LogprobEntry(token=f"t{i}", logprob=-0.1, bytes=[116],
-                                   top_logprobs=[TopLogprob(token="x", logprob=-2.0, bytes=[120])])
-                      for i in range(tokens)]  # fmt: skip
+        c.logprobs = [
+            LogprobEntry(
+                token=f"t{i}",
+                logprob=-0.1,
+                bytes=[116],
+                top_logprobs=[TopLogprob(token="x", logprob=-2.0, bytes=[120])],
+            )
+            for i in range(tokens)
+        ]
     usage = Usage(prompt_tokens=7, completion_tokens=tokens, prompt_tokens_details=PromptTokensDetails(cached_tokens=4))
     view = ReplyView(choices={0: c}, usage=usage, done=True)
     view.raw.extend(['{"id": "c"}'] * 3)
@@ -116,8 +131,10 @@ def test_versions_survive_a_file_and_come_back_switchable() -> None:
 
 
 def test_a_version_1_file_still_imports() -> None:
-    doc = {"format": "llm-playground/conversation@1", "messages": [{"role": "user", "content": "hi"},
-                                                                    {"role": "assistant", "content": "hello"}]}  # fmt: skip
+    doc = {
+        "format": "llm-playground/conversation@1",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+    }
     back = export.load(doc).conv
     assert texts(back) == ["hi", "hello"] and len(display(back)[0]) == 2  # no numbers to show: none invented
 

@@ -31,10 +31,12 @@ SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
 FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 # Best first: what each build needs of the CPU (/proc/cpuinfo names) and tells the compiler.
 ISAS: dict[str, tuple[frozenset[str], list[str]]] = {
-    "avx512": (frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}),
-               ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl"]),
+    "avx512": (
+        frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}),
+        ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl"],
+    ),
     "avx2": (frozenset({"avx2", "fma"}), ["-mavx2", "-mfma"]),
-}  # fmt: skip
+}
 
 _lock = threading.Lock()
 _loaded: tuple[bool, CpuKernels | None] = (False, None)
@@ -112,14 +114,28 @@ class CpuKernels:
         """x += delta in place (when given; x contiguous float32 [N, D]), then RMSNorm(x) * w as a new tensor."""
         delta = delta.contiguous() if delta is not None else None
         y = torch.empty_like(x)
-        self._add_rmsnorm(x.data_ptr(), delta.data_ptr() if delta is not None else None, w.data_ptr(), y.data_ptr(),
-                          x.shape[0], x.shape[1], eps)  # fmt: skip
+        self._add_rmsnorm(
+            x.data_ptr(),
+            delta.data_ptr() if delta is not None else None,
+            w.data_ptr(),
+            y.data_ptr(),
+            x.shape[0],
+            x.shape[1],
+            eps,
+        )
         return y
 
     def rope_store(
-        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
-        k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int, qk_norm: Any = None,
-    ) -> torch.Tensor:  # fmt: skip
+        self,
+        qkv: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        k_rows: torch.Tensor,
+        v_rows: torch.Tensor,
+        heads: int,
+        qk_norm: Any = None,
+    ) -> torch.Tensor:
         """Rotary embedding on q and k of qkv [N, (H + 2 KV) D], after each head's RMSNorm when `qk_norm` (q and k
         weights [D] float32, eps) is given; k and v stored at row slots[n] of k_rows and v_rows ([rows, KV, D],
         contiguous); returns q as [N, H, D]."""
@@ -127,10 +143,22 @@ class CpuKernels:
         _, kv, d = k_rows.shape
         q = torch.empty(n, heads, d)
         wq, wk, eps = (qk_norm[0].contiguous(), qk_norm[1].contiguous(), qk_norm[2]) if qk_norm else (None, None, 0.0)
-        self._rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), q.data_ptr(),
-                         k_rows.data_ptr(), v_rows.data_ptr(), n, heads, kv, d,
-                         wq.data_ptr() if wq is not None else None, wk.data_ptr() if wk is not None else None,
-                         eps)  # fmt: skip
+        self._rope_store(
+            qkv.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            slots.data_ptr(),
+            q.data_ptr(),
+            k_rows.data_ptr(),
+            v_rows.data_ptr(),
+            n,
+            heads,
+            kv,
+            d,
+            wq.data_ptr() if wq is not None else None,
+            wk.data_ptr() if wk is not None else None,
+            eps,
+        )
         return q
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -146,9 +174,14 @@ class CpuKernels:
         return out
 
     def decode_attention(
-        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
+        self,
+        q: torch.Tensor,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+        table: torch.Tensor,
+        lens: torch.Tensor,
         starts: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists (from
         position starts[b] when given: a sliding window), in pools of [pages, page, KV, D] (float32,
         contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
@@ -159,10 +192,22 @@ class CpuKernels:
         starts = starts.to(torch.int32).contiguous() if starts is not None else None
         out = torch.empty_like(q)
         self._attention(
-            q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), table.data_ptr(), table.shape[1], lens.data_ptr(),
-            starts.data_ptr() if starts is not None else None, out.data_ptr(), b, h, kv, d, page, d**-0.5,
+            q.data_ptr(),
+            k_pool.data_ptr(),
+            v_pool.data_ptr(),
+            table.data_ptr(),
+            table.shape[1],
+            lens.data_ptr(),
+            starts.data_ptr() if starts is not None else None,
+            out.data_ptr(),
+            b,
+            h,
+            kv,
+            d,
+            page,
+            d**-0.5,
             torch.get_num_threads(),
-        )  # fmt: skip
+        )
         return out
 
     def linear_bf16(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -172,9 +217,15 @@ class CpuKernels:
         n = w.shape[0]
         y = torch.empty(rows, n, dtype=torch.float32)
         self._linear(
-            x.data_ptr(), w.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr(),
-            rows, k, n, torch.get_num_threads(),
-        )  # fmt: skip
+            x.data_ptr(),
+            w.data_ptr(),
+            bias.data_ptr() if bias is not None else None,
+            y.data_ptr(),
+            rows,
+            k,
+            n,
+            torch.get_num_threads(),
+        )
         return y
 
     def linear_q(self, x: torch.Tensor, w: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -184,10 +235,19 @@ class CpuKernels:
         rows = x.shape[0]
         y = torch.empty(rows, w.n, dtype=torch.float32)
         self._linear_q(
-            x.data_ptr(), w.q.data_ptr(), w.scale.data_ptr(), w.minv.data_ptr() if w.minv.numel() else None,
-            bias.data_ptr() if bias is not None else None, y.data_ptr(), rows, w.kp, w.n, w.group, w.bits,
+            x.data_ptr(),
+            w.q.data_ptr(),
+            w.scale.data_ptr(),
+            w.minv.data_ptr() if w.minv.numel() else None,
+            bias.data_ptr() if bias is not None else None,
+            y.data_ptr(),
+            rows,
+            w.kp,
+            w.n,
+            w.group,
+            w.bits,
             torch.get_num_threads(),
-        )  # fmt: skip
+        )
         return y
 
 
@@ -215,8 +275,9 @@ def kernels() -> CpuKernels | None:
     elif not isas:
         log.info("CPU kernels off: this CPU has no AVX2 and FMA")
     elif forced and forced not in isas:
-        log.warning("CPU kernels off: PLAYGROUND_CPU_ISA=%s, which this CPU cannot run (it has %s)", forced,
-                    ", ".join(isas))  # fmt: skip
+        log.warning(
+            "CPU kernels off: PLAYGROUND_CPU_ISA=%s, which this CPU cannot run (it has %s)", forced, ", ".join(isas)
+        )
     else:
         try:
             found = load(forced or isas[0])

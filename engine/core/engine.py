@@ -128,26 +128,52 @@ class Engine:
         used, total = (
             (pool.total_pages - pool.free_pages, pool.total_pages) if isinstance(pool, PagePool) else (None, None)
         )
-        kv = {"pages_used": used, "pages_total": total, "page_tokens": pool.page if isinstance(pool, PagePool) else PAGE, "tokens_used": load["kv_tokens_used"],
-              "tokens_capacity": self.limits.kv_cache_tokens}  # fmt: skip
+        kv = {
+            "pages_used": used,
+            "pages_total": total,
+            "page_tokens": pool.page if isinstance(pool, PagePool) else PAGE,
+            "tokens_used": load["kv_tokens_used"],
+            "tokens_capacity": self.limits.kv_cache_tokens,
+        }
         window = getattr(self.runner, "window", None)  # sliding-window layers' own pool (core/window_kv.py)
         if isinstance(window, WindowPages):
-            kv |= {"window": window.window, "window_pages_used": window.pool.total_pages - window.pool.free_pages,
-                   "window_pages_total": window.pool.total_pages}  # fmt: skip
+            kv |= {
+                "window": window.window,
+                "window_pages_used": window.pool.total_pages - window.pool.free_pages,
+                "window_pages_total": window.pool.total_pages,
+            }
         cache = self.prefix_cache
         prefix: dict[str, Any] = {"enabled": cache is not None and cache.capacity_blocks > 0}
         if cache is not None:
-            prefix |= {"blocks": cache.blocks, "capacity_blocks": cache.capacity_blocks, "block_tokens": cache.block,
-                       "hit_tokens": cache.hits, "query_tokens": cache.queries,
-                       "hit_rate": cache.hits / cache.queries if cache.queries else 0.0, "lookups": cache.lookups,
-                       "hit_lookups": cache.hit_lookups, "resets": cache.resets}  # fmt: skip
+            prefix |= {
+                "blocks": cache.blocks,
+                "capacity_blocks": cache.capacity_blocks,
+                "block_tokens": cache.block,
+                "hit_tokens": cache.hits,
+                "query_tokens": cache.queries,
+                "hit_rate": cache.hits / cache.queries if cache.queries else 0.0,
+                "lookups": cache.lookups,
+                "hit_lookups": cache.hit_lookups,
+                "resets": cache.resets,
+            }
         requests = {k: load[k] for k in ("running", "waiting", "running_seqs")}
         log_ = self.step_log
-        steps = {"enabled": log_ is not None, "capacity": log_.capacity if log_ else 0, "held": len(log_) if log_ else 0,
-                 "span_s": round(log_.span_s(), 3) if log_ else 0.0}  # fmt: skip
-        return {"requests": requests, "kv_cache": kv, "prefix_cache": prefix, "preemptions": load["preemptions"],
-                "steps": self.steps, "threads": load["threads"], "step_log": steps,
-                "roofline": self.roofline.as_json() if self.roofline is not None else None}  # fmt: skip
+        steps = {
+            "enabled": log_ is not None,
+            "capacity": log_.capacity if log_ else 0,
+            "held": len(log_) if log_ else 0,
+            "span_s": round(log_.span_s(), 3) if log_ else 0.0,
+        }
+        return {
+            "requests": requests,
+            "kv_cache": kv,
+            "prefix_cache": prefix,
+            "preemptions": load["preemptions"],
+            "steps": self.steps,
+            "threads": load["threads"],
+            "step_log": steps,
+            "roofline": self.roofline.as_json() if self.roofline is not None else None,
+        }
 
     def reset_prefix_cache(self) -> Future[int]:
         """Empty the prefix cache; the future gives the blocks dropped (0 without a prefix cache). The engine thread
@@ -219,8 +245,13 @@ class Engine:
     def _run(self, tuner: ThreadTuner) -> None:
         while True:
             with self._lock:
-                while (not self._stop and not self._incoming and not self._aborts and not self._resets
-                       and not self.scheduler.has_work()):  # fmt: skip
+                while (
+                    not self._stop
+                    and not self._incoming
+                    and not self._aborts
+                    and not self._resets
+                    and not self.scheduler.has_work()
+                ):
                     self._lock.wait()
                 if self._stop:
                     break
@@ -279,8 +310,13 @@ class Engine:
         t1 = time.perf_counter()
         self.steps += 1
         record = self._record(batch, t0, t1) if self.step_log is not None else None
-        return logits, {"batch_size": len(batch.segments), "step_start": t0, "step_end": t1, "eos_ids": self.eos_ids,
-                        "step": record}  # fmt: skip
+        return logits, {
+            "batch_size": len(batch.segments),
+            "step_start": t0,
+            "step_end": t1,
+            "eos_ids": self.eos_ids,
+            "step": record,
+        }
 
     def _record(self, batch: Batch, t0: float, t1: float) -> StepRecord | None:
         """The step's record, kept in the step log; its tokens carry it. After the forward, each segment's cache
@@ -291,10 +327,23 @@ class Engine:
         kv = roof.kv_bytes([seg.cache.length for seg in batch.segments])
         ms = (t1 - t0) * 1000
         floor = (roof.weight_bytes + kv) / roof.bandwidth * 1000
-        record = StepRecord(self.steps, t0, ms, len(batch.segments), batch.decodes, batch.prompt_tokens,
-                            batch.prompt_chunks, tuple(r.short_id for r in batch.in_step), batch.preempted,
-                            batch.prefix_tokens, batch.prefix_tokens // (self.prefix_cache.block if self.prefix_cache else PAGE), roof.weight_bytes, kv, floor,
-                            100 * floor / ms if ms > 0 else 0.0)  # fmt: skip
+        record = StepRecord(
+            self.steps,
+            t0,
+            ms,
+            len(batch.segments),
+            batch.decodes,
+            batch.prompt_tokens,
+            batch.prompt_chunks,
+            tuple(r.short_id for r in batch.in_step),
+            batch.preempted,
+            batch.prefix_tokens,
+            batch.prefix_tokens // (self.prefix_cache.block if self.prefix_cache else PAGE),
+            roof.weight_bytes,
+            kv,
+            floor,
+            100 * floor / ms if ms > 0 else 0.0,
+        )
         self.step_log.add(record)
         return record
 
@@ -327,8 +376,14 @@ class Engine:
         the prompt completes in this step, follows in the same step)."""
         for r in chunked:
             if r.req.params.return_progress:
-                r.sink(PromptProgress(total=len(r.req.prompt_ids), cached=r.stats.cached_tokens,
-                                      processed=r.prefilled, time_ms=(now - r.stats.arrival) * 1000))  # fmt: skip
+                r.sink(
+                    PromptProgress(
+                        total=len(r.req.prompt_ids),
+                        cached=r.stats.cached_tokens,
+                        processed=r.prefilled,
+                        time_ms=(now - r.stats.arrival) * 1000,
+                    )
+                )
 
     def _sample(self, r: RequestState, seqs: list[Sequence], rows: torch.Tensor, stats: dict[str, Any]) -> None:
         """One token for each of a request's sequences from its logits rows: a beam step, or sampling (the first

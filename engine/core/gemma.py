@@ -66,13 +66,23 @@ class GemmaLayers:
         def plus_one(norm: Any) -> torch.Tensor:
             return (1.0 + norm.weight.data.float()).to(dtype).contiguous()
 
-        self.norms = [tuple(plus_one(n) for n in (layer.input_layernorm, layer.post_attention_layernorm,
-                                                   layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm))
-                      for layer in inner.layers]  # fmt: skip
+        self.norms = [
+            tuple(
+                plus_one(n)
+                for n in (
+                    layer.input_layernorm,
+                    layer.post_attention_layernorm,
+                    layer.pre_feedforward_layernorm,
+                    layer.post_feedforward_layernorm,
+                )
+            )
+            for layer in inner.layers
+        ]
         self.final_norm = plus_one(inner.norm)
         self.eps = float(cfg.rms_norm_eps)
-        self.qk_norm = [(plus_one(layer.self_attn.q_norm), plus_one(layer.self_attn.k_norm), self.eps)
-                        for layer in inner.layers]  # fmt: skip
+        self.qk_norm = [
+            (plus_one(layer.self_attn.q_norm), plus_one(layer.self_attn.k_norm), self.eps) for layer in inner.layers
+        ]
         self.sliding = [t == SLIDING for t in cfg.layer_types[: cfg.num_hidden_layers]]
         self.window = int(cfg.sliding_window or 0)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -93,8 +103,9 @@ class GemmaLayers:
             return logits
         return torch.tanh(logits / self.softcap) * self.softcap
 
-    def window_view(self, runner: DecoderRunner, segments: list[Segment], bounds: list[tuple[int, int, int]],
-                    single: list[int]) -> Window:  # fmt: skip
+    def window_view(
+        self, runner: DecoderRunner, segments: list[Segment], bounds: list[tuple[int, int, int]], single: list[int]
+    ) -> Window:
         """The sliding layers' pages: the decode rows (single tokens and drafted segments' tokens, as the full
         layers' rows) through the runner's own _decode_rows with the window, the prompt chunks here."""
         assert runner.window is not None  # the runner's sliding layers have their own pool
@@ -108,10 +119,21 @@ class GemmaLayers:
         decode = [i for i in range(len(segments)) if i not in set(single)]
         return Window(runner._decode_rows(segments, bounds, decode, w) if decode else None, chunks)
 
-    def layers(self, r: DecoderRunner, h: torch.Tensor, position_ids: torch.Tensor, slot: torch.Tensor,
-               window_slot: torch.Tensor | None, bounds: list[tuple[int, int, int]], single: list[int],
-               chunk_pages: dict, rows: DecodeRows | None, last: list[int], segments: list[Segment],
-               lora: LoraStep | None = None) -> torch.Tensor:  # fmt: skip
+    def layers(
+        self,
+        r: DecoderRunner,
+        h: torch.Tensor,
+        position_ids: torch.Tensor,
+        slot: torch.Tensor,
+        window_slot: torch.Tensor | None,
+        bounds: list[tuple[int, int, int]],
+        single: list[int],
+        chunk_pages: dict,
+        rows: DecodeRows | None,
+        last: list[int],
+        segments: list[Segment],
+        lora: LoraStep | None = None,
+    ) -> torch.Tensor:
         """DecoderRunner._layers for Gemma 3: the final norm's output at the rows in `last`."""
         ops, eps = r.ops, self.eps
         adapters, step = (r.lora, lora) if lora is not None else (None, None)
@@ -153,8 +175,16 @@ class GemmaLayers:
             normed = ops.add_rmsnorm(h, mlp, nxt, eps)
         return normed[last]
 
-    def _sliding_attention(self, r: DecoderRunner, pool_k: torch.Tensor, pool_v: torch.Tensor, q: torch.Tensor,
-                           bounds: list[tuple[int, int, int]], single: list[int], win: Window) -> torch.Tensor:  # fmt: skip
+    def _sliding_attention(
+        self,
+        r: DecoderRunner,
+        pool_k: torch.Tensor,
+        pool_v: torch.Tensor,
+        q: torch.Tensor,
+        bounds: list[tuple[int, int, int]],
+        single: list[int],
+        win: Window,
+    ) -> torch.Tensor:
         """A sliding layer's attention: DecoderRunner._attention over the window's pages only."""
         wr = win.rows
         if wr is not None and not single:

@@ -183,8 +183,9 @@ class HFRunner:
         idx = torch.tensor(keep, device=self.device)
         for layer in cohort.cache.layers:
             w = _layer_width(layer, width)
-            _set_layer(layer, _fit(layer.keys.index_select(0, idx), w), _fit(layer.values.index_select(0, idx), w),
-                       width)  # fmt: skip
+            _set_layer(
+                layer, _fit(layer.keys.index_select(0, idx), w), _fit(layer.values.index_select(0, idx), w), width
+            )
         cohort.members, cohort.width = members, width
 
     def _join(self, caches: list[KVCache]) -> None:
@@ -232,9 +233,14 @@ class HFRunner:
         mask = (slots >= cohort.width - lengths[:, None]).long() if int(lengths.min()) < cohort.width else None
         grown = False
         try:
-            logits = self.model(input_ids=torch.tensor(tokens, device=self.device)[:, None], attention_mask=mask,
-                                position_ids=positions, cache=cohort.cache, use_cache=True,
-                                logits_to_keep=1).logits  # fmt: skip
+            logits = self.model(
+                input_ids=torch.tensor(tokens, device=self.device)[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cohort.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
             grown = True
         finally:
             if not grown:  # the forward raised (the error goes on to the engine, which ends these requests) and
@@ -269,8 +275,9 @@ class HFRunner:
         if start == 0 and ("image_grid_thw" in mm or "video_grid_thw" in mm):
             cfg = self.model.config
             types = (ids == cfg.image_token_id).int() + 2 * (ids == cfg.video_token_id).int()
-            grids = {k: mm[k].to(self.device) for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
-                     if k in mm}  # fmt: skip
+            grids = {
+                k: mm[k].to(self.device) for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts") if k in mm
+            }
             positions, delta = self.model.model.get_rope_index(ids, mm_token_type_ids=types, **grids)
             seg.cache.rope_delta = int(delta.flatten()[0])
             return positions

@@ -34,8 +34,12 @@ import torch
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 # The lean runner's fused projections (model_runner.DecoderRunner.proj order) and the HF modules that feed each,
 # in the order of their slices of the fused output.
-FUSED = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.o_proj",),
-         ("mlp.gate_proj", "mlp.up_proj"), ("mlp.down_proj",))  # fmt: skip
+FUSED = (
+    ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    ("self_attn.o_proj",),
+    ("mlp.gate_proj", "mlp.up_proj"),
+    ("mlp.down_proj",),
+)
 MODULES = {name.split(".")[1]: name for group in FUSED for name in group}  # q_proj -> self_attn.q_proj
 KEY = re.compile(r"(?:.*\.)?layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight")
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -128,8 +132,9 @@ def read_adapter(name: str, path: Path, load: bool = True) -> LoraAdapter:
             continue
         m = KEY.fullmatch(key)
         if m is None or m.group(3) not in MODULES:
-            raise LoraError(f"{w_path}: tensor {key!r} is not a LoRA matrix of a layer projection "
-                            f"({', '.join(MODULES)})")  # fmt: skip
+            raise LoraError(
+                f"{w_path}: tensor {key!r} is not a LoRA matrix of a layer projection ({', '.join(MODULES)})"
+            )
         shape = list(meta.get("shape", []))
         if len(shape) != 2:
             raise LoraError(f"{w_path}: tensor {key!r} has shape {shape}, not a matrix")
@@ -166,8 +171,10 @@ def check_against(adapter: LoraAdapter, layers: list[Any]) -> None:
         base = layers[li].get_submodule(module).weight
         out_f, in_f = base.shape
         if a.shape[1] != in_f or b.shape[0] != out_f:
-            raise LoraError(f"{w_path}: layer {li} {module}: lora_A {list(a.shape)} / lora_B {list(b.shape)} do not "
-                            f"fit the base model's {out_f}x{in_f} weight")  # fmt: skip
+            raise LoraError(
+                f"{w_path}: layer {li} {module}: lora_A {list(a.shape)} / lora_B {list(b.shape)} do not "
+                f"fit the base model's {out_f}x{in_f} weight"
+            )
 
 
 @dataclass
@@ -210,8 +217,9 @@ class LoraSet:
                             b_st[ai, o0 : o0 + shape[0], r0 : r0 + r] = b_m.float() * ad.scale
                             r0 += r
                         o0 += shape[0]
-                row.append((a_st.to(device=device, dtype=dtype).contiguous(),
-                            b_st.to(device=device, dtype=dtype).contiguous()))  # fmt: skip
+                row.append(
+                    (a_st.to(device=device, dtype=dtype).contiguous(), b_st.to(device=device, dtype=dtype).contiguous())
+                )
             self.stacks.append(row)
 
     def step(self, adapters: list[int], bounds: list[tuple[int, int, int]], device: Any) -> LoraStep | None:

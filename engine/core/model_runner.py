@@ -63,9 +63,14 @@ class PrefillRows:
 
 
 def make_runner(
-    model: Any, device: str, kv_tokens: int = 65536, seqs: int = 0, step_tokens: int = 0,
-    quantization: str = "none", gguf: Any = None,
-) -> DecoderRunner | HFRunner:  # fmt: skip
+    model: Any,
+    device: str,
+    kv_tokens: int = 65536,
+    seqs: int = 0,
+    step_tokens: int = 0,
+    quantization: str = "none",
+    gguf: Any = None,
+) -> DecoderRunner | HFRunner:
     """The runner for `model`, with KV room for `kv_tokens` tokens; `seqs` (live sequences at most) and
     `step_tokens` (tokens one step writes at most) size a sliding-window pool (window_kv.py) to what the engine can
     hold at once, 0 to as many tokens as the main pool. `quantization` (quant.CHOICES) with the model's GGUF
@@ -96,8 +101,18 @@ class DecoderRunner:
 
     all_logits = True  # honours Segment.all_logits, so the engine may run speculative drafts through it
 
-    def __init__(self, model: Any, device: str, kv_tokens: int = 65536, use_kernels: bool = True, *, seqs: int = 0,
-                 step_tokens: int = 0, quantization: str = "none", gguf: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        device: str,
+        kv_tokens: int = 65536,
+        use_kernels: bool = True,
+        *,
+        seqs: int = 0,
+        step_tokens: int = 0,
+        quantization: str = "none",
+        gguf: Any = None,
+    ) -> None:
         self.model = model
         self.device = device
         self.inner = model.model
@@ -134,20 +149,31 @@ class DecoderRunner:
         self.norm_w = [n.weight.data.contiguous() for n in norms]
         self.norm_eps = float(getattr(self.inner.norm, "variance_epsilon", 1e-6))
         attn = self.layers[0].self_attn
-        self.qk_norm = [(layer.self_attn.q_norm.weight.data, layer.self_attn.k_norm.weight.data,
-                         float(getattr(layer.self_attn.q_norm, "variance_epsilon", self.norm_eps)))
-                        for layer in self.layers] if hasattr(attn, "q_norm") else None  # Qwen3  # fmt: skip
+        self.qk_norm = (
+            [
+                (
+                    layer.self_attn.q_norm.weight.data,
+                    layer.self_attn.k_norm.weight.data,
+                    float(getattr(layer.self_attn.q_norm, "variance_epsilon", self.norm_eps)),
+                )
+                for layer in self.layers
+            ]
+            if hasattr(attn, "q_norm")
+            else None
+        )  # Qwen3
         self.proj: list[tuple[Any, ...]] = []  # per layer: qkv, o, gate_up, down (Projection or QuantProjection)
         for layer in self.layers:
             w_qkv, b_qkv, w_gate_up = fuse_layer(layer, store)
             attn, mlp = layer.self_attn, layer.mlp
             mixed = self.bf16_matmul
-            self.proj.append((
-                Projection(w_qkv, b_qkv, kern, mixed),
-                Projection(attn.o_proj.weight.data, attn.o_proj.bias, kern, mixed),
-                Projection(w_gate_up, None, kern, mixed),
-                Projection(mlp.down_proj.weight.data, mlp.down_proj.bias, kern, mixed),
-            ))  # fmt: skip
+            self.proj.append(
+                (
+                    Projection(w_qkv, b_qkv, kern, mixed),
+                    Projection(attn.o_proj.weight.data, attn.o_proj.bias, kern, mixed),
+                    Projection(w_gate_up, None, kern, mixed),
+                    Projection(mlp.down_proj.weight.data, mlp.down_proj.bias, kern, mixed),
+                )
+            )
         self.quantization = "none"  # what the projections' weights are (the log, /v1/models)
         self.weights_label = ""  # the same for the page's header ("Q4_1 · int4 kernels"); "" when not quantized
         self.quant_calibration: dict[Any, Any] = {}
@@ -159,8 +185,9 @@ class DecoderRunner:
         self.lm_head = Projection(head.weight.data, head.bias, kern, self.bf16_matmul)
         if self.bf16_matmul:
             with torch.inference_mode():
-                self.bf16_rows = calibrate_bf16([p for layer in self.proj for p in layer if isinstance(p, Projection)]
-                                               + [self.lm_head])  # fmt: skip
+                self.bf16_rows = calibrate_bf16(
+                    [p for layer in self.proj for p in layer if isinstance(p, Projection)] + [self.lm_head]
+                )
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
         self.gemma = gemma.GemmaLayers(model, model_dtype, self.dtype) if gemma.supported(cfg) else None
@@ -190,10 +217,16 @@ class DecoderRunner:
         qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)]
         with torch.inference_mode():
             self.quant_calibration = quant.calibrate(qp, reference)
-        log.info("weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
-                 "below %d rows and from there: %s", self.quantization, mode, sum(p.nbytes for p in qp) / 1e6,
-                 time.perf_counter() - started, quant.SPLIT_ROWS,
-                 sorted({p.shape: p.kernels_by_rows for p in qp}.items()))  # fmt: skip
+        log.info(
+            "weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
+            "below %d rows and from there: %s",
+            self.quantization,
+            mode,
+            sum(p.nbytes for p in qp) / 1e6,
+            time.perf_counter() - started,
+            quant.SPLIT_ROWS,
+            sorted({p.shape: p.kernels_by_rows for p in qp}.items()),
+        )
 
     def set_lora(self, adapters: list[LoraAdapter]) -> LoraSet:
         """Serve `adapters` beside the base model: segment.adapter i (1..n) runs with adapters[i - 1]."""
@@ -348,24 +381,42 @@ class DecoderRunner:
         decode = [i for i, (a, b, _) in enumerate(bounds) if b - a == 1 or segments[i].all_logits]
         single = [i for i in range(len(segments)) if i not in set(decode)]
         rows = self._decode_rows(segments, bounds, decode) if decode else None
-        chunk_pages = {i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // page)])
-                       for i in single}  # fmt: skip
+        chunk_pages = {
+            i: self.pool.index(segments[i].cache.pages[: -(-(bounds[i][1] - bounds[i][0] + bounds[i][2]) // page)])
+            for i in single
+        }
         prefill = None
         if single and self.ops.paged_prefill and self.gemma is None:  # every prompt chunk in one call per layer
             prefill = self._prefill_rows(segments, bounds, single)
         last = [b - 1 for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits]
         if any(seg.all_logits for seg in segments):  # speculative drafts: a row for each of their tokens
-            last = [r for seg, (a, b, _) in zip(segments, bounds) if seg.want_logits
-                    for r in (range(a, b) if seg.all_logits else (b - 1,))]  # fmt: skip
+            last = [
+                r
+                for seg, (a, b, _) in zip(segments, bounds)
+                if seg.want_logits
+                for r in (range(a, b) if seg.all_logits else (b - 1,))
+            ]
         kept, prompt_rows = self._prompt_rows(segments, bounds, last)
         lora = self.lora.step([s.adapter for s in segments], bounds, dev) if self.lora is not None else None
         if self.gemma is None:
             cos, sin = self.inner.rotary_emb(h, position_ids=position_ids)  # [1, N, hd], broadcast over heads
-            hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), slot, bounds, single, chunk_pages,
-                                  rows, last, lora, prefill)  # fmt: skip
+            hidden = self._layers(
+                h,
+                cos[0].contiguous(),
+                sin[0].contiguous(),
+                slot,
+                bounds,
+                single,
+                chunk_pages,
+                rows,
+                last,
+                lora,
+                prefill,
+            )
         else:
-            hidden = self.gemma.layers(self, h, position_ids, slot, window_slot, bounds, single, chunk_pages, rows,
-                                       last, segments, lora)  # fmt: skip
+            hidden = self.gemma.layers(
+                self, h, position_ids, slot, window_slot, bounds, single, chunk_pages, rows, last, segments, lora
+            )
         for seg, (a, b, start) in zip(segments, bounds):
             seg.cache.length = start + (b - a)
             # Decode rows give back what their next step cannot see (a drafted step may be rolled back to one past
@@ -395,8 +446,20 @@ class DecoderRunner:
                 last.extend(range(a, b))
         return kept, extra
 
-    def _layers(self, h, cos, sin, slot, bounds, single, chunk_pages, rows, last,
-                lora: LoraStep | None = None, prefill: PrefillRows | None = None) -> torch.Tensor:  # fmt: skip
+    def _layers(
+        self,
+        h,
+        cos,
+        sin,
+        slot,
+        bounds,
+        single,
+        chunk_pages,
+        rows,
+        last,
+        lora: LoraStep | None = None,
+        prefill: PrefillRows | None = None,
+    ) -> torch.Tensor:
         """Every layer through the device ops: ~9 calls a layer (norms with the residual adds, rotary embedding
         with the KV write, SiLU gating, attention) around the four projections, each projection's output plus the
         LoRA delta of its rows' adapters when the step has adapter rows (`lora`, lora.LoraSet.add; else the output
@@ -439,8 +502,10 @@ class DecoderRunner:
         owner = [i for i in decode for _ in range(bounds[i][1] - bounds[i][0])]
         page = PAGE if window else self.page  # the sliding layers' pool keeps kv.PAGE
         first = [max(0, e - window) // page if window else 0 for e in ends]  # each table's first page
-        tables = [(segments[i].cache.window if window else segments[i].cache.pages)[f : -(-e // page)]
-                  for i, e, f in zip(owner, ends, first)]  # fmt: skip
+        tables = [
+            (segments[i].cache.window if window else segments[i].cache.pages)[f : -(-e // page)]
+            for i, e, f in zip(owner, ends, first)
+        ]
         width = max(len(t) for t in tables)
         as_int = {"device": self.device, "dtype": torch.int32}
         table = torch.tensor([t + [0] * (width - len(t)) for t in tables], **as_int)  # type: ignore[arg-type]
@@ -464,9 +529,16 @@ class DecoderRunner:
         return PrefillRows(torch.tensor(cols, device=self.device), table, q_lens, kv_lens)
 
     def _attention(
-        self, pool_k: torch.Tensor, pool_v: torch.Tensor, q: torch.Tensor, bounds, single, chunk_pages,
-        rows: DecodeRows | None, prefill: PrefillRows | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+        self,
+        pool_k: torch.Tensor,
+        pool_v: torch.Tensor,
+        q: torch.Tensor,
+        bounds,
+        single,
+        chunk_pages,
+        rows: DecodeRows | None,
+        prefill: PrefillRows | None = None,
+    ) -> torch.Tensor:
         """A layer's attention for q [N, H, hd] over its keys and values [pages, PAGE, kv, hd] in the pool (this
         step's already written) -> [N, H, hd]: prompt chunks one by one, decode rows in one call."""
         if rows is not None and not single:  # every row decodes: no row selection either way

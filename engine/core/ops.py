@@ -78,9 +78,17 @@ class TorchOps:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return w * h.to(x.dtype)  # as HF's LlamaRMSNorm: normalise in float32, scale in the model's dtype
 
-    def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
-                   k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
-                   qk_norm: QKNorm | None = None) -> torch.Tensor:  # fmt: skip
+    def rope_store(
+        self,
+        qkv: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        k_rows: torch.Tensor,
+        v_rows: torch.Tensor,
+        heads: int,
+        qk_norm: QKNorm | None = None,
+    ) -> torch.Tensor:
         n = qkv.shape[0]
         _, kv, d = k_rows.shape
         q, k, v = qkv.split((heads * d, kv * d, kv * d), dim=-1)
@@ -103,8 +111,15 @@ class TorchOps:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.gelu(gate, approximate="tanh") * up
 
-    def decode_attention(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor,
-                         lens: torch.Tensor, starts: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        k_pool: torch.Tensor,
+        v_pool: torch.Tensor,
+        table: torch.Tensor,
+        lens: torch.Tensor,
+        starts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Gathers each row's pages into a padded [B, width * PAGE] copy and masks the padding."""
         b, h, d = q.shape
         page, kv = k_pool.shape[1], k_pool.shape[2]
@@ -120,8 +135,9 @@ class TorchOps:
         o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, enable_gqa=h != kv)
         return o.view(b, h, d)
 
-    def prompt_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
-                         window: int = 0) -> torch.Tensor:  # fmt: skip
+    def prompt_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, window: int = 0
+    ) -> torch.Tensor:
         t, total = q.shape[1], k.shape[1]
         mask = None
         windowed = 0 < window < total  # some query has keys beyond its window
@@ -132,8 +148,14 @@ class TorchOps:
             mask = cols <= rows
             if windowed:
                 mask &= rows - cols < window
-        o = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
-                                           is_causal=causal, enable_gqa=q.shape[0] != k.shape[0])  # fmt: skip
+        o = F.scaled_dot_product_attention(
+            q.unsqueeze(0),
+            k.unsqueeze(0),
+            v.unsqueeze(0),
+            attn_mask=mask,
+            is_causal=causal,
+            enable_gqa=q.shape[0] != k.shape[0],
+        )
         return o[0]
 
     def prefill_attention(
@@ -237,7 +259,15 @@ class CpuOps(TorchOps):
         for op in ("add_rmsnorm", "rope_store", "silu_mul", "gelu_tanh_mul", "decode_attention"):
             self.chosen[op] = f"cpu_kernels.{op} ({kern.isa})"
 
-    def rope_store(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
-                   k_rows: torch.Tensor, v_rows: torch.Tensor, heads: int,
-                   qk_norm: QKNorm | None = None) -> torch.Tensor:  # fmt: skip
+    def rope_store(
+        self,
+        qkv: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        k_rows: torch.Tensor,
+        v_rows: torch.Tensor,
+        heads: int,
+        qk_norm: QKNorm | None = None,
+    ) -> torch.Tensor:
         return self.kern.rope_store(qkv, cos, sin, slots, k_rows, v_rows, heads, qk_norm)

@@ -79,8 +79,9 @@ def _pack(weight: torch.Tensor) -> torch.Tensor | None:
     `F.linear` serves, repacking per call)."""
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
-        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, weight.shape[1], dtype=weight.dtype), packed, None,
-                                           "none", [], "")  # fmt: skip
+        torch.ops.mkldnn._linear_pointwise(
+            torch.zeros(1, weight.shape[1], dtype=weight.dtype), packed, None, "none", [], ""
+        )
         return packed
     except (AttributeError, RuntimeError, NotImplementedError):
         return None

@@ -134,14 +134,20 @@ def concat(parts: list[QuantWeight]) -> QuantWeight:
     if any((p.bits, p.group, p.k, p.kp) != (first.bits, first.group, first.k, first.kp) for p in parts):
         raise ValueError("parts of a fused projection in different layouts")
     cat = lambda ts: torch.cat(ts).contiguous() if ts[0].numel() else ts[0]  # noqa: E731
-    return QuantWeight(cat([p.q for p in parts]), cat([p.scale for p in parts]), cat([p.minv for p in parts]),
-                       first.bits, first.group, first.k, first.source)  # fmt: skip
+    return QuantWeight(
+        cat([p.q for p in parts]),
+        cat([p.scale for p in parts]),
+        cat([p.minv for p in parts]),
+        first.bits,
+        first.group,
+        first.k,
+        first.source,
+    )
 
 
 def take_rows(w: QuantWeight, index: torch.Tensor) -> QuantWeight:
     minv = w.minv[index].contiguous() if w.minv.numel() else w.minv
-    return QuantWeight(w.q[index].contiguous(), w.scale[index].contiguous(), minv, w.bits,
-                       w.group, w.k, w.source)  # fmt: skip
+    return QuantWeight(w.q[index].contiguous(), w.scale[index].contiguous(), minv, w.bits, w.group, w.k, w.source)
 
 
 # ---- GGUF blocks ----------------------------------------------------------------------------------------------------
@@ -314,8 +320,15 @@ def calibrate(
                 p.packed = None
             if "fallback" in kernels_by_rows and reference is not None:
                 p.fallback = reference(p.qw.dequantize(), p.bias)
-        log.info("quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s", n, k, chosen[0],
-                 SPLIT_ROWS, chosen[1], table)  # fmt: skip
+        log.info(
+            "quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s",
+            n,
+            k,
+            chosen[0],
+            SPLIT_ROWS,
+            chosen[1],
+            table,
+        )
         report[(n, k)] = table
     return report
 
@@ -363,8 +376,9 @@ def gguf_layers(path: Any, cfg: Any) -> list[list[QuantWeight | None]]:
                 fused.append(None)
         out.append(fused)
     for kind, count in skipped.items():
-        log.info("GGUF %s: %d tensors of %s have no kernel here: their projections are served dequantized",
-                 path, count, kind)  # fmt: skip
+        log.info(
+            "GGUF %s: %d tensors of %s have no kernel here: their projections are served dequantized", path, count, kind
+        )
     return out
 
 
@@ -385,8 +399,9 @@ def quantized_projections(
                 qw = direct[li][j]
                 if qw is not None:
                     if not qw.shape_ok(p.weight):
-                        raise QuantError(f"GGUF layer {li} projection {j}: {qw.n}x{qw.k}, the checkpoint has "
-                                         f"{tuple(p.weight.shape)}")  # fmt: skip
+                        raise QuantError(
+                            f"GGUF layer {li} projection {j}: {qw.n}x{qw.k}, the checkpoint has {tuple(p.weight.shape)}"
+                        )
                     _check_close(qw, p.weight, f"layer {li} projection {j}")
             else:
                 qw = quantize(p.weight, 8, INT8_GROUP) if mode == "int8" else quantize(p.weight, 4, INT4_GROUP)
@@ -427,10 +442,14 @@ def plan(requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, 
     if requested == "auto":
         return "gguf" if usable and gguf_path is not None and model_type in GGUF_ARCHS else "none"
     if not lean:
-        raise QuantError(f"--quantization {requested}: quantized weights need the lean runner (Llama, Mistral, "
-                         "Qwen2, Qwen3, Gemma 3 text); this model runs the HF forward: use auto or none")  # fmt: skip
+        raise QuantError(
+            f"--quantization {requested}: quantized weights need the lean runner (Llama, Mistral, "
+            "Qwen2, Qwen3, Gemma 3 text); this model runs the HF forward: use auto or none"
+        )
     if not usable:
-        raise QuantError(f"--quantization {requested}: the quantized kernels run on an x86-64 CPU with AVX2 and FMA and a "
-                         f"g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this {device} only auto and "
-                         "none are supported")  # fmt: skip
+        raise QuantError(
+            f"--quantization {requested}: the quantized kernels run on an x86-64 CPU with AVX2 and FMA and a "
+            f"g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this {device} only auto and "
+            "none are supported"
+        )
     return requested

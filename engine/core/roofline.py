@@ -51,8 +51,11 @@ class Roofline:
         return (self.weight_bytes + self.kv_bytes(lengths)) / self.bandwidth * 1000
 
     def as_json(self) -> dict[str, Any]:
-        return {"bandwidth_gbs": round(self.bandwidth / 1e9, 2), "weight_bytes": self.weight_bytes,
-                "kv_bytes_per_token": self.kv_bytes_per_token}  # fmt: skip
+        return {
+            "bandwidth_gbs": round(self.bandwidth / 1e9, 2),
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+        }
 
 
 def measure_bandwidth(device: str = "cpu") -> float:
@@ -93,8 +96,9 @@ def weight_bytes(runner: Any) -> int:
         s = p.untyped_storage()
         seen[s.data_ptr()] = s.nbytes()
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if embed is not None and (head is None or embed.weight.untyped_storage().data_ptr()
-                              != head.weight.untyped_storage().data_ptr()):  # fmt: skip
+    if embed is not None and (
+        head is None or embed.weight.untyped_storage().data_ptr() != head.weight.untyped_storage().data_ptr()
+    ):
         seen.pop(embed.weight.untyped_storage().data_ptr(), None)
     return sum(seen.values())
 

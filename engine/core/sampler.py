@@ -126,9 +126,14 @@ def plain_greedy(row: Row) -> bool:
     token."""
     p = row.params
     return (
-        p.greedy and row.forced is None and row.mask is None and not p.logit_bias
-        and p.repetition_penalty == 1.0 and not p.presence_penalty and not p.frequency_penalty
-    )  # fmt: skip
+        p.greedy
+        and row.forced is None
+        and row.mask is None
+        and not p.logit_bias
+        and p.repetition_penalty == 1.0
+        and not p.presence_penalty
+        and not p.frequency_penalty
+    )
 
 
 def sample_rows(logits: torch.Tensor, rows: list[Row]) -> list[tuple[int, float, TokenLogprob | None]]:

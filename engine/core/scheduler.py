@@ -142,8 +142,10 @@ class Scheduler:
                 live = [s for s in r.seqs if not s.finished]
                 if self.speculative and r.beam is None and r.req.params.speculative:
                     drafts -= self._draft(r, live, batch, drafts)
-                batch.segments.extend(Segment(s.cache, [s.output_ids[-1], *s.draft], adapter=r.req.adapter,
-                                              all_logits=bool(s.draft)) for s in live)  # fmt: skip
+                batch.segments.extend(
+                    Segment(s.cache, [s.output_ids[-1], *s.draft], adapter=r.req.adapter, all_logits=bool(s.draft))
+                    for s in live
+                )
                 batch.decodes += len(live)
                 batch.plan.append((r, live))
                 batch.in_step.append(r)

@@ -62,24 +62,42 @@ class StepRecord:
     def as_json(self, now: float | None = None) -> dict[str, Any]:
         """The record for /server/steps: plain numbers, requests as short ids only; `age_ms` when `now` is given."""
         doc: dict[str, Any] = {
-            "step": self.step, "start": round(self.start, 6), "ms": round(self.ms, 3), "rows": self.rows,
-            "decode_rows": self.decode_rows, "prompt_tokens": self.prompt_tokens,
-            "prompt_chunks": self.prompt_chunks, "requests": list(self.requests), "preemptions": self.preemptions,
-            "prefix_tokens": self.prefix_tokens, "prefix_blocks": self.prefix_blocks,
-            "weight_bytes": self.weight_bytes, "kv_bytes": self.kv_bytes, "floor_ms": round(self.floor_ms, 3),
+            "step": self.step,
+            "start": round(self.start, 6),
+            "ms": round(self.ms, 3),
+            "rows": self.rows,
+            "decode_rows": self.decode_rows,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_chunks": self.prompt_chunks,
+            "requests": list(self.requests),
+            "preemptions": self.preemptions,
+            "prefix_tokens": self.prefix_tokens,
+            "prefix_blocks": self.prefix_blocks,
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes": self.kv_bytes,
+            "floor_ms": round(self.floor_ms, 3),
             "pct": round(self.pct, 2),
-        }  # fmt: skip
+        }
         if now is not None:
             doc["age_ms"] = round((now - self.start) * 1000, 1)
         return doc
 
     def view(self, own: str | None) -> dict[str, Any]:
         """The step as one reply's x-ray shows it: `peers` are the other requests in it (`own` left out)."""
-        return {"step": self.step, "ms": round(self.ms, 3), "floor_ms": round(self.floor_ms, 3),
-                "pct": round(self.pct, 2), "rows": self.rows, "decode_rows": self.decode_rows,
-                "prompt_tokens": self.prompt_tokens, "prompt_chunks": self.prompt_chunks,
-                "peers": [r for r in self.requests if r != own], "preemptions": self.preemptions,
-                "prefix_blocks": self.prefix_blocks, "kv_bytes": self.kv_bytes}  # fmt: skip
+        return {
+            "step": self.step,
+            "ms": round(self.ms, 3),
+            "floor_ms": round(self.floor_ms, 3),
+            "pct": round(self.pct, 2),
+            "rows": self.rows,
+            "decode_rows": self.decode_rows,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_chunks": self.prompt_chunks,
+            "peers": [r for r in self.requests if r != own],
+            "preemptions": self.preemptions,
+            "prefix_blocks": self.prefix_blocks,
+            "kv_bytes": self.kv_bytes,
+        }
 
 
 class StepLog:

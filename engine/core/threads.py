@@ -137,9 +137,15 @@ class ThreadTuner:
         mine = statistics.median(t for _, t in self._recent)
         theirs = statistics.median(times)
         if theirs < MARGIN * mine:
-            log.info("engine threads %d -> %d: steps of %s took %.1f ms instead of %.1f ms (%s)",
-                     self.sizes[self.current], self.sizes[other], shape, theirs * 1e3, mine * 1e3,
-                     "another process is using these cores" if other > self.current else "the cores are free again")  # fmt: skip
+            log.info(
+                "engine threads %d -> %d: steps of %s took %.1f ms instead of %.1f ms (%s)",
+                self.sizes[self.current],
+                self.sizes[other],
+                shape,
+                theirs * 1e3,
+                mine * 1e3,
+                "another process is using these cores" if other > self.current else "the cores are free again",
+            )
             self.current = other
             self.switches += 1
             self._period = MIN_PERIOD

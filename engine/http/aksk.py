@@ -98,8 +98,9 @@ def canonical_query(query_string: str) -> str:
     return "&".join(f"{quote(k, safe='~')}={quote(v, safe='~')}" for k, v in pairs)
 
 
-def canonical_request(method: str, path: str, query_string: str, headers: Sequence[tuple[str, str]],
-                      payload_hash: str) -> str:  # fmt: skip
+def canonical_request(
+    method: str, path: str, query_string: str, headers: Sequence[tuple[str, str]], payload_hash: str
+) -> str:
     """The SDK's canonical request; `headers` are the signed (lower-case name, value) pairs in signing order."""
     lines = "".join(f"{name}:{value.strip()}\n" for name, value in headers)
     signed = ";".join(name for name, _ in headers)
@@ -127,8 +128,15 @@ def _signed_values(headers: Sequence[tuple[str, str]], names: list[str]) -> list
     return out
 
 
-def verify(keys: Mapping[str, str], method: str, path: str, query_string: str, headers: Sequence[tuple[str, str]],
-           body: bytes, now: datetime | None = None) -> str:  # fmt: skip
+def verify(
+    keys: Mapping[str, str],
+    method: str,
+    path: str,
+    query_string: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    now: datetime | None = None,
+) -> str:
     """Check an SDK-HMAC-SHA256 request; returns its AK, or raises AuthError (401 PANGU.0011).
 
     `path` is the decoded path, `headers` every (lower-case name, Latin-1 value) pair the request carried."""
@@ -141,19 +149,20 @@ def verify(keys: Mapping[str, str], method: str, path: str, query_string: str, h
         raise AuthError(f"Malformed {ALGORITHM} Authorization header.", missing=False)
     names = match["signed"].split(";")
     if len(set(names)) != len(names) or not set(REQUIRED_SIGNED) <= set(names) or "authorization" in names:
-        raise AuthError("SignedHeaders must list host and x-sdk-date once each (and not authorization).",
-                        missing=False)  # fmt: skip
+        raise AuthError("SignedHeaders must list host and x-sdk-date once each (and not authorization).", missing=False)
     values = _signed_values(headers, names)
     date = dict(values)["x-sdk-date"].strip()
     when = datetime.strptime(date, DATE_FORMAT).replace(tzinfo=timezone.utc) if _DATE.fullmatch(date) else None
     if when is None or abs((now or datetime.now(timezone.utc)) - when) > DATE_WINDOW:
-        raise AuthError("X-Sdk-Date must be YYYYMMDDTHHMMSSZ (UTC) within 15 minutes of the server clock.",
-                        missing=False)  # fmt: skip
+        raise AuthError(
+            "X-Sdk-Date must be YYYYMMDDTHHMMSSZ (UTC) within 15 minutes of the server clock.", missing=False
+        )
     payload_hash = hashlib.sha256(body).hexdigest()  # of b"" for an empty body, as the SDK's constant
     claimed = first.get("x-sdk-content-sha256")
     if body and claimed is not None and claimed.strip() != payload_hash:
-        raise AuthError("Unsigned payloads are not accepted; X-Sdk-Content-Sha256 must be the body's SHA-256.",
-                        missing=False)  # fmt: skip
+        raise AuthError(
+            "Unsigned payloads are not accepted; X-Sdk-Content-Sha256 must be the body's SHA-256.", missing=False
+        )
     ak = match["ak"]
     secret = keys.get(ak)
     canonical = canonical_request(method, path, query_string, values, payload_hash)

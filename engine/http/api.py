@@ -79,9 +79,17 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
     def model_card() -> dict[str, Any]:
         """§1.3's fields, plus `input_modalities` (extension): the content a request may carry for this model."""
         svc = service()
-        return {"id": svc.served_name, "object": "model", "created": 1730000000, "owned_by": PROJECT,
-                "root": svc.served_name, "parent": None, "max_model_len": svc.model.context_length,
-                "input_modalities": svc.input_modalities(), "quantization": quantization(svc)}  # fmt: skip
+        return {
+            "id": svc.served_name,
+            "object": "model",
+            "created": 1730000000,
+            "owned_by": PROJECT,
+            "root": svc.served_name,
+            "parent": None,
+            "max_model_len": svc.model.context_length,
+            "input_modalities": svc.input_modalities(),
+            "quantization": quantization(svc),
+        }
 
     def quantization(svc: Any) -> str:
         """What the served projections' weights are (extension): "none", or the quantized forms and how many
@@ -89,8 +97,18 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
         return str(getattr(svc.engine.runner, "quantization", "none"))
 
     def adapter_cards(svc: Any, extra: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"id": a, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": a,
-                 "parent": svc.served_name, **extra} for a in getattr(svc, "adapters", {})]  # fmt: skip
+        return [
+            {
+                "id": a,
+                "object": "model",
+                "created": 1730000000,
+                "owned_by": PROJECT,
+                "root": a,
+                "parent": svc.served_name,
+                **extra,
+            }
+            for a in getattr(svc, "adapters", {})
+        ]
 
     def pool_cards(models: ModelPool) -> list[dict[str, Any]]:
         """Every model the server can serve, in the registry's order, each with `status` (extension: loaded,
@@ -100,11 +118,19 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
         for model_id, c in models.candidates.items():
             svc = models.get(model_id)
             media = set(c.modalities) | transcribes
-            card = {"id": model_id, "object": "model", "created": 1730000000, "owned_by": PROJECT, "root": model_id,
-                    "parent": None, "max_model_len": svc.model.context_length if svc else c.context_length,
-                    "input_modalities": svc.input_modalities() if svc else
-                    ["text", *(m for m in ("image", "video", "audio") if m in media)],
-                    **models.entry(model_id)}  # fmt: skip
+            card = {
+                "id": model_id,
+                "object": "model",
+                "created": 1730000000,
+                "owned_by": PROJECT,
+                "root": model_id,
+                "parent": None,
+                "max_model_len": svc.model.context_length if svc else c.context_length,
+                "input_modalities": svc.input_modalities()
+                if svc
+                else ["text", *(m for m in ("image", "video", "audio") if m in media)],
+                **models.entry(model_id),
+            }
             if svc is not None:
                 card["quantization"] = quantization(svc)
             cards.append(card)
@@ -141,22 +167,28 @@ def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
         credential = api_bearer(request.headers, settings)
         return await chat.handle(request, "v1", credential)
 
-    @app.post(CHAT_PATHS["pangu_v2"],
-              openapi_extra=openapi.route_extra("pangu_v2", "Chat completion (Pangu V2)"))  # fmt: skip
+    @app.post(CHAT_PATHS["pangu_v2"], openapi_extra=openapi.route_extra("pangu_v2", "Chat completion (Pangu V2)"))
     async def pangu_v2_chat(request: Request) -> Response:
         credential = api_bearer(request.headers, settings)
         return await chat.handle(request, "pangu_v2", credential)
 
     v1_extra = openapi.route_extra("pangu_v1", "Chat completion (Pangu V1)")
     v1_extra["parameters"] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,128}$"},
+        }
         for name in ("project_id", "deployment_id")
-    ]  # fmt: skip
+    ]
 
     @app.post(PANGU_V1_PATH, openapi_extra=v1_extra)
     async def pangu_v1_chat(request: Request) -> Response:
-        for name, configured in (("project_id", settings.pangu_project_id),
-                                 ("deployment_id", settings.pangu_deployment_id)):  # fmt: skip
+        for name, configured in (
+            ("project_id", settings.pangu_project_id),
+            ("deployment_id", settings.pangu_deployment_id),
+        ):
             value = request.path_params[name]
             if not PATH_SEGMENT.fullmatch(value) or (configured and value != configured):
                 raise NotFoundError("The inference service does not exist.")

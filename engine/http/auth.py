@@ -103,8 +103,9 @@ class PanguV1Auth:
             return aksk.verify(self.keys, request.method, path, query, request.headers.items(), body)
         if sent:
             raise AuthError("Invalid credentials.", missing=False)
-        raise AuthError("Missing credentials: send 'X-Auth-Token', 'X-Apig-AppCode' or an SDK-HMAC-SHA256 signature.",
-                        missing=True)  # fmt: skip
+        raise AuthError(
+            "Missing credentials: send 'X-Auth-Token', 'X-Apig-AppCode' or an SDK-HMAC-SHA256 signature.", missing=True
+        )
 
 
 def any_credentials(settings: Settings) -> bool:

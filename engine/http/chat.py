@@ -31,8 +31,11 @@ from engine.serving.policy import CallContext, PolicedRun, RequestPolicy
 
 log = logging.getLogger(__name__)
 PANGU_V1_PATH = "/v1/{project_id}/deployments/{deployment_id}/chat/completions"
-CHAT_PATHS: dict[Route, str] = {"v1": "/v1/chat/completions", "pangu_v2": "/api/v2/chat/completions",
-                                "pangu_v1": PANGU_V1_PATH}  # fmt: skip
+CHAT_PATHS: dict[Route, str] = {
+    "v1": "/v1/chat/completions",
+    "pangu_v2": "/api/v2/chat/completions",
+    "pangu_v1": PANGU_V1_PATH,
+}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -131,13 +134,15 @@ class ChatRoutes:
     def _writer(self, route: Route, req: ChatCompletionRequest, prompt_tokens: int) -> EventWriter:
         if route == "v1":
             opts = req.stream_options
-            return V1Events(V1StreamWriter(
-                perf_stats=self.settings.perf_stats,
-                full_text=self.settings.full_text_enabled,
-                include_usage=bool(opts and opts.include_usage),
-                continuous_usage=bool(opts and opts.continuous_usage_stats),
-                prompt_tokens=prompt_tokens,
-            ))  # fmt: skip
+            return V1Events(
+                V1StreamWriter(
+                    perf_stats=self.settings.perf_stats,
+                    full_text=self.settings.full_text_enabled,
+                    include_usage=bool(opts and opts.include_usage),
+                    continuous_usage=bool(opts and opts.continuous_usage_stats),
+                    prompt_tokens=prompt_tokens,
+                )
+            )
         return PanguStreamWriter(route, prompt_tokens, usage_event=self.settings.pangu_v1_usage_event)
 
 

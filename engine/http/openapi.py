@@ -54,19 +54,32 @@ MODEL_PATHS = {"/v1/models": False, "/v1/models/{model_id}": True}
 
 def deployment(settings: Settings, service: Any = None) -> Deployment:
     """The server's caps, and the loaded model's facts when `service` (a ChatService) is given."""
-    caps: dict[str, Any] = {"max_n": settings.max_n, "max_new_tokens": settings.max_new_tokens,
-            "pangu_strict": settings.pangu_strict_limits}  # fmt: skip
+    caps: dict[str, Any] = {
+        "max_n": settings.max_n,
+        "max_new_tokens": settings.max_new_tokens,
+        "pangu_strict": settings.pangu_strict_limits,
+    }
     if service is None:
         return Deployment(**caps)
-    probe = parse_chat_request({"model": service.served_name, "messages": [{"role": "user", "content": "hi"}],
-                                "tools": [{"type": "function", "function": {"name": "probe"}}]})  # fmt: skip
+    probe = parse_chat_request(
+        {
+            "model": service.served_name,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "probe"}}],
+        }
+    )
     try:
         service.tool_parser_for(probe)  # the check a request with tools meets (the model's own template)
         tools = True
     except RequestValidationError:
         tools = False
-    return Deployment(**caps, model=service.served_name, modalities=tuple(service.input_modalities()), tools=tools,
-                      context_length=service.model.context_length)  # fmt: skip
+    return Deployment(
+        **caps,
+        model=service.served_name,
+        modalities=tuple(service.input_modalities()),
+        tools=tools,
+        context_length=service.model.context_length,
+    )
 
 
 def request_schemas(settings: Settings, service: Any = None) -> dict[str, Any]:

@@ -16,10 +16,16 @@ from engine.http.error_bodies import ERROR_TYPES, PANGU_MESSAGES, V2_TYPES
 from engine.protocol.request import Route
 
 REF = "#/components/schemas/{model}"
-CHAT_ERROR_SCHEMAS: dict[Route, str] = {"v1": "ChatCompletionRequestError", "pangu_v2": "PanguV2ChatCompletionRequestError",
-                                        "pangu_v1": "PanguV1ChatCompletionRequestError"}  # fmt: skip
-_V1_ERROR = {"type": "object", "required": ["error", "error_type"],
-             "properties": {"error": {"type": "string"}, "error_type": {"enum": sorted({*ERROR_TYPES.values(), "Error"})}}}  # fmt: skip
+CHAT_ERROR_SCHEMAS: dict[Route, str] = {
+    "v1": "ChatCompletionRequestError",
+    "pangu_v2": "PanguV2ChatCompletionRequestError",
+    "pangu_v1": "PanguV1ChatCompletionRequestError",
+}
+_V1_ERROR = {
+    "type": "object",
+    "required": ["error", "error_type"],
+    "properties": {"error": {"type": "string"}, "error_type": {"enum": sorted({*ERROR_TYPES.values(), "Error"})}},
+}
 _PANGU_CODE = {"enum": sorted(PANGU_MESSAGES)}
 ERROR_SCHEMAS: dict[str, Any] = {
     "ChatCompletionRequestError": _V1_ERROR,
@@ -35,7 +41,7 @@ ERROR_SCHEMAS: dict[str, Any] = {
                     "type": {"enum": sorted({*V2_TYPES.values(), "server_error"})},
                     "message": {"type": "string"},
                 },
-            },  # fmt: skip
+            },
             "id": {"type": "string"},
         },
     },
@@ -46,12 +52,16 @@ ERROR_SCHEMAS: dict[str, Any] = {
             "error_code": _PANGU_CODE,
             "error_msg": {"type": "string"},
             "details": {"type": "array", "items": _V1_ERROR},
-        },  # fmt: skip
+        },
     },
 }
-_USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
-          "properties": {k: {"type": "integer", "minimum": 0} for k in ("prompt_tokens", "completion_tokens",
-                                                                       "total_tokens")}}  # fmt: skip
+_USAGE = {
+    "type": "object",
+    "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+    "properties": {
+        k: {"type": "integer", "minimum": 0} for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    },
+}
 _CHOICE = {
     "type": "object",
     "required": ["index", "message", "finish_reason"],
@@ -66,7 +76,7 @@ _CHOICE = {
                 "reasoning_content": {"type": "string"},
                 "tool_calls": {"type": "array", "items": {"type": "object"}},
             },
-        },  # fmt: skip
+        },
         "logprobs": {"anyOf": [{"type": "object"}, {"type": "null"}]},
         "finish_reason": {"anyOf": [{"type": "string"}, {"type": "null"}]},
     },
@@ -84,7 +94,7 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
             "choices": {"type": "array", "items": _CHOICE},
             "usage": _USAGE,
         },
-    },  # fmt: skip
+    },
     "ModelCard": {
         "type": "object",
         "required": ["id", "object", "created", "owned_by", "root", "parent"],
@@ -124,7 +134,7 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
                     "elapsed_s": {"type": "number"},
                 },
             },
-        },  # fmt: skip
+        },
     },
     "ModelList": {
         "type": "object",
@@ -132,7 +142,7 @@ SUCCESS_SCHEMAS: dict[str, Any] = {
         "properties": {
             "object": {"const": "list"},
             "data": {"type": "array", "items": {"$ref": REF.format(model="ModelCard")}},
-        },  # fmt: skip
+        },
     },
 }
 COMPLETION_SCHEMAS: dict[str, Any] = {
@@ -176,23 +186,30 @@ SSE_EVENT = {
     },
 }
 _CHAT_STATUSES: dict[Route, dict[str, str]] = {
-    "v1": {"401": "Missing or wrong credentials (only with --api-keys)",
-           "403": "The model asked for is not loaded and loading it needs an admin key (--admin-keys)",
-           "413": "Body too large",
-           "422": "Invalid request: any validation failure, an unknown model, a prompt too long, a template error",
-           "429": "Too many concurrent requests from this client",
-           "500": "Internal failure before the first token",
-           "503": "Loading (also the model asked for, loading on demand: Retry-After), draining, queue full, or "
-                  "timed out waiting for the engine"},
-    "pangu_v2": {"400": "Invalid request (PANGU.0010, .3278, .3320, .3321)",
-                 "401": "PANGU.0012 / PANGU.0011 (only with --api-keys)",
-                 "403": "The model is not loaded and loading it needs an admin key (PANGU.0011)",
-                 "413": "Body too large (PANGU.0010)", "429": "Queue or client limit (PANGU.3267)",
-                 "500": "Loading, draining, timed out or internal failure (PANGU.0031, PANGU.3342)"},
-}  # fmt: skip
-_CHAT_STATUSES["pangu_v1"] = {**{k: v for k, v in _CHAT_STATUSES["pangu_v2"].items() if k != "403"},  # no model
-                              "401": "PANGU.0012 / PANGU.0011 (only with --pangu-auth-tokens / --pangu-app-codes)",
-                              "404": "Deployment does not exist (PANGU.3254)"}  # fmt: skip
+    "v1": {
+        "401": "Missing or wrong credentials (only with --api-keys)",
+        "403": "The model asked for is not loaded and loading it needs an admin key (--admin-keys)",
+        "413": "Body too large",
+        "422": "Invalid request: any validation failure, an unknown model, a prompt too long, a template error",
+        "429": "Too many concurrent requests from this client",
+        "500": "Internal failure before the first token",
+        "503": "Loading (also the model asked for, loading on demand: Retry-After), draining, queue full, or "
+        "timed out waiting for the engine",
+    },
+    "pangu_v2": {
+        "400": "Invalid request (PANGU.0010, .3278, .3320, .3321)",
+        "401": "PANGU.0012 / PANGU.0011 (only with --api-keys)",
+        "403": "The model is not loaded and loading it needs an admin key (PANGU.0011)",
+        "413": "Body too large (PANGU.0010)",
+        "429": "Queue or client limit (PANGU.3267)",
+        "500": "Loading, draining, timed out or internal failure (PANGU.0031, PANGU.3342)",
+    },
+}
+_CHAT_STATUSES["pangu_v1"] = {
+    **{k: v for k, v in _CHAT_STATUSES["pangu_v2"].items() if k != "403"},  # no model
+    "401": "PANGU.0012 / PANGU.0011 (only with --pangu-auth-tokens / --pangu-app-codes)",
+    "404": "Deployment does not exist (PANGU.3254)",
+}
 _MODEL_STATUSES = {"401": "Missing or wrong credentials (only with --api-keys)", "503": "The model is loading"}
 
 
@@ -201,8 +218,10 @@ def _json(name: str) -> dict[str, Any]:
 
 
 def chat_responses(route: Route) -> dict[str, Any]:
-    ok = {"description": "A chat.completion object, or with `stream` an SSE stream of chat.completion.chunk events.",
-          "content": {**_json("ChatCompletion"), "text/event-stream": {"schema": SSE_EVENT}}}  # fmt: skip
+    ok = {
+        "description": "A chat.completion object, or with `stream` an SSE stream of chat.completion.chunk events.",
+        "content": {**_json("ChatCompletion"), "text/event-stream": {"schema": SSE_EVENT}},
+    }
     error = _json(CHAT_ERROR_SCHEMAS[route])
     return {
         "200": ok,
@@ -213,7 +232,9 @@ def chat_responses(route: Route) -> dict[str, Any]:
 def model_responses(one: bool) -> dict[str, Any]:
     """GET /v1/models (`one` False) and GET /v1/models/{model_id}: 404 for an id that is neither the served model nor one of its LoRA adapters."""
     statuses = {**_MODEL_STATUSES, **({"404": "No such model"} if one else {})}
-    ok = {"description": "The served model" if one else "The served models", "content": _json(
-        "ModelCard" if one else "ModelList")}  # fmt: skip
+    ok = {
+        "description": "The served model" if one else "The served models",
+        "content": _json("ModelCard" if one else "ModelList"),
+    }
     error = _json("ChatCompletionRequestError")
     return {"200": ok, **{code: {"description": text, "content": error} for code, text in sorted(statuses.items())}}

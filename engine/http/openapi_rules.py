@@ -23,8 +23,13 @@ from engine.serving.params import BEAM_MAX_TOKENS
 
 REF = "#/components/schemas/{model}"
 NULL = {"type": "null"}
-PART_MODELS = {"text": "TextPart", "image_url": "ImageURLPart", "video_url": "VideoURLPart",
-               "audio_url": "AudioURLPart", "input_audio": "InputAudioPart"}  # fmt: skip
+PART_MODELS = {
+    "text": "TextPart",
+    "image_url": "ImageURLPart",
+    "video_url": "VideoURLPart",
+    "audio_url": "AudioURLPart",
+    "input_audio": "InputAudioPart",
+}
 FUNCTION_NAME = "^" + FUNCTION_NAME_RE.pattern + "$"
 # templates.py `_looks_like_path`: one line that starts like a path, or ends in .jinja without a "{".
 TEMPLATE_PATH = "^(?:(?:/|\\./|\\.\\./|~|file:)[^\\n]*|[^{\\n]*\\.jinja)$"
@@ -51,10 +56,21 @@ def ref(name: str) -> dict[str, str]:
 
 # The JSON type of each field a cross-field rule reads: a typed "given" needs no `not null`, which keeps the
 # rules simple enough for schema-driven generators (schemathesis) to intersect.
-FIELD_TYPES = {"n": "integer", "best_of": "integer", "top_logprobs": "integer", "max_tokens": "integer",
-               "max_completion_tokens": "integer", "temperature": "number", "stream_options": "object",
-               "chat_template_kwargs": "object", "response_format": "object", "tools": "array", "messages": "array",
-               "stop": ["string", "array"], "tool_choice": ["string", "object"]}  # fmt: skip
+FIELD_TYPES = {
+    "n": "integer",
+    "best_of": "integer",
+    "top_logprobs": "integer",
+    "max_tokens": "integer",
+    "max_completion_tokens": "integer",
+    "temperature": "number",
+    "stream_options": "object",
+    "chat_template_kwargs": "object",
+    "response_format": "object",
+    "tools": "array",
+    "messages": "array",
+    "stop": ["string", "array"],
+    "tool_choice": ["string", "object"],
+}
 
 
 def given(name: str, **constraints: Any) -> dict[str, Any]:
@@ -97,11 +113,9 @@ def part_types(modalities: tuple[str, ...], text_only: bool) -> list[str]:
 
 def message_variants(modalities: tuple[str, ...], *, text_only: bool, role_optional: bool) -> list[dict[str, Any]]:
     """messages.py `_check_role_rules` per role: who needs content, of what kind, and the tool message's id."""
-    text = {"anyOf": [{"type": "string", "minLength": 1},
-                      {"type": "array", "minItems": 1, "items": ref("TextPart")}]}  # fmt: skip
+    text = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": ref("TextPart")}]}
     parts = [ref(PART_MODELS[t]) for t in part_types(modalities, text_only)]
-    user = {"anyOf": [{"type": "string", "minLength": 1},
-                      {"type": "array", "minItems": 1, "items": _either(*parts)}]}  # fmt: skip
+    user = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": _either(*parts)}]}
 
     def role(name: str) -> dict[str, Any]:
         return {"anyOf": [{"const": name}, NULL]} if role_optional and name == "user" else {"const": name}
@@ -112,15 +126,28 @@ def message_variants(modalities: tuple[str, ...], *, text_only: bool, role_optio
 
     return [
         variant("system", "A system message: non-empty text.", ["content"], content=text),
-        variant("user", "A user message: non-empty text, or parts the model takes (media only here).", ["content"],
-                content=user),
+        variant(
+            "user",
+            "A user message: non-empty text, or parts the model takes (media only here).",
+            ["content"],
+            content=user,
+        ),
         variant("assistant", "An assistant message with text.", ["content"], content=text),
-        variant("assistant", "An assistant message with tool calls: content may be absent, null or empty.",
-                ["tool_calls"], tool_calls={"type": "array", "minItems": 1},
-                content={"anyOf": [{"type": "string"}, {"type": "array", "items": ref("TextPart")}, NULL]}),
-        variant("tool", "A tool result: string content and the call's id.", ["content", "tool_call_id"],
-                content={"type": "string"}, tool_call_id={"type": "string", "minLength": 1}),
-    ]  # fmt: skip
+        variant(
+            "assistant",
+            "An assistant message with tool calls: content may be absent, null or empty.",
+            ["tool_calls"],
+            tool_calls={"type": "array", "minItems": 1},
+            content={"anyOf": [{"type": "string"}, {"type": "array", "items": ref("TextPart")}, NULL]},
+        ),
+        variant(
+            "tool",
+            "A tool result: string content and the call's id.",
+            ["content", "tool_call_id"],
+            content={"type": "string"},
+            tool_call_id={"type": "string", "minLength": 1},
+        ),
+    ]
 
 
 def tighten_defs(defs: dict[str, Any]) -> None:
@@ -128,8 +155,11 @@ def tighten_defs(defs: dict[str, Any]) -> None:
     for name in ("FunctionDefinition", "FunctionCall"):
         defs[name]["properties"]["name"]["pattern"] = FUNCTION_NAME
     params = defs["FunctionDefinition"]["properties"]["parameters"]["anyOf"][0]
-    params.update(required=["type"], properties={"type": {"const": "object"}},
-                  description="A JSON Schema whose `type` is 'object'.")  # fmt: skip
+    params.update(
+        required=["type"],
+        properties={"type": {"const": "object"}},
+        description="A JSON Schema whose `type` is 'object'.",
+    )
     defs["ResponseFormat"]["anyOf"] = [
         {"properties": {"type": {"enum": ["text", "json_object"]}}},
         {"required": ["json_schema"], "properties": {"type": {"const": "json_schema"}, "json_schema": {"not": NULL}}},
@@ -186,8 +216,12 @@ def stream_is_false(pangu: bool) -> dict[str, Any]:
 
 def _max_tokens_above(limit: int) -> dict[str, Any]:
     """The effective max_tokens (max_completion_tokens wins, §2.2) exceeds `limit`."""
-    return {"anyOf": [given("max_completion_tokens", minimum=limit + 1),
-                      {"allOf": [absent("max_completion_tokens"), given("max_tokens", minimum=limit + 1)]}]}  # fmt: skip
+    return {
+        "anyOf": [
+            given("max_completion_tokens", minimum=limit + 1),
+            {"allOf": [absent("max_completion_tokens"), given("max_tokens", minimum=limit + 1)]},
+        ]
+    }
 
 
 def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
@@ -211,16 +245,23 @@ def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
         stream = either("stream_options only with stream true.", stream_options_off, stream_is_true(pangu))
     rules = [
         stream,
-        either("top_logprobs needs logprobs true or absent.", {"properties": {"logprobs": {"enum": [True, None]}}},
-               absent("top_logprobs")),
-        either("sampler_logprobs needs logprobs true and top_logprobs of at least 1.", not_true("sampler_logprobs"),
-               {"allOf": [is_("logprobs", True), given("top_logprobs", minimum=1)]}),
+        either(
+            "top_logprobs needs logprobs true or absent.",
+            {"properties": {"logprobs": {"enum": [True, None]}}},
+            absent("top_logprobs"),
+        ),
+        either(
+            "sampler_logprobs needs logprobs true and top_logprobs of at least 1.",
+            not_true("sampler_logprobs"),
+            {"allOf": [is_("logprobs", True), given("top_logprobs", minimum=1)]},
+        ),
         either("return_progress only with stream true.", not_true("return_progress"), stream_is_true(pangu)),
-        either("use_beam_search takes no stop and no json_object / json_schema response_format.",
-               not_true("use_beam_search"), {"properties": {
-                   "stop": no_stop,
-                   "response_format": {"properties": {"type": {"const": "text"}}}}}),  # null or text
-    ]  # fmt: skip
+        either(
+            "use_beam_search takes no stop and no json_object / json_schema response_format.",
+            not_true("use_beam_search"),
+            {"properties": {"stop": no_stop, "response_format": {"properties": {"type": {"const": "text"}}}}},
+        ),  # null or text
+    ]
     if dep.tools:
         rules.append(either("tool_choice 'required' or a named function needs tools.", choice_free, tools))
         # The logprobs half of "active tools take no n, best_of, beam search or logprobs" (x-refused-when has it
@@ -235,8 +276,13 @@ def either_or_rules(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]]:
             )
         )
     else:
-        rules.append(either("This model calls no tools: tools need tool_choice 'none'; 'required' or a named "
-                            "function is refused.", {"allOf": [no_tools, choice_free]}, is_("tool_choice", "none")))  # fmt: skip
+        rules.append(
+            either(
+                "This model calls no tools: tools need tool_choice 'none'; 'required' or a named function is refused.",
+                {"allOf": [no_tools, choice_free]},
+                is_("tool_choice", "none"),
+            )
+        )
     return rules
 
 
@@ -250,20 +296,35 @@ def refused_combinations(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]
     tools_active = {"allOf": [given("tools", minItems=1), {"not": is_("tool_choice", "none")}]}
     logprobs = {"anyOf": [is_("logprobs", True), given("top_logprobs")]}
     rules = [
-        refused("n or best_of above 1 needs a temperature above 0 (unless use_beam_search).", multi, not_beam,
-                given("temperature", maximum=0)),
+        refused(
+            "n or best_of above 1 needs a temperature above 0 (unless use_beam_search).",
+            multi,
+            not_beam,
+            given("temperature", maximum=0),
+        ),
         refused("stream with best_of needs n.", not_beam, stream, given("best_of"), absent("n")),
         refused(f"use_beam_search takes max_tokens up to {BEAM_MAX_TOKENS}.", beam, _max_tokens_above(BEAM_MAX_TOKENS)),
         refused("use_beam_search takes no sampler_logprobs.", beam, is_("sampler_logprobs", True)),
-        refused("continue_final_message needs add_generation_prompt false (and a final assistant message with text).",
-                is_("continue_final_message", True), {"properties": {"add_generation_prompt": {"enum": [True, None]}}}),
-        refused("Active tools (tool_choice not 'none') take no n, best_of above 1, beam search or logprobs.",
-                tools_active, {"anyOf": [multi, beam, logprobs]}),
-        refused("chat_template_kwargs.thinking_budget with enable_thinking takes no n, best_of above 1 or beam search.",
-                given("chat_template_kwargs", required=["thinking_budget", "enable_thinking"], properties={
-                    "thinking_budget": {"type": "integer"}, "enable_thinking": {"const": True}}),
-                {"anyOf": [multi, beam]}),
-    ]  # fmt: skip
+        refused(
+            "continue_final_message needs add_generation_prompt false (and a final assistant message with text).",
+            is_("continue_final_message", True),
+            {"properties": {"add_generation_prompt": {"enum": [True, None]}}},
+        ),
+        refused(
+            "Active tools (tool_choice not 'none') take no n, best_of above 1, beam search or logprobs.",
+            tools_active,
+            {"anyOf": [multi, beam, logprobs]},
+        ),
+        refused(
+            "chat_template_kwargs.thinking_budget with enable_thinking takes no n, best_of above 1 or beam search.",
+            given(
+                "chat_template_kwargs",
+                required=["thinking_budget", "enable_thinking"],
+                properties={"thinking_budget": {"type": "integer"}, "enable_thinking": {"const": True}},
+            ),
+            {"anyOf": [multi, beam]},
+        ),
+    ]
     if pangu and dep.pangu_strict:  # an either/or over the messages too many for the generators: listed here
         tool_message = {
             "required": ["messages"],
@@ -271,15 +332,30 @@ def refused_combinations(dep: Deployment, *, pangu: bool) -> list[dict[str, Any]
         }
         rules.append(refused("A 'tool' message needs tools.", tool_message, {"properties": {"tools": {"maxItems": 0}}}))
     if dep.max_new_tokens > BEAM_MAX_TOKENS:
-        rules.append(refused(f"use_beam_search needs max_tokens (the server default {dep.max_new_tokens} is above "
-                             f"{BEAM_MAX_TOKENS}).", beam, absent("max_completion_tokens"), absent("max_tokens")))  # fmt: skip
+        rules.append(
+            refused(
+                f"use_beam_search needs max_tokens (the server default {dep.max_new_tokens} is above "
+                f"{BEAM_MAX_TOKENS}).",
+                beam,
+                absent("max_completion_tokens"),
+                absent("max_tokens"),
+            )
+        )
     if dep.max_n <= ENUMERATED_MAX_N:
         below = [{"allOf": [is_("n", k), given("best_of", maximum=k - 1)]} for k in range(2, dep.max_n + 1)]
         if below:
             rules.append(refused("Without stream, best_of must be at least n.", not_beam, no_stream, {"anyOf": below}))
         equal = [{"allOf": [is_("n", k), is_("best_of", k)]} for k in range(1, dep.max_n + 1)]
-        rules.append(refused("With stream, best_of must equal n.", not_beam, stream, given("best_of"), given("n"),
-                             {"not": {"anyOf": equal}}))  # fmt: skip
+        rules.append(
+            refused(
+                "With stream, best_of must equal n.",
+                not_beam,
+                stream,
+                given("best_of"),
+                given("n"),
+                {"not": {"anyOf": equal}},
+            )
+        )
     return rules
 
 
@@ -304,15 +380,18 @@ def tighten_request(schema: dict[str, Any], dep: Deployment, *, pangu: bool) -> 
     template["description"] = "Inline Jinja (at most 1 MiB); a value that looks like a file path is refused."
     kwargs = props["chat_template_kwargs"]
     kwargs["propertyNames"] = {"not": {"enum": list(RESERVED_TEMPLATE_KWARGS)}}
-    kwargs["properties"] = {"enable_thinking": {"anyOf": [{"type": "boolean"}, NULL]},
-                            "thinking_budget": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-                                                          NULL]}}  # fmt: skip
+    kwargs["properties"] = {
+        "enable_thinking": {"anyOf": [{"type": "boolean"}, NULL]},
+        "thinking_budget": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": INT32_MAX}, NULL]},
+    }
     props["tools"]["anyOf"][0]["maxItems"] = MAX_TOOLS
-    props["tools"]["description"] = (f"At most {MAX_TOOLS} tools with distinct names, nested at most "
-                                     f"{MAX_TOOLS_DEPTH} levels deep.")  # fmt: skip
+    props["tools"]["description"] = (
+        f"At most {MAX_TOOLS} tools with distinct names, nested at most {MAX_TOOLS_DEPTH} levels deep."
+    )
     props["tool_choice"]["description"] = "A named function must be one of tools."
-    props["messages"]["description"] = (f"At most {MAX_MEDIA_ITEMS} media parts in all; the prompt they make must "
-                                        "fit the model's context.")  # fmt: skip
+    props["messages"]["description"] = (
+        f"At most {MAX_MEDIA_ITEMS} media parts in all; the prompt they make must fit the model's context."
+    )
     if pangu and dep.pangu_strict:
         props["messages"]["maxItems"] = MAX_MESSAGES
         props["temperature"]["anyOf"][0] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}

@@ -38,12 +38,19 @@ class PanguStreamWriter:
         return "message" if self.route == "pangu_v1" else "delta"
 
     def _usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self._completion,
-                "total_tokens": self.prompt_tokens + self._completion}  # fmt: skip
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self._completion,
+            "total_tokens": self.prompt_tokens + self._completion,
+        }
 
     def events(self, chunk: ChatCompletionChunk) -> list[bytes]:
-        head: dict[str, Any] = {"id": chunk.id, "object": "chat.completion.chunk", "created": chunk.created,
-                                "model": chunk.model}  # fmt: skip
+        head: dict[str, Any] = {
+            "id": chunk.id,
+            "object": "chat.completion.chunk",
+            "created": chunk.created,
+            "model": chunk.model,
+        }
         head.update(getattr(chunk, "top_level", {}))
         if chunk.prompt_progress is not None:  # a /v1 extension: the Pangu routes send none
             return []
@@ -53,8 +60,11 @@ class PanguStreamWriter:
             out = [sse({**head, "choices": [], "usage": self._usage()})]
             if self.usage_event and self.route == "pangu_v1":
                 p, done = self.prompt_tokens, self._completion
-                event = {"usage": {"completionTokens": done, "promptTokens": p, "totalTokens": p + done},
-                         "tokens": p, "token_number": done}  # fmt: skip
+                event = {
+                    "usage": {"completionTokens": done, "promptTokens": p, "totalTokens": p + done},
+                    "tokens": p,
+                    "token_number": done,
+                }
                 out.append(f"event:{compact(event)}\n\n".encode())
             return out
         (c,) = chunk.choices
@@ -72,9 +82,12 @@ class PanguStreamWriter:
             body["tool_calls"] = [t.model_dump(exclude_none=True) for t in c.delta.tool_calls]
         if not body:
             body["content"] = ""
-        choice: dict[str, Any] = {"index": c.index, self.key: body,
-                                  "logprobs": c.logprobs.model_dump() if c.logprobs else None,
-                                  "finish_reason": c.finish_reason}  # fmt: skip
+        choice: dict[str, Any] = {
+            "index": c.index,
+            self.key: body,
+            "logprobs": c.logprobs.model_dump() if c.logprobs else None,
+            "finish_reason": c.finish_reason,
+        }
         if c.finish_reason is not None:
             choice["stop_reason"] = c.stop_reason
         return [sse({**head, "choices": [choice], "usage": self._usage()})]

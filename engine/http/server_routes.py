@@ -80,9 +80,16 @@ def server_steps(policy: RequestPolicy, seconds: float = STEPS_SECONDS, since: i
     if log is None:
         return {"enabled": False, "capacity": 0, "seconds": seconds, "roofline": roof, "steps": []}
     records = log.since(since) if since is not None else log.recent(seconds, now)
-    return {"enabled": True, "capacity": log.capacity, "held": len(log), "span_s": round(log.span_s(), 3),
-            "seconds": seconds, "now": round(now, 6), "roofline": roof,
-            "steps": [r.as_json(now) for r in records]}  # fmt: skip
+    return {
+        "enabled": True,
+        "capacity": log.capacity,
+        "held": len(log),
+        "span_s": round(log.span_s(), 3),
+        "seconds": seconds,
+        "now": round(now, 6),
+        "roofline": roof,
+        "steps": [r.as_json(now) for r in records],
+    }
 
 
 def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:

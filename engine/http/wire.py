@@ -32,13 +32,15 @@ def response_json(resp: ChatCompletionResponse, perf_stats: bool) -> dict[str, A
         if c.message.reasoning_content is not None:
             message["reasoning_content"] = c.message.reasoning_content
         message["tool_calls"] = [t.model_dump(exclude_none=True, exclude={"index"}) for t in c.message.tool_calls]
-        choices.append({
-            "index": c.index,
-            "message": message,
-            "logprobs": c.logprobs.model_dump() if c.logprobs else None,
-            "finish_reason": c.finish_reason,
-            "stop_reason": c.stop_reason,
-        })  # fmt: skip
+        choices.append(
+            {
+                "index": c.index,
+                "message": message,
+                "logprobs": c.logprobs.model_dump() if c.logprobs else None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+        )
     out: dict[str, Any] = {
         "id": resp.id,
         "object": "chat.completion",
@@ -74,8 +76,12 @@ class V1StreamWriter:
     _tokens: dict[int, int] = field(default_factory=dict)
 
     def chunk(self, chunk: ChatCompletionChunk) -> dict[str, Any] | None:
-        head: dict[str, Any] = {"id": chunk.id, "object": "chat.completion.chunk", "created": chunk.created,
-                                "model": chunk.model}  # fmt: skip
+        head: dict[str, Any] = {
+            "id": chunk.id,
+            "object": "chat.completion.chunk",
+            "created": chunk.created,
+            "model": chunk.model,
+        }
         if chunk.transcription is not None:
             head["transcription"] = chunk.transcription
         if chunk.media is not None:

@@ -74,18 +74,24 @@ def whisper_config(v: dict[str, np.ndarray]) -> dict[str, Any]:
         raise CT2FormatError("quantized CTranslate2 weights are not supported")
     if int(v["decoder/activation"]) != _GELU or int(v["decoder/scale_embeddings"]) or not int(v["decoder/pre_norm"]):
         raise CT2FormatError("not a Whisper decoder (activation, embedding scale or norm placement differ)")
-    layers = {side: len({m[1] for k in v if (m := re.match(rf"{side}/layer_(\d+)/", k))}) for side in ("encoder", "decoder")}  # fmt: skip
+    layers = {
+        side: len({m[1] for k in v if (m := re.match(rf"{side}/layer_(\d+)/", k))}) for side in ("encoder", "decoder")
+    }
     vocab, d_model = v["decoder/embeddings/weight"].shape
     return {
-        "vocab_size": int(vocab), "d_model": int(d_model), "num_mel_bins": int(v["encoder/conv1/weight"].shape[1]),
-        "encoder_layers": layers["encoder"], "decoder_layers": layers["decoder"],
-        "encoder_attention_heads": int(v["encoder/num_heads"]), "decoder_attention_heads": int(v["decoder/num_heads"]),
+        "vocab_size": int(vocab),
+        "d_model": int(d_model),
+        "num_mel_bins": int(v["encoder/conv1/weight"].shape[1]),
+        "encoder_layers": layers["encoder"],
+        "decoder_layers": layers["decoder"],
+        "encoder_attention_heads": int(v["encoder/num_heads"]),
+        "decoder_attention_heads": int(v["decoder/num_heads"]),
         "encoder_ffn_dim": int(v["encoder/layer_0/ffn/linear_0/weight"].shape[0]),
         "decoder_ffn_dim": int(v["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
         "max_source_positions": int(v["encoder/position_encodings/encodings"].shape[0]),
         "max_target_positions": int(v["decoder/position_encodings/encodings"].shape[0]),
         "tie_word_embeddings": v["decoder/projection/weight"] is v["decoder/embeddings/weight"],
-    }  # fmt: skip
+    }
 
 
 def whisper_state_dict(v: dict[str, np.ndarray], config: dict[str, Any]) -> dict[str, np.ndarray]:

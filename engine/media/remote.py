@@ -99,8 +99,16 @@ async def fetch_remote(
         return await asyncio.wait_for(_fetch(url, max_bytes, allowed_domains, timeouts, address_check), timeouts.total)
     except MediaError:
         raise
-    except (asyncio.TimeoutError, OSError, ssl.SSLError, ValueError, httpcore.TimeoutException,
-            httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:  # fmt: skip
+    except (
+        asyncio.TimeoutError,
+        OSError,
+        ssl.SSLError,
+        ValueError,
+        httpcore.TimeoutException,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+        httpcore.UnsupportedProtocol,
+    ) as exc:
         log.info("remote media fetch failed: %s", type(exc).__name__)
         raise MediaError(FAILED) from None
 

@@ -101,9 +101,12 @@ def _convert(files: dict[str, bytes], out: Path) -> None:
     if missing:
         raise ValueError(f"CTranslate2 model lacks weights for {missing[:3]}")
     model.generation_config = GenerationConfig(
-        **special, is_multilingual=False, no_timestamps_token_id=ids[2],
-        suppress_tokens=ct2_config.get("suppress_ids", []), begin_suppress_tokens=ct2_config.get("suppress_ids_begin", []),
-    )  # fmt: skip
+        **special,
+        is_multilingual=False,
+        no_timestamps_token_id=ids[2],
+        suppress_tokens=ct2_config.get("suppress_ids", []),
+        begin_suppress_tokens=ct2_config.get("suppress_ids_begin", []),
+    )
     processor = WhisperProcessor(WhisperFeatureExtractor(feature_size=config.num_mel_bins), tokenizer)
     save_atomically(out, model.to(torch.float16), processor)  # type: ignore[arg-type]  # fp16: the source precision, lossless, half the size
 

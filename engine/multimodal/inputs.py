@@ -62,8 +62,9 @@ def _merged(grid: torch.Tensor, procs: MediaProcessors) -> list[int]:
 
 def _audios(audios: list[np.ndarray], procs: MediaProcessors) -> tuple[dict[str, torch.Tensor], list[int]]:
     fe = procs.audio
-    out = fe(audios, sampling_rate=fe.sampling_rate, return_attention_mask=True, padding="max_length",
-             return_tensors="pt")  # fmt: skip
+    out = fe(
+        audios, sampling_rate=fe.sampling_rate, return_attention_mask=True, padding="max_length", return_tensors="pt"
+    )
     mask = out["attention_mask"]
     return {"input_features": out["input_features"], "feature_attention_mask": mask}, [
         audio_tokens(int(n)) for n in mask.sum(-1)

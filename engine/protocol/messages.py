@@ -211,14 +211,20 @@ ContentPart = Annotated[
     | Annotated[AudioURLPart, Tag("#audio_url")]
     | Annotated[InputAudioPart, Tag("#input_audio")],
     # Shapes are pre-checked in Message._check_parts, so this error is only a safety net.
-    Discriminator(lambda v: f"#{v.get('type')}" if isinstance(v, dict) else None, custom_error_type="request",
-                  custom_error_message="must be a content part object."),
-]  # fmt: skip
+    Discriminator(
+        lambda v: f"#{v.get('type')}" if isinstance(v, dict) else None,
+        custom_error_type="request",
+        custom_error_message="must be a content part object.",
+    ),
+]
 Content = Annotated[
     Annotated[str, Tag("#str")] | Annotated[list[ContentPart], Tag("#list")],
-    Discriminator(_by_json_type, custom_error_type="request",
-                  custom_error_message="must be a string or an array of content parts."),
-]  # fmt: skip
+    Discriminator(
+        _by_json_type,
+        custom_error_type="request",
+        custom_error_message="must be a string or an array of content parts.",
+    ),
+]
 
 
 class FunctionCall(StrictModel):

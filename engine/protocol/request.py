@@ -266,8 +266,12 @@ class ChatCompletionRequest(StrictModel):
                 f"Parameter max_tokens must be at most 128 with use_beam_search, got {self.effective_max_tokens}."
             )
         if self.tools_active:
-            for field, active in (("n", (n or 1) > 1), ("best_of", (best_of or 1) > 1), ("use_beam_search", beam),
-                                  ("logprobs", self.wants_logprobs)):  # fmt: skip
+            for field, active in (
+                ("n", (n or 1) > 1),
+                ("best_of", (best_of or 1) > 1),
+                ("use_beam_search", beam),
+                ("logprobs", self.wants_logprobs),
+            ):
                 if active:
                     raise bad(f"Parameter {field} is not supported when tools are used (tool_choice is not 'none').")
         if self.thinking_budget is not None and self.enable_thinking and (multi or beam):

@@ -27,8 +27,15 @@ from engine.protocol.messages import InputAudioPart, Message, StrictModel, TextP
 Route = Literal["v1", "pangu_v1", "pangu_v2"]
 INT32_MAX = 2_147_483_647
 MAX_CHAT_TEMPLATE_BYTES = 1 << 20
-RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
-                            "chat_template")  # fmt: skip
+RESERVED_TEMPLATE_KWARGS = (
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "chat_template",
+)
 
 
 class _Range:
@@ -116,8 +123,13 @@ def _inline_bytes(part: Any) -> int:
 
 def check_media_limits(messages: list[Message]) -> None:
     """§2.3: at most 20 media items per request, each and all of them within their decoded-size limits."""
-    parts = [(i, j, part) for i, m in enumerate(messages) if isinstance(m.content, list)
-             for j, part in enumerate(m.content) if not isinstance(part, TextPart)]  # fmt: skip
+    parts = [
+        (i, j, part)
+        for i, m in enumerate(messages)
+        if isinstance(m.content, list)
+        for j, part in enumerate(m.content)
+        if not isinstance(part, TextPart)
+    ]
     if len(parts) > MAX_MEDIA_ITEMS:
         raise RequestValidationError(f"A request may carry at most {MAX_MEDIA_ITEMS} media items, got {len(parts)}.")
     total = 0

@@ -60,6 +60,9 @@ class NamedToolChoice(StrictModel):
 
 ToolChoice = Annotated[
     Annotated[Literal["none", "auto", "required"], Tag("#str")] | Annotated[NamedToolChoice, Tag("#obj")],
-    Discriminator(lambda v: {str: "#str", dict: "#obj"}.get(type(v)), custom_error_type="request",
-                  custom_error_message="must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}."),
-]  # fmt: skip
+    Discriminator(
+        lambda v: {str: "#str", dict: "#obj"}.get(type(v)),
+        custom_error_type="request",
+        custom_error_message="must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}.",
+    ),
+]

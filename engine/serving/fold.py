@@ -18,8 +18,14 @@ from engine.serving.logprobs import merge
 def merge_tool_call(calls: list[ToolCallItem], part: ToolCallItem) -> None:
     """Add one tool-call delta to the calls so far: a new index starts a call, the same index extends it."""
     if not calls or calls[-1].index != part.index:
-        calls.append(ToolCallItem(index=part.index, id=part.id, type=part.type or "function",
-                                  function=FunctionCall(name=part.function.name, arguments="")))  # fmt: skip
+        calls.append(
+            ToolCallItem(
+                index=part.index,
+                id=part.id,
+                type=part.type or "function",
+                function=FunctionCall(name=part.function.name, arguments=""),
+            )
+        )
     call = calls[-1]
     call.id = call.id or part.id
     call.function.name = call.function.name or part.function.name

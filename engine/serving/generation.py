@@ -65,8 +65,14 @@ class _ChoiceStats:
 class Generation:
     """One running request: an async iterator of chunks. Leaving the iteration early aborts it in the engine."""
 
-    def __init__(self, facts: RequestFacts, stats: RequestStats, queue: asyncio.Queue,
-                 abort: Callable[[str], None], formatter: TokenFormatter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        facts: RequestFacts,
+        stats: RequestStats,
+        queue: asyncio.Queue,
+        abort: Callable[[str], None],
+        formatter: TokenFormatter,
+    ) -> None:
         self.id = facts.id
         self.created = facts.created
         self.model = facts.model
@@ -153,15 +159,19 @@ class Generation:
         st.tokens += len(d.token_ids)
         st.batch_sizes += d.batch_sizes
         st.queue_waits_us += d.queue_waits_us
-        st.speculative, st.drafted, st.accepted = st.speculative or d.speculative, st.drafted + d.drafted, \
-            st.accepted + len(d.accepted)  # fmt: skip
+        st.speculative, st.drafted, st.accepted = (
+            st.speculative or d.speculative,
+            st.drafted + d.drafted,
+            st.accepted + len(d.accepted),
+        )
         times = [(t - self._accepted) * 1000 for t in d.token_times]
         st.times_ms += times
         logprobs = None
         if self.params.logprobs and d.logprobs:
             logprobs = ChoiceLogprobs(content=self._formatter.entries(d.logprobs, self._skip_special))
-        timeline = TokenTimeline(token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes,
-                                 queue_waits_us=d.queue_waits_us)  # fmt: skip
+        timeline = TokenTimeline(
+            token_ids=d.token_ids, token_times_ms=times, batch_sizes=d.batch_sizes, queue_waits_us=d.queue_waits_us
+        )
         timeline.accepted = d.accepted
         if d.steps:  # the x-ray: the records as they are (no copy, no validation), one per token
             timeline.steps, timeline.short_id = d.steps, self.stats.short_id
@@ -209,18 +219,25 @@ class Generation:
         if final:
             parts.append(parser.finish())
         calls = [
-            ToolCallItem(index=e.index, id=e.id, type="function" if e.id else None,
-                         function=FunctionCall(name=e.name, arguments=e.arguments))
-            for p in parts for e in p.tool_calls
-        ]  # fmt: skip
+            ToolCallItem(
+                index=e.index,
+                id=e.id,
+                type="function" if e.id else None,
+                function=FunctionCall(name=e.name, arguments=e.arguments),
+            )
+            for p in parts
+            for e in p.tool_calls
+        ]
         return "".join(p.content for p in parts), calls, final and parser.called
 
     def _final_usage(self) -> ChatCompletionChunk:
         longest = max(self._choices.values(), key=lambda s: s.tokens, default=_ChoiceStats())
         usage = self._usage(sum(s.tokens for s in self._choices.values()), longest)
         if any(s.speculative for s in self._choices.values()):  # n > 1: every choice's drafts together
-            usage.speculative = {"drafted": sum(s.drafted for s in self._choices.values()),
-                                 "accepted": sum(s.accepted for s in self._choices.values())}  # fmt: skip
+            usage.speculative = {
+                "drafted": sum(s.drafted for s in self._choices.values()),
+                "accepted": sum(s.accepted for s in self._choices.values()),
+            }
         if usage.completion_tokens_details is not None:  # for n > 1, choice 0's count (MindIE-faithful)
             usage.completion_tokens_details.reasoning_tokens = self._choices.get(0, longest).reasoning_tokens or 0
         prefill, decode = decode_times(longest.times_ms)
@@ -236,8 +253,15 @@ class Generation:
                 if isinstance(item, EngineError):
                     raise map_engine_error(item)
                 if isinstance(item, PromptProgress):
-                    yield self._chunk([], prompt_progress=PromptProgressInfo(
-                        total=item.total, cache=item.cached, processed=item.processed, time_ms=round(item.time_ms, 1)))  # fmt: skip
+                    yield self._chunk(
+                        [],
+                        prompt_progress=PromptProgressInfo(
+                            total=item.total,
+                            cache=item.cached,
+                            processed=item.processed,
+                            time_ms=round(item.time_ms, 1),
+                        ),
+                    )
                     item = await self._queue.get()
                     continue
                 for d in item:

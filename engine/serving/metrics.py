@@ -23,20 +23,36 @@ class Metrics:
     def __init__(self, get_service: Callable[[], Any], admission: Admission) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("playground_http_requests", "HTTP requests by route and status.",
-                                ["route", "status"], registry=r)  # fmt: skip
-        self.chat_requests = Counter("playground_chat_requests",
-                                     "Chat requests by route (API path, page:/endpoint, notebook), entry point and "
-                                     "status (the API's status code; 499: the caller left).",
-                                     ["route", "entry", "status"], registry=r)  # fmt: skip
-        self.prompt_tokens = Counter("playground_prompt_tokens", "Prompt tokens of finished chat requests.",
-                                     ["route"], registry=r)  # fmt: skip
-        self.completion_tokens = Counter("playground_completion_tokens", "Generated tokens of chat requests.",
-                                         ["route"], registry=r)  # fmt: skip
-        self.ttft = Histogram("playground_time_to_first_token_seconds", "From acceptance to the first token.",
-                              ["route"], buckets=TTFT_BUCKETS, registry=r)  # fmt: skip
-        self.itl = Histogram("playground_inter_token_latency_seconds", "Between consecutive tokens of a choice.",
-                             ["route"], buckets=ITL_BUCKETS, registry=r)  # fmt: skip
+        self.requests = Counter(
+            "playground_http_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
+        )
+        self.chat_requests = Counter(
+            "playground_chat_requests",
+            "Chat requests by route (API path, page:/endpoint, notebook), entry point and "
+            "status (the API's status code; 499: the caller left).",
+            ["route", "entry", "status"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "playground_prompt_tokens", "Prompt tokens of finished chat requests.", ["route"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "playground_completion_tokens", "Generated tokens of chat requests.", ["route"], registry=r
+        )
+        self.ttft = Histogram(
+            "playground_time_to_first_token_seconds",
+            "From acceptance to the first token.",
+            ["route"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "playground_inter_token_latency_seconds",
+            "Between consecutive tokens of a choice.",
+            ["route"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
         r.register(_EngineCollector(get_service, admission))
 
     def render(self) -> bytes:
@@ -74,10 +90,16 @@ class _EngineCollector:
         return []  # values come only at scrape time (and nothing here may touch a service still loading)
 
     def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily("playground_in_flight_requests", "Chat requests admitted and not yet answered.",
-                                value=self.admission.in_flight)  # fmt: skip
-        yield GaugeMetricFamily("playground_draining", "1 while the server refuses new work before shutting down.",
-                                value=1 if self.admission.draining else 0)  # fmt: skip
+        yield GaugeMetricFamily(
+            "playground_in_flight_requests",
+            "Chat requests admitted and not yet answered.",
+            value=self.admission.in_flight,
+        )
+        yield GaugeMetricFamily(
+            "playground_draining",
+            "1 while the server refuses new work before shutting down.",
+            value=1 if self.admission.draining else 0,
+        )
         svc = self.get_service()
         yield GaugeMetricFamily("playground_model_loaded", "1 once the model is loaded.", value=0 if svc is None else 1)
         if svc is None:
@@ -85,55 +107,89 @@ class _EngineCollector:
         engine = svc.engine
         state = engine.snapshot()
         requests, kv, prefix = state["requests"], state["kv_cache"], state["prefix_cache"]
-        yield GaugeMetricFamily("playground_queue_depth", "Requests waiting for an engine slot.",
-                                value=requests["waiting"])  # fmt: skip
-        yield GaugeMetricFamily("playground_running_requests", "Requests in the running batch.",
-                                value=requests["running"])  # fmt: skip
-        yield GaugeMetricFamily("playground_running_sequences", "Sequences decoded together (n, beams included).",
-                                value=requests["running_seqs"])  # fmt: skip
-        yield GaugeMetricFamily("playground_kv_cache_used_tokens", "KV-cache tokens reserved by running requests.",
-                                value=kv["tokens_used"])  # fmt: skip
-        yield GaugeMetricFamily("playground_kv_cache_capacity_tokens", "KV-cache budget in tokens.",
-                                value=kv["tokens_capacity"])  # fmt: skip
+        yield GaugeMetricFamily(
+            "playground_queue_depth", "Requests waiting for an engine slot.", value=requests["waiting"]
+        )
+        yield GaugeMetricFamily(
+            "playground_running_requests", "Requests in the running batch.", value=requests["running"]
+        )
+        yield GaugeMetricFamily(
+            "playground_running_sequences",
+            "Sequences decoded together (n, beams included).",
+            value=requests["running_seqs"],
+        )
+        yield GaugeMetricFamily(
+            "playground_kv_cache_used_tokens", "KV-cache tokens reserved by running requests.", value=kv["tokens_used"]
+        )
+        yield GaugeMetricFamily(
+            "playground_kv_cache_capacity_tokens", "KV-cache budget in tokens.", value=kv["tokens_capacity"]
+        )
         if kv["pages_total"] is not None:  # a runner with a page pool (not the HF fallback)
-            yield GaugeMetricFamily("playground_kv_cache_used_pages", "KV pages held by running sequences.",
-                                    value=kv["pages_used"])  # fmt: skip
-            yield GaugeMetricFamily("playground_kv_cache_total_pages",
-                                    f"KV pages in the pool ({kv['page_tokens']} tokens each).",
-                                    value=kv["pages_total"])  # fmt: skip
+            yield GaugeMetricFamily(
+                "playground_kv_cache_used_pages", "KV pages held by running sequences.", value=kv["pages_used"]
+            )
+            yield GaugeMetricFamily(
+                "playground_kv_cache_total_pages",
+                f"KV pages in the pool ({kv['page_tokens']} tokens each).",
+                value=kv["pages_total"],
+            )
         if "window_pages_total" in kv:  # sliding-window layers (Gemma 3): their own pool, a window per sequence
-            yield GaugeMetricFamily("playground_kv_cache_window_used_pages",
-                                    "Sliding-window layers' KV pages held by running sequences.",
-                                    value=kv["window_pages_used"])  # fmt: skip
-            yield GaugeMetricFamily("playground_kv_cache_window_total_pages",
-                                    "Sliding-window layers' KV pages in their pool.",
-                                    value=kv["window_pages_total"])  # fmt: skip
+            yield GaugeMetricFamily(
+                "playground_kv_cache_window_used_pages",
+                "Sliding-window layers' KV pages held by running sequences.",
+                value=kv["window_pages_used"],
+            )
+            yield GaugeMetricFamily(
+                "playground_kv_cache_window_total_pages",
+                "Sliding-window layers' KV pages in their pool.",
+                value=kv["window_pages_total"],
+            )
         if state["threads"]:
-            yield GaugeMetricFamily("playground_engine_threads",
-                                    "Threads the engine's steps run on now (fewer while other processes keep cores "
-                                    "busy).", value=state["threads"])  # fmt: skip
+            yield GaugeMetricFamily(
+                "playground_engine_threads",
+                "Threads the engine's steps run on now (fewer while other processes keep cores busy).",
+                value=state["threads"],
+            )
         cache = engine.prefix_cache
         if cache is not None:
-            yield GaugeMetricFamily("playground_prefix_cache_used_tokens", "Prompt-prefix tokens held for reuse.",
-                                    value=prefix["blocks"] * prefix["block_tokens"])  # fmt: skip
-            yield GaugeMetricFamily("playground_prefix_cache_capacity_tokens", "Prefix-cache budget in tokens.",
-                                    value=prefix["capacity_blocks"] * prefix["block_tokens"])  # fmt: skip
+            yield GaugeMetricFamily(
+                "playground_prefix_cache_used_tokens",
+                "Prompt-prefix tokens held for reuse.",
+                value=prefix["blocks"] * prefix["block_tokens"],
+            )
+            yield GaugeMetricFamily(
+                "playground_prefix_cache_capacity_tokens",
+                "Prefix-cache budget in tokens.",
+                value=prefix["capacity_blocks"] * prefix["block_tokens"],
+            )
             usage = prefix["blocks"] / prefix["capacity_blocks"] if prefix["capacity_blocks"] else 0.0
             yield GaugeMetricFamily("playground_prefix_cache_usage_ratio", "Prefix-cache used / capacity.", value=usage)
-            yield GaugeMetricFamily("playground_prefix_cache_blocks",
-                                    f"Prefix-cache blocks held ({prefix['block_tokens']} tokens each).",
-                                    value=prefix["blocks"])  # fmt: skip
-            yield GaugeMetricFamily("playground_prefix_cache_capacity_blocks", "Prefix-cache budget in blocks.",
-                                    value=prefix["capacity_blocks"])  # fmt: skip
-            yield CounterMetricFamily("playground_prefix_cache_hit_tokens", "Prompt tokens served from the cache.",
-                                      value=prefix["hit_tokens"])  # fmt: skip
-            yield CounterMetricFamily("playground_prefix_cache_query_tokens",
-                                      "Prompt tokens looked up in the cache (hit rate: hit tokens / these).",
-                                      value=prefix["query_tokens"])  # fmt: skip
-            yield CounterMetricFamily("playground_prefix_cache_lookups", "Prompts looked up in the cache.",
-                                      value=prefix["lookups"])  # fmt: skip
-            yield CounterMetricFamily("playground_prefix_cache_hit_lookups",
-                                      "Prompts that found at least one cached block.",
-                                      value=prefix["hit_lookups"])  # fmt: skip
-            yield CounterMetricFamily("playground_prefix_cache_resets", "Times the prefix cache was emptied.",
-                                      value=prefix["resets"])  # fmt: skip
+            yield GaugeMetricFamily(
+                "playground_prefix_cache_blocks",
+                f"Prefix-cache blocks held ({prefix['block_tokens']} tokens each).",
+                value=prefix["blocks"],
+            )
+            yield GaugeMetricFamily(
+                "playground_prefix_cache_capacity_blocks",
+                "Prefix-cache budget in blocks.",
+                value=prefix["capacity_blocks"],
+            )
+            yield CounterMetricFamily(
+                "playground_prefix_cache_hit_tokens", "Prompt tokens served from the cache.", value=prefix["hit_tokens"]
+            )
+            yield CounterMetricFamily(
+                "playground_prefix_cache_query_tokens",
+                "Prompt tokens looked up in the cache (hit rate: hit tokens / these).",
+                value=prefix["query_tokens"],
+            )
+            yield CounterMetricFamily(
+                "playground_prefix_cache_lookups", "Prompts looked up in the cache.", value=prefix["lookups"]
+            )
+            yield CounterMetricFamily(
+                "playground_prefix_cache_hit_lookups",
+                "Prompts that found at least one cached block.",
+                value=prefix["hit_lookups"],
+            )
+            yield CounterMetricFamily(
+                "playground_prefix_cache_resets", "Times the prefix cache was emptied.", value=prefix["resets"]
+            )

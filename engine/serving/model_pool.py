@@ -53,8 +53,11 @@ class Progress:
     exception: BaseException | None = None  # what failed it, for the caller that started it (app.py's first load)
 
     def as_json(self) -> dict[str, Any]:
-        return {"fraction": round(self.fraction, 3), "stage": self.stage,
-                "elapsed_s": round(time.monotonic() - self.started, 1)}  # fmt: skip
+        return {
+            "fraction": round(self.fraction, 3),
+            "stage": self.stage,
+            "elapsed_s": round(time.monotonic() - self.started, 1),
+        }
 
 
 def release_freed_memory() -> None:
@@ -180,11 +183,13 @@ class ModelPool:
             raise ServiceUnavailableError(f"Model {name[:64]!r} failed to load; see the server log.")
         if status == "loadable":
             if not may_load:
-                raise ForbiddenError(f"Model {name[:64]!r} is not loaded, and loading a model needs an admin key "
-                                     "(--admin-keys).")  # fmt: skip
+                raise ForbiddenError(
+                    f"Model {name[:64]!r} is not loaded, and loading a model needs an admin key (--admin-keys)."
+                )
             self.load(name)
-        raise ServiceUnavailableError(f"Model {name[:64]!r} is loading; retry in a few seconds.",
-                                      retry_after=RETRY_AFTER_S)  # fmt: skip
+        raise ServiceUnavailableError(
+            f"Model {name[:64]!r} is loading; retry in a few seconds.", retry_after=RETRY_AFTER_S
+        )
 
     # ---- loading and unloading ----
 
@@ -204,8 +209,9 @@ class ModelPool:
                 return self._loading[model_id]
             progress = self._loading[model_id] = Progress(model_id)
             self._failed.pop(model_id, None)
-        threading.Thread(target=self._load, args=(progress, make_current, check_memory), name=f"load {model_id}",
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._load, args=(progress, make_current, check_memory), name=f"load {model_id}", daemon=True
+        ).start()
         return progress
 
     def _load(self, progress: Progress, make_current: bool, check_memory: bool = True) -> None:

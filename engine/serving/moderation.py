@@ -176,8 +176,9 @@ class Moderator:
         verdict, stage = self.blocked[min(self.blocked)]
         return result_json(verdict, stage)
 
-    def _block(self, head: ChatCompletionChunk, index: int, verdict: Verdict, stage: Stage,
-               usage: Usage) -> list[ChatCompletionChunk]:  # fmt: skip
+    def _block(
+        self, head: ChatCompletionChunk, index: int, verdict: Verdict, stage: Stage, usage: Usage
+    ) -> list[ChatCompletionChunk]:
         """The interception chunk and the closing chunk of one blocked choice."""
         self.blocked[index] = (verdict, stage)
         top: dict[str, Any] = {"suggestion": "block", "reply": verdict.reply}
@@ -191,8 +192,9 @@ class Moderator:
             ChatCompletionChunk(**common, choices=[close], usage=usage),
         ]
 
-    async def blocked_question(self, head: ChatCompletionChunk, n: int, prompt: Usage,
-                               verdict: Verdict) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
+    async def blocked_question(
+        self, head: ChatCompletionChunk, n: int, prompt: Usage, verdict: Verdict
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """The whole stream of a request whose question was blocked: nothing reaches the engine."""
         for i in range(n):
             yield head.model_copy(update={"choices": [ChunkChoice(index=i, delta=Delta(role="assistant", content=""))]})
@@ -200,8 +202,14 @@ class Moderator:
                 yield chunk
         yield head.model_copy(update={"choices": [], "usage": prompt, "moderation_result": self.result()})
 
-    async def answers(self, chunks: AsyncIterable[ChatCompletionChunk], prompt_tokens: int, cached_tokens: int,
-                      n: int, abort: Callable[[], None]) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
+    async def answers(
+        self,
+        chunks: AsyncIterable[ChatCompletionChunk],
+        prompt_tokens: int,
+        cached_tokens: int,
+        n: int,
+        abort: Callable[[], None],
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """Check each choice's growing content; end a choice at its first blocked chunk (that chunk is held). The
         last chunk carries the request's `moderation_result` (the fold puts it in a non-stream body)."""
         texts: dict[int, str] = {}
@@ -225,9 +233,12 @@ class Moderator:
                 texts[c.index] = texts.get(c.index, "") + c.delta.content
                 verdict = await self.check(texts[c.index], "answer")
                 if verdict.blocked:
-                    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=tokens[c.index],
-                                  total_tokens=prompt_tokens + tokens[c.index],
-                                  prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens))  # fmt: skip
+                    usage = Usage(
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=tokens[c.index],
+                        total_tokens=prompt_tokens + tokens[c.index],
+                        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+                    )
                     for out in self._block(chunk, c.index, verdict, "answer", usage):
                         yield out
                     if len(self.blocked) == n:

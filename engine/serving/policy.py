@@ -57,8 +57,13 @@ class RequestPolicy:
     several models (`models`, engine/serving/model_pool.py) it is the current one, and a request goes to the
     service of the model it names."""
 
-    def __init__(self, settings: Settings, get_service: Callable[[], ChatService | None],
-                 hook: ModerationHook | None = None, models: ModelPool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        get_service: Callable[[], ChatService | None],
+        hook: ModerationHook | None = None,
+        models: ModelPool | None = None,
+    ) -> None:
         self.settings = settings
         self.get_service = get_service
         self.models = models
@@ -82,8 +87,9 @@ class RequestPolicy:
                 return svc
         return self.service()
 
-    async def run(self, req: ChatCompletionRequest, ctx: CallContext,
-                  access: dict[str, Any] | None = None) -> PolicedRun:  # fmt: skip
+    async def run(
+        self, req: ChatCompletionRequest, ctx: CallContext, access: dict[str, Any] | None = None
+    ) -> PolicedRun:
         """Admit, start and wrap one request; raises the API's error when it is refused before it starts.
         `access`: the dict the caller's own access line will carry (HTTP); None: the policy writes the line."""
         own_line = access is None
@@ -108,8 +114,9 @@ class RequestPolicy:
         observed = _record(self.metrics.observe(chunks, ctx.label), access)
         return PolicedRun(observed, gen, flight, timer, lambda status: self._finish(ctx, access, status, own_line))
 
-    async def _start(self, svc: ChatService, req: ChatCompletionRequest, ctx: CallContext,
-                     access: dict[str, Any]) -> tuple[AsyncIterator[ChatCompletionChunk], Generation | None]:  # fmt: skip
+    async def _start(
+        self, svc: ChatService, req: ChatCompletionRequest, ctx: CallContext, access: dict[str, Any]
+    ) -> tuple[AsyncIterator[ChatCompletionChunk], Generation | None]:
         """The chunk stream and its Generation (None when the moderation hook blocked the question: such a
         request never reaches the engine)."""
         moderator = Moderator(self.hook, req.moderation_config or ModerationConfig()) if self.hook else None
@@ -152,8 +159,15 @@ class RequestPolicy:
         self.metrics.chat_requests.labels(ctx.label, ctx.entry, str(status)).inc()
         if not own_line or not access_log.isEnabledFor(logging.INFO):
             return
-        record = {"request_id": access.get("id"), "entry": ctx.entry, "route": ctx.label, "status": status,
-                  "ms": round((time.monotonic() - ctx.started) * 1000, 1), "client": ctx.client, **access}  # fmt: skip
+        record = {
+            "request_id": access.get("id"),
+            "entry": ctx.entry,
+            "route": ctx.label,
+            "status": status,
+            "ms": round((time.monotonic() - ctx.started) * 1000, 1),
+            "client": ctx.client,
+            **access,
+        }
         record.pop("id", None)
         access_log.info(json.dumps(record, separators=(",", ":"), default=str))
 
@@ -163,8 +177,14 @@ class PolicedRun:
     engine slot, the timeout, the client's flight) and is idempotent; iterating to the end, or leaving the
     iteration early, closes it too."""
 
-    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk], gen: Generation | None, flight: Flight,
-                 timer: asyncio.TimerHandle | None, finish: Callable[[int], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        chunks: AsyncIterator[ChatCompletionChunk],
+        gen: Generation | None,
+        flight: Flight,
+        timer: asyncio.TimerHandle | None,
+        finish: Callable[[int], None],
+    ) -> None:
         self._chunks = chunks
         self.gen = gen
         self._flight = flight
@@ -208,8 +228,9 @@ class PolicedRun:
             self.close()
 
 
-def _blocked(moderator: Moderator, req: ChatCompletionRequest, route: Route, blocked: QuestionBlocked,
-             access: dict[str, Any]) -> AsyncIterator[ChatCompletionChunk]:  # fmt: skip
+def _blocked(
+    moderator: Moderator, req: ChatCompletionRequest, route: Route, blocked: QuestionBlocked, access: dict[str, Any]
+) -> AsyncIterator[ChatCompletionChunk]:
     """The stream of a request whose question the hook blocked: the fallback reply, and usage for the prompt."""
     prefix = "chatcmpl-" if route == "v1" else "chat-"
     head = ChatCompletionChunk(id=prefix + uuid.uuid4().hex, created=int(time.time()), model=blocked.model, choices=[])

@@ -68,8 +68,10 @@ def render_prompt(
         final = str(req.messages[-1].content)
         at = text.rfind(final)
         if at < 0:
-            raise RequestValidationError("The chat template does not write the final message's text as it is, so "
-                                         "it cannot be continued (continue_final_message).")  # fmt: skip
+            raise RequestValidationError(
+                "The chat template does not write the final message's text as it is, so "
+                "it cannot be continued (continue_final_message)."
+            )
         text = text[: at + len(final)]
     return text
 

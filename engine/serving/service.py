@@ -115,8 +115,7 @@ class ChatService:
         model, prepared = await self._prepare(req, route)
         if screen is not None and prepared.media.transcripts:
             await screen(model, prepared.request, len(prepared.ids))
-        req, media, plan, ids, params = (prepared.request, prepared.media, prepared.plan, prepared.ids,
-                                         prepared.params)  # fmt: skip
+        req, media, plan, ids, params = (prepared.request, prepared.media, prepared.plan, prepared.ids, prepared.params)
         tool_parser = await asyncio.to_thread(self.tool_parser_for, req) if req.tools_active else None
         constraint = await asyncio.to_thread(self.constraints.for_request, req)
         prefix = "cmpl-" if req._prompt_ids is not None else "chatcmpl-" if route == "v1" else "chat-"
@@ -140,10 +139,19 @@ class ChatService:
         except EngineError as err:
             raise map_engine_error(err) from None
         facts = RequestFacts(
-            request_id, int(time.time()), model, params, accepted, req.skip_special_tokens, plan.split, tool_parser,
-            bool(req.stream), round((submitted - accepted) * 1000, 1),
-            [t.as_json() for t in media.transcripts] or None, prepared.media_report,
-        )  # fmt: skip
+            request_id,
+            int(time.time()),
+            model,
+            params,
+            accepted,
+            req.skip_special_tokens,
+            plan.split,
+            tool_parser,
+            bool(req.stream),
+            round((submitted - accepted) * 1000, 1),
+            [t.as_json() for t in media.transcripts] or None,
+            prepared.media_report,
+        )
         gen = Generation(facts, stats, queue, self.engine.abort, self.formatter)
         try:
             await gen.first_answer()
@@ -172,8 +180,15 @@ class ChatService:
         plan = self.reasoning.plan(req)
         if req.continue_final_message:  # the reply goes on with the final message's text: an answer, not reasoning
             plan = dataclasses.replace(plan, split=False)
-        text = await prompts.render_prompt_async(req, self.tokenizer, self.settings, plan.thinking,
-                                       self.model.modalities, req.add_generation_prompt, req.continue_final_message)  # fmt: skip
+        text = await prompts.render_prompt_async(
+            req,
+            self.tokenizer,
+            self.settings,
+            plan.thinking,
+            self.model.modalities,
+            req.add_generation_prompt,
+            req.continue_final_message,
+        )
         ids = await asyncio.to_thread(prompts.tokenize, text, self.tokenizer, self.settings, self.model.context_length)
         mm, report = None, None
         if media.kept and req.prompt_logprobs is not None:  # prefilled whole: every row of a long media prompt

@@ -41,16 +41,18 @@ def special_ids(svc: ChatService) -> set[int]:
     return ids
 
 
-async def render_chat(svc: ChatService, req: ChatCompletionRequest, add_generation_prompt: bool = True,
-                      continue_final: bool = False) -> tuple[str, list[int], list[int], Any]:  # fmt: skip
+async def render_chat(
+    svc: ChatService, req: ChatCompletionRequest, add_generation_prompt: bool = True, continue_final: bool = False
+) -> tuple[str, list[int], list[int], Any]:
     """(prompt text, ids as templated, ids as the model sees them, the media report or None) of a chat request.
     `continue_final`: rendered without the generation prompt and cut after the final message's text, so it is
     open-ended (vLLM's continue_final_message)."""
     media = await svc.media.prepare(req, svc.model.modalities)
     req = media.request
     thinking = svc.reasoning.plan(req).thinking
-    text = await prompts.render_prompt_async(req, svc.tokenizer, svc.settings, thinking,
-                                   svc.model.modalities, add_generation_prompt, continue_final)  # fmt: skip
+    text = await prompts.render_prompt_async(
+        req, svc.tokenizer, svc.settings, thinking, svc.model.modalities, add_generation_prompt, continue_final
+    )
     templated = await asyncio.to_thread(_encode, svc, text, False)
     ids, report = templated, None
     if media.kept:
@@ -71,8 +73,9 @@ async def tokenize(svc: ChatService, req: TokenizeRequest) -> dict[str, Any]:
     media: list[dict[str, Any]] = []
     if isinstance(req, TokenizeChatRequest):
         chat = req.chat.model_copy(update={"model": svc.served_name})
-        text, templated, ids, report = await render_chat(svc, chat, req.add_generation_prompt,
-                                                         req.continue_final_message)  # fmt: skip
+        text, templated, ids, report = await render_chat(
+            svc, chat, req.add_generation_prompt, req.continue_final_message
+        )
         if req.add_special_tokens and report:
             raise RequestValidationError("Parameter add_special_tokens must be false for messages with media.")
         if req.add_special_tokens:  # vLLM's flag: the tokenizer's own specials on top of the template's
@@ -82,8 +85,12 @@ async def tokenize(svc: ChatService, req: TokenizeRequest) -> dict[str, Any]:
     else:
         text = req.prompt
         ids = await asyncio.to_thread(_encode, svc, text, req.add_special_tokens)
-    out: dict[str, Any] = {"count": len(ids), "max_model_len": svc.model.context_length, "tokens": ids,
-                           "token_strs": None}  # fmt: skip
+    out: dict[str, Any] = {
+        "count": len(ids),
+        "max_model_len": svc.model.context_length,
+        "tokens": ids,
+        "token_strs": None,
+    }
     if req.return_token_strs:
         out["token_strs"] = [str(s) for s in svc.tokenizer.convert_ids_to_tokens(ids)]
     if req.return_details:
@@ -99,9 +106,16 @@ def details(svc: ChatService, text: str, ids: list[int], media: list[dict[str, A
     for token in ids:
         pieces.append(svc.formatter.token(token, False)[0])
         flags.append(token in special)
-    return {"text": text, "pieces": pieces, "special": flags, "media": media, "special_count": sum(flags),
-            "media_tokens": sum(m["count"] for m in media), "characters": len(text),
-            "prompt_limit": prompts.prompt_limit(svc.settings, svc.model.context_length)}  # fmt: skip
+    return {
+        "text": text,
+        "pieces": pieces,
+        "special": flags,
+        "media": media,
+        "special_count": sum(flags),
+        "media_tokens": sum(m["count"] for m in media),
+        "characters": len(text),
+        "prompt_limit": prompts.prompt_limit(svc.settings, svc.model.context_length),
+    }
 
 
 def media_spans(svc: ChatService, templated: list[int], report: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,8 +133,17 @@ def media_spans(svc: ChatService, templated: list[int], report: list[dict[str, A
             at += 1
             continue
         item = queue[kind].pop(0)
-        spans.append({"type": kind, "message": item["message"], "part": item["part"], "token": token,
-                      "piece": svc.formatter.token(token, False)[0], "start": at, "count": item["tokens"]})  # fmt: skip
+        spans.append(
+            {
+                "type": kind,
+                "message": item["message"],
+                "part": item["part"],
+                "token": token,
+                "piece": svc.formatter.token(token, False)[0],
+                "start": at,
+                "count": item["tokens"],
+            }
+        )
         at += item["tokens"]
     return spans
 

@@ -25,13 +25,15 @@ def timeline_frame(result: ChatResult) -> pd.DataFrame:
     def column(values: Sequence[Any]) -> list[Any]:
         return list(values) if len(values) == n else [None] * n
 
-    return pd.DataFrame({
-        "token": column(result.tokens),
-        "time_ms": times,
-        "gap_ms": result.first.gaps_ms,
-        "batch_size": column(result.batch_sizes),
-        "queue_wait_us": column(result.queue_waits_us),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "token": column(result.tokens),
+            "time_ms": times,
+            "gap_ms": result.first.gaps_ms,
+            "batch_size": column(result.batch_sizes),
+            "queue_wait_us": column(result.queue_waits_us),
+        }
+    )
 
 
 def plot_timeline(result: ChatResult) -> Any:
@@ -56,17 +58,20 @@ def plot_timeline(result: ChatResult) -> Any:
     return fig
 
 
-async def aconcurrency(backend: ChatBackend, messages: Messages, levels: Sequence[int] = LEVELS,
-                       max_tokens: int = 32, **params: Any) -> pd.DataFrame:  # fmt: skip
+async def aconcurrency(
+    backend: ChatBackend, messages: Messages, levels: Sequence[int] = LEVELS, max_tokens: int = 32, **params: Any
+) -> pd.DataFrame:
     """For each level k, k identical requests at once (each exactly `max_tokens` long: ignore_eos), one level after
     another. One row per request with the engine's numbers, plus the level's wall time for throughput."""
     rows = []
     for level in levels:
         started = time.perf_counter()
-        results = await asyncio.gather(*(
-            backend.achat(messages, max_tokens=max_tokens, ignore_eos=True, **{"seed": i, **params})
-            for i in range(level)
-        ))  # fmt: skip
+        results = await asyncio.gather(
+            *(
+                backend.achat(messages, max_tokens=max_tokens, ignore_eos=True, **{"seed": i, **params})
+                for i in range(level)
+            )
+        )
         wall = time.perf_counter() - started
         for i, result in enumerate(results):
             rows.append({"concurrency": level, "request": i, **result.stats(), "level_wall_s": wall})
@@ -81,14 +86,16 @@ def summarize_concurrency(df: pd.DataFrame) -> pd.DataFrame:
     """Per level: TTFT (mean, max), per-request decode tokens/s, aggregate tokens/s over the level's wall time,
     the largest batch the engine reported, and how much of each prompt the prefix cache served."""
     g = df.groupby("concurrency")
-    out = pd.DataFrame({
-        "ttft_ms_mean": g["ttft_ms"].mean(),
-        "ttft_ms_max": g["ttft_ms"].max(),
-        "tokens_per_s_per_request": g["tokens_per_s"].mean(),
-        "tokens_per_s_total": g["completion_tokens"].sum() / g["level_wall_s"].first(),
-        "max_batch_size": g["max_batch_size"].max(),
-        "cached_tokens_mean": g["cached_tokens"].mean(),
-    })  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "ttft_ms_mean": g["ttft_ms"].mean(),
+            "ttft_ms_max": g["ttft_ms"].max(),
+            "tokens_per_s_per_request": g["tokens_per_s"].mean(),
+            "tokens_per_s_total": g["completion_tokens"].sum() / g["level_wall_s"].first(),
+            "max_batch_size": g["max_batch_size"].max(),
+            "cached_tokens_mean": g["cached_tokens"].mean(),
+        }
+    )
     return out.reset_index()
 
 

@@ -178,20 +178,26 @@ class ChatResult:
 
     def __repr__(self) -> str:
         calls = f", tool_calls={[f'{c.name}({c.arguments})' for c in self.tool_calls]}" if self.first.tool_calls else ""
-        return (f"ChatResult(reply={self.reply!r}{calls}, finish_reason={self.finish_reason!r}, "
-                f"completion_tokens={self.completion_tokens})")  # fmt: skip
+        return (
+            f"ChatResult(reply={self.reply!r}{calls}, finish_reason={self.finish_reason!r}, "
+            f"completion_tokens={self.completion_tokens})"
+        )
 
     def _repr_html_(self) -> str:
         parts = []
         for t in self.transcription or []:
-            parts.append(f"<p>♪ transcribed (message {t.get('message')}, part {t.get('part')}): "
-                         f"<i>{html.escape(str(t.get('text', '')))}</i></p>")  # fmt: skip
+            parts.append(
+                f"<p>♪ transcribed (message {t.get('message')}, part {t.get('part')}): "
+                f"<i>{html.escape(str(t.get('text', '')))}</i></p>"
+            )
         if self.reasoning:
             parts.append(f"<details><summary>reasoning</summary>{text_html(self.reasoning)}</details>")
         parts.append(text_html(self.reply))
         for c in self.tool_calls:
-            parts.append(f"<p>⚒ <code>{html.escape(c.name)}({html.escape(c.arguments)})</code> "
-                         f"<small>{html.escape(c.id)}</small></p>")  # fmt: skip
+            parts.append(
+                f"<p>⚒ <code>{html.escape(c.name)}({html.escape(c.arguments)})</code> "
+                f"<small>{html.escape(c.id)}</small></p>"
+            )
         if self.view.error:
             parts.append(f"<p>⚠️ {html.escape(self.view.error)}</p>")
         parts.append(self.stats_html())

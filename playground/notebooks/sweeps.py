@@ -34,27 +34,34 @@ def sweep_row(params: dict[str, Any], result: ChatResult | None, error: str | No
         return {**row, "reply": "", "length": 0, "error": error}
     stats = result.stats()
     tokens = result.tokens
-    row.update({
-        "reply": result.reply,
-        "length": result.completion_tokens,
-        "mean_logprob": result.mean_logprob,
-        "min_logprob": result.min_logprob,
-        "distinct_1": distinct_n(tokens, 1),
-        "distinct_2": distinct_n(tokens, 2),
-        "ttft_ms": stats["ttft_ms"],
-        "tokens_per_s": stats["tokens_per_s"],
-        "finish_reason": result.finish_reason,
-        "max_batch_size": stats["max_batch_size"],
-        "cached_tokens": stats["cached_tokens"],
-        "tokens": tuple(tokens),
-        "error": None,
-    })  # fmt: skip
+    row.update(
+        {
+            "reply": result.reply,
+            "length": result.completion_tokens,
+            "mean_logprob": result.mean_logprob,
+            "min_logprob": result.min_logprob,
+            "distinct_1": distinct_n(tokens, 1),
+            "distinct_2": distinct_n(tokens, 2),
+            "ttft_ms": stats["ttft_ms"],
+            "tokens_per_s": stats["tokens_per_s"],
+            "finish_reason": result.finish_reason,
+            "max_batch_size": stats["max_batch_size"],
+            "cached_tokens": stats["cached_tokens"],
+            "tokens": tuple(tokens),
+            "error": None,
+        }
+    )
     return row
 
 
-async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, concurrency: int = 32,
-               on_done: Callable[[int, int], None] | None = None,
-               cancel: asyncio.Event | None = None, ctx: Any = None) -> list[ChatResult | str]:  # fmt: skip
+async def arun(
+    jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]],
+    *,
+    concurrency: int = 32,
+    on_done: Callable[[int, int], None] | None = None,
+    cancel: asyncio.Event | None = None,
+    ctx: Any = None,
+) -> list[ChatResult | str]:
     """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
     into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
     `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
@@ -80,20 +87,28 @@ async def arun(jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]], *, 
     return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
 
-async def asweep(backend: ChatBackend, grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]],
-                 messages: Messages, *, concurrency: int = 32, **fixed: Any) -> pd.DataFrame:  # fmt: skip
+async def asweep(
+    backend: ChatBackend,
+    grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]],
+    messages: Messages,
+    *,
+    concurrency: int = 32,
+    **fixed: Any,
+) -> pd.DataFrame:
     """Every combination of `grid` (a dict of lists, or a list of parameter dicts) with `fixed` parameters, all in
     flight together so the engine batches them; at most `concurrency` at once (32 = the engine's default batch, and
     under its default queue limit). A request the server refuses becomes a row with `error` set."""
     combos = expand_grid(grid) if isinstance(grid, dict) else list(grid)
     jobs = [(backend, messages, {"logprobs": True, **fixed, **params}) for params in combos]
     results = await arun(jobs, concurrency=concurrency)
-    return pd.DataFrame([sweep_row(p, None, r) if isinstance(r, str) else sweep_row(p, r)
-                         for p, r in zip(combos, results)])  # fmt: skip
+    return pd.DataFrame(
+        [sweep_row(p, None, r) if isinstance(r, str) else sweep_row(p, r) for p, r in zip(combos, results)]
+    )
 
 
-def sweep(backend: ChatBackend, grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]], messages: Messages,
-          **kw: Any) -> pd.DataFrame:  # fmt: skip
+def sweep(
+    backend: ChatBackend, grid: dict[str, Sequence[Any]] | Iterable[dict[str, Any]], messages: Messages, **kw: Any
+) -> pd.DataFrame:
     return run_sync(asweep(backend, grid, messages, **kw))
 
 
