@@ -289,8 +289,9 @@ def calibrate(
         has_torch = all(p.pack_for_torch() for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
         table: dict[int, dict[str, float]] = {}
+        inputs = torch.Generator().manual_seed(0)  # its own: the process's random state is the caller's
         for r in rows:
-            x = torch.randn(r, k)
+            x = torch.randn(r, k, generator=inputs)
             t = {"tile": _best(lambda p, x: p.tile(x), sample, x, repeat)}
             if has_torch:
                 t["torch"] = _best(lambda p, x: p.torch_matmul(x), sample, x, repeat)
