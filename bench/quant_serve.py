@@ -157,7 +157,7 @@ def main() -> None:
 
     from engine.core.cpu_kernels import cpu_flags, kernels
 
-    if args.threads:
+    if args.threads:  # this script is its own process's composition root: the thread count is set here, on purpose
         torch.set_num_threads(args.threads)
     flags = cpu_flags()
     kern = kernels()
