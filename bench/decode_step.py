@@ -32,6 +32,7 @@ def main() -> None:
     from engine import models
     from engine.core.model_runner import KVCache, Segment, make_runner
 
+    # This script is its own process's composition root: the thread count and grad mode are set here, on purpose.
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     loaded = models.load("", models.cache_root(""), "cpu", torch.float32)

@@ -47,6 +47,7 @@ def main() -> None:
     mb = sum(w.numel() for w in weights) * 4 / 1e6
     flat = torch.cat([w.flatten() for w in weights])
     out: dict = {"weights_mb": round(mb)}
+    # This script is its own process's composition root: it sets torch's thread count on purpose, per measurement.
     for threads in (1, 2):
         torch.set_num_threads(threads)
         ms = timed(flat.sum)
