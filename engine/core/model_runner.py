@@ -265,10 +265,13 @@ class DecoderRunner:
             where |= {li: (pool.k[j], pool.v[j]) for j, li in enumerate(sliding)}
         self.layer_kv = [where[li] for li in range(len(self.layers))]
 
-    def sibling(self, kv_tokens: int) -> DecoderRunner:
+    def sibling(self, kv_tokens: int, kv_cache_dtype: str | None = None) -> DecoderRunner:
         """A runner on the same (read-only) weights with a KV pool of its own, for a second engine in the
-        process: a runner, and its pool, belong to one engine thread."""
+        process: a runner, and its pool, belong to one engine thread. Its pages keep this runner's dtype, or
+        `kv_cache_dtype`'s (--kv-cache-dtype) when given."""
         other = copy.copy(self)
+        if kv_cache_dtype is not None:
+            other.kv_dtype = kv_dtype(kv_cache_dtype, str(self.device), self.dtype, self.kern is not None)
         other._own_pool(kv_tokens)
         other.graphs = None  # captured over this runner's pool: the sibling would capture its own
         return other
