@@ -42,9 +42,10 @@ def kv_dtype(requested: str | None, device: str, activations: torch.dtype, kerne
     (None: the activations' own, what a runner built in code keeps).
 
     auto: bf16 on a CPU with the kernels (engine/core/cpu_kernels.py), which read bf16 pages widening them in
-    registers: bench/kv_dtype.py measured it no slower at a short context and faster from a few hundred tokens on
-    both the AVX-512 and the AVX2 build; elsewhere the activations' dtype (the torch reference would convert the
-    gathered pages on every step, and GPUs / NPUs already run bf16 or fp16 activations). An explicit fp32 or bf16
+    registers: bench/kv_dtype.py measured SmolLM2's decode step at 1-2k tokens of context no slower at one stream
+    (within the noise) and 1.05-1.23x less CPU time a step at 16 streams, with the AVX-512 build and with the AVX2
+    one alike, besides half the pool's bytes; elsewhere the activations' dtype (the torch reference would convert
+    the gathered pages on every step, and GPUs / NPUs already run bf16 or fp16 activations). An explicit fp32 or bf16
     is honoured wherever the torch reference runs (it widens bf16 pages to the query's dtype); an Ascend NPU's
     fused attention reads its pages in the query's dtype, so there it must match the activations."""
     if requested is None:
