@@ -145,6 +145,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         step_tokens=settings.max_batched_tokens + STEP_ROWS,
         quantization=settings.quantization,
         gguf=loaded.gguf,
+        kv_cache_dtype=settings.kv_cache_dtype,
     )
     cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
     if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
@@ -259,6 +260,19 @@ def model_candidates(settings: cfg.Settings) -> list[Any]:
     return registry.unique([*found, *([demo] if demo is not None else [])])
 
 
+def planned_kv_dtype(settings: cfg.Settings, place: Any) -> Any:
+    """The KV pages' dtype a lean runner (engine/core/model_runner.py) will pick for `--kv-cache-dtype` on this
+    placement, for the pool's memory estimate: a CPU with the kernels runs float32 activations whatever --dtype."""
+    import torch
+
+    from engine.core import cpu_kernels
+    from engine.core.kv import kv_dtype
+
+    kernels = place.kind == "cpu" and place.dtype in (torch.float32, torch.bfloat16) and cpu_kernels.kernels()
+    activations = torch.float32 if kernels else place.dtype
+    return kv_dtype(settings.kv_cache_dtype, place.device, activations, bool(kernels))
+
+
 def new_pool(settings: cfg.Settings) -> Any:
     """An empty ModelPool whose loader builds a service per candidate with this server's settings (the first
     model keeps its `--served-model-name` and LoRA adapters). A bundled model not on disk yet is downloaded and
@@ -292,11 +306,13 @@ def new_pool(settings: cfg.Settings) -> Any:
             pool.describe(registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser))
         return service
 
-    itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
+    place = devices.placement(settings.device, settings.dtype)
+    itemsize = torch.empty((), dtype=place.dtype).element_size()
     pool = ModelPool(
         [],
         loader,
         bytes_per_param=itemsize,
+        kv_element=torch.empty((), dtype=planned_kv_dtype(settings, place)).element_size(),
         kv_tokens=settings.kv_cache_tokens,
         seqs=settings.max_num_seqs,
         budget_mb=settings.models_memory_mb,
@@ -498,6 +514,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings_from(argv)
     except ValueError as exc:  # a setting that cannot work: its message, as argparse reports a bad flag
         raise SystemExit(f"app.py: error: {exc}") from None
+    from engine.core.kv import KVDtypeError
     from engine.core.lora import LoraError, preflight
     from engine.core.quant import QuantError
 
@@ -512,7 +529,10 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     check_exposure(settings)
-    state = AppState(new_pool(settings))
+    try:  # the pool's memory estimate resolves --kv-cache-dtype: one the device cannot take is refused here
+        state = AppState(new_pool(settings))
+    except KVDtypeError as exc:
+        raise SystemExit(f"app.py: error: {exc}") from None
 
     def load() -> None:
         try:  # held by the pool alone: once it unloads this model, nothing keeps its weights alive
@@ -522,8 +542,9 @@ def main(argv: list[str] | None = None) -> None:
             log.exception("model failed to load")
             return
         progress.done.wait()
-        # an adapter that does not fit the base model, a --quantization the model or device cannot take: fail the start
-        if isinstance(progress.exception, (LoraError, QuantError)):
+        # an adapter that does not fit the base model, a --quantization or --kv-cache-dtype the model or device cannot
+        # take: fail the start
+        if isinstance(progress.exception, (LoraError, QuantError, KVDtypeError)):
             log.error("app.py: error: %s", progress.exception)
             os._exit(2)
         if progress.error is not None:  # the pool logged why; /health stays 503

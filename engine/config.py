@@ -68,6 +68,12 @@ class Settings:
         "quantized at load.",
         choices=("auto", "none", "int8", "int4"),
     )
+    kv_cache_dtype: str = _knob(
+        "auto",
+        "Element type of the KV cache's pages (vLLM's flag): auto (bf16 on a CPU with the kernels, which read bf16 "
+        "pages in place: half the bytes; else the compute dtype), fp32 or bf16.",
+        choices=("auto", "fp32", "bf16"),
+    )
     cache_dir: str = _knob("", "Where fetched and converted weights are cached (default ~/.cache/llm-playground).")
     threads: int = _knob(0, "torch intra-op threads (0 = one per core).")
     adaptive_threads: bool = _knob(

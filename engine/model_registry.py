@@ -50,16 +50,17 @@ class Candidate:
     # come from what its publisher says (`describe_static`), not from its files.
     download_bytes: int = 0
 
-    def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0) -> int:
+    def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0, kv_element: int = 0) -> int:
         """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pools (the
-        sliding layers' sized for `seqs` live sequences, as the runner sizes it)."""
+        sliding layers' sized for `seqs` live sequences, as the runner sizes it) at `kv_element` bytes an element
+        (--kv-cache-dtype; 0: the compute dtype's)."""
         from engine.core.window_kv import pool_tokens
 
         weights = self.parameters * bytes_per_param if self.parameters else self.size_bytes
         full = self.kv_bytes_per_token - self.window_bytes_per_token
         window = pool_tokens(self.window, kv_tokens, seqs, 0) if self.window else kv_tokens
         kv = full * kv_tokens + self.window_bytes_per_token * window
-        return weights + kv * bytes_per_param // 2
+        return weights + kv * (kv_element or bytes_per_param) // 2
 
     def describe(self) -> dict[str, Any]:
         """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""

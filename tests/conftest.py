@@ -128,11 +128,13 @@ def browser() -> Iterator[Any]:
 def settings() -> Any:
     from app import settings_from
 
-    # The suite's shared model is served dequantized, as before `--quantization auto` served a GGUF's own blocks:
-    # its tests check the runner against the HF forward on the same weights (tests/test_quantization.py serves
-    # the quantized forms).
+    # The suite's shared model is served dequantized, as before `--quantization auto` served a GGUF's own blocks,
+    # and with float32 KV pages, as before `--kv-cache-dtype auto` picked bf16 ones on a CPU with the kernels: its
+    # tests check the runner against the HF forward on the same weights (tests/test_quantization.py serves the
+    # quantized forms, tests/test_kv_dtype.py the bf16 pages).
     return settings_from(
-        ["--quantization", "none"], environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"}
+        ["--quantization", "none", "--kv-cache-dtype", "fp32"],
+        environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"},
     )
 
 

@@ -81,3 +81,57 @@ def test_decode_attention_is_stable_for_large_scores(K) -> None:
     q = torch.full((1, 1, 8), 10.0)
     got = K.decode_attention(q, pool_k, pool_v, torch.tensor([[1]]), torch.tensor([16]))
     torch.testing.assert_close(got[0, 0], pool_v[1, 3, 0])
+
+
+@pytest.mark.parametrize("head_dim", [16, 20, 64, 128])
+@pytest.mark.parametrize("windowed", [False, True])
+def test_decode_attention_reads_bf16_pages_as_the_reference_does(K, head_dim: int, windowed: bool) -> None:
+    """--kv-cache-dtype bf16: the kernel reads bf16 pages in place, ragged lengths (either side of the 8-position
+    blocks and the 32-position value blocks), GQA, scattered pages, sliding-window starts, against the torch
+    reference (engine/core/ops.py) on the same bf16 pages and against float32 attention over their widened values."""
+    from engine.core.ops import TorchOps
+
+    g = torch.Generator().manual_seed(head_dim + windowed)
+    page, kv, heads = 16, 2, 6
+    lens = torch.tensor([1, 7, 8, 9, 31, 33, 200, 1025], dtype=torch.int32)
+    width = -(-int(lens.max()) // page)
+    pool_k = torch.randn(len(lens) * width + 1, page, kv, head_dim, generator=g).to(torch.bfloat16)
+    pool_v = torch.randn(len(lens) * width + 1, page, kv, head_dim, generator=g).to(torch.bfloat16)
+    table = (torch.randperm(len(lens) * width, generator=g) + 1).view(len(lens), width).to(torch.int32)
+    starts = (torch.rand(len(lens), generator=g) * lens.float()).to(torch.int32) if windowed else None
+    q = torch.randn(len(lens), heads, head_dim, generator=g)
+    got = K.decode_attention(q, pool_k, pool_v, table, lens, starts)
+    assert got.dtype == torch.float32
+    ref = TorchOps()
+    torch.testing.assert_close(got, ref.decode_attention(q, pool_k, pool_v, table, lens, starts), atol=2e-5, rtol=1e-4)
+    wide = K.decode_attention(q, pool_k.float(), pool_v.float(), table, lens, starts)  # the float32 kernel
+    torch.testing.assert_close(got, wide, atol=1e-6, rtol=1e-5)  # the same sums: widening is exact
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_store_rounds_into_bf16_pages_as_torch_rounds(K, rows: int, qk_norm: bool) -> None:
+    from engine.core.ops import TorchOps
+
+    g = torch.Generator().manual_seed(rows)
+    heads, kv, d = 6, 2, 64
+    qkv = torch.randn(rows, (heads + 2 * kv) * d, generator=g) * 3
+    angles = torch.rand(rows, d // 2, generator=g) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    slots = torch.randperm(64, generator=g)[:rows]
+    norm = (torch.rand(d, generator=g) + 0.5, torch.rand(d, generator=g) + 0.5, 1e-6) if qk_norm else None
+    k1, v1, k2, v2 = (torch.zeros(64, kv, d, dtype=torch.bfloat16) for _ in range(4))
+    q1 = K.rope_store(qkv, cos, sin, slots, k1, v1, heads, norm)
+    q2 = TorchOps().rope_store(qkv, cos, sin, slots, k2, v2, heads, norm)
+    torch.testing.assert_close(q1, q2)
+    assert torch.equal(v1, v2)  # v is copied: rounded exactly as torch rounds
+    # k is rotated in float32 first, where the two may differ in the last float32 bits (an FMA, a cancellation
+    # near zero), so a value on a bf16 rounding boundary may land one bf16 step apart
+    torch.testing.assert_close(k1.float(), k2.float(), atol=1e-5, rtol=2**-8)
+    assert (k1 != k2).float().mean() < 0.01
+
+
+def test_kernels_refuse_kv_pages_of_another_dtype(K) -> None:
+    pool = torch.zeros(2, 16, 1, 8, dtype=torch.float16)
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        K.decode_attention(torch.zeros(1, 1, 8), pool, pool, torch.tensor([[1]]), torch.tensor([4]))

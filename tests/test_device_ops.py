@@ -170,3 +170,57 @@ def test_the_reference_on_cuda_matches_the_cpu() -> None:  # pragma: no cover - 
     cpu = ref.decode_attention(q, k_pool, v_pool, table_, lens)
     gpu = ref.decode_attention(q.cuda(), k_pool.cuda(), v_pool.cuda(), table_.cuda(), lens.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-3)
+
+
+def test_the_reference_attends_over_bf16_pages_as_over_their_widened_values() -> None:
+    """--kv-cache-dtype bf16 under float32 activations: each attention op of the reference reads bf16 pages (or a
+    chunk's keys and values gathered from them) and gives what it gives on the same values widened to float32."""
+    ref = ops.TorchOps()
+    g = torch.Generator().manual_seed(7)
+    k_pool, v_pool = (p.to(torch.bfloat16) for p in pools())
+    wide_k, wide_v = k_pool.float(), v_pool.float()
+    table_ = torch.tensor([[3, 7, 0], [5, 9, 11], [2, 0, 0]], dtype=torch.int32)
+    lens = torch.tensor([PAGE + 5, 3 * PAGE, 1], dtype=torch.int32)
+    q = torch.randn(3, H, D, generator=g)
+    for starts in (None, torch.tensor([PAGE - 2, 4, 0], dtype=torch.int32)):
+        got = ref.decode_attention(q, k_pool, v_pool, table_, lens, starts)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, ref.decode_attention(q, wide_k, wide_v, table_, lens, starts))
+    k, v = k_pool[[3, 7]].flatten(0, 1)[: PAGE + 5].transpose(0, 1), v_pool[[3, 7]].flatten(0, 1)[: PAGE + 5]
+    v = v.transpose(0, 1)
+    qc = torch.randn(H, 6, D, generator=g)
+    for window in (0, 4):
+        got = ref.prompt_attention(qc, k, v, PAGE - 1, window)
+        torch.testing.assert_close(got, ref.prompt_attention(qc, k.float(), v.float(), PAGE - 1, window))
+    rows = torch.randn(9, H, D, generator=g)  # two chunks: 6 rows of 21 positions, 3 rows of 3
+    got = ref.prefill_attention(rows, k_pool, v_pool, table_[:2], [6, 3], [PAGE + 5, 3])
+    torch.testing.assert_close(got, ref.prefill_attention(rows, wide_k, wide_v, table_[:2], [6, 3], [PAGE + 5, 3]))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_each_backend_matches_the_reference_on_bf16_pages(table: ops.TorchOps, rows: int) -> None:
+    ref = ops.TorchOps()
+    g = torch.Generator().manual_seed(rows)
+    qkv = torch.randn(rows, (H + 2 * KV) * D, generator=g)
+    angles = torch.rand(rows, D // 2, generator=g) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    slots = torch.randperm(64, generator=g)[:rows]
+    k1, v1, k2, v2 = (torch.zeros(64, KV, D, dtype=torch.bfloat16) for _ in range(4))
+    torch.testing.assert_close(
+        table.rope_store(qkv, cos, sin, slots, k1, v1, H), ref.rope_store(qkv, cos, sin, slots, k2, v2, H)
+    )
+    torch.testing.assert_close(k1.float(), k2.float(), atol=1e-5, rtol=2**-8)  # one bf16 step at most
+    assert torch.equal(v1, v2)
+    k_pool, v_pool = (p.to(torch.bfloat16) for p in pools())
+    lens = torch.randint(1, 3 * PAGE, (rows,), generator=g, dtype=torch.int32)
+    width = int(-(-lens.max() // PAGE))
+    table_ = torch.stack([torch.randperm(12, generator=g)[:width] for _ in range(rows)]).to(torch.int32)
+    q = torch.randn(rows, H, D, generator=g)
+    starts = (torch.rand(rows, generator=g) * lens.float()).to(torch.int32)
+    for s in (None, starts):
+        torch.testing.assert_close(
+            table.decode_attention(q, k_pool, v_pool, table_, lens, s),
+            ref.decode_attention(q, k_pool, v_pool, table_, lens, s),
+            atol=1e-5,
+            rtol=1e-4,
+        )

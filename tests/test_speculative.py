@@ -291,18 +291,21 @@ def tiny_llama() -> Any:
     return LlamaForCausalLM(cfg).eval()
 
 
+@pytest.mark.parametrize("kv", ["fp32", "bf16"])
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "torch-ops"])
-def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: bool) -> None:
+def test_drafted_rows_give_the_logits_of_feeding_the_tokens_one_by_one(kernels: bool, kv: str) -> None:
     """A drafted segment (the last token and its drafts, a row per token) runs in the step's one decode-attention
     call, each row against the positions up to its own: its rows equal feeding the tokens one step at a time. Two
     drafted segments of different lengths share the step with a decode row and a prompt; the drafts cross a page
-    boundary; a rollback (the cache cut back to an accepted prefix) leaves the rejected positions unread."""
+    boundary; a rollback (the cache cut back to an accepted prefix) leaves the rejected positions unread. On float32
+    and on bf16 KV pages (--kv-cache-dtype) alike."""
     from engine.core.model_runner import DecoderRunner, Segment
 
-    runner = DecoderRunner(tiny_llama(), "cpu", kv_tokens=2048, use_kernels=kernels)
+    runner = DecoderRunner(tiny_llama(), "cpu", kv_tokens=2048, use_kernels=kernels, kv_cache_dtype=kv)
     if kernels and runner.kern is None:
         pytest.skip("no CPU kernels here (no g++ or no AVX2)")
     assert runner.ops.name == ("cpu" if kernels else "torch")
+    assert runner.pool.k.dtype == (torch.bfloat16 if kv == "bf16" else torch.float32)
     prompt = [int(t) for t in torch.randint(3, 5000, (2 * PAGE - 3,), generator=torch.Generator().manual_seed(1))]
     fed_a, fed_b = [11, 12, 13, 14, 15, 16], [21, 22, 23]  # the last token and 5 drafts; and 2 drafts
 

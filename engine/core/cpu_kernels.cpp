@@ -6,7 +6,9 @@
 // arithmetic.
 //
 // decode_attention: one new query token per sequence against that sequence's keys and values, read in place
-// from the paged pool (no gather into a padded batch first), float32 throughout.
+// from the paged pool (no gather into a padded batch first), float32 throughout. decode_attention_bf16 and
+// rope_store_bf16 (at the end) are the same over bf16 pages (--kv-cache-dtype bf16): half the bytes a long
+// context's attention streams, widened in registers, so the math stays float32.
 //
 // linear_bf16: y[b, n] = sum_k x[b, k] * w[n, k] (+ bias[n]), x and y float32, w bfloat16 as stored in the
 // checkpoint, accumulation in float32. A decode step reads every weight once, so storing them in bf16 halves the
@@ -103,6 +105,14 @@ inline float bf16_to_float(uint16_t h) {
 inline float widen(uint16_t h) { return bf16_to_float(h); }
 inline float widen(float f) { return f; }
 
+// KV pages hold float32 or bf16 (--kv-cache-dtype): 8 positions' worth of a row as float32 either way, a bf16
+// element widened exactly in the register (a 16-bit shift), so AVX2-only CPUs read half the bytes at no extra cost.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
 // R weight rows (wr: the first, which is output row n) against C input rows starting at row b. W is uint16_t for
 // bf16 rows widened in registers as they load, or float for rows already widened into a per-thread copy that
 // stays in L1 (a batch of many input rows then widens each weight row once instead of once per TC input rows).
@@ -172,8 +182,8 @@ TileFn<W> pick_rows(int rows, int c, std::integer_sequence<int, Rs...>) {
 // L1 while every head uses them: 8 keys for the scores, TB values for the weighted sum.
 constexpr int TB = 32;
 
-template <int DC>
-void attend_heads(const float* q, const float* k_pool, const float* v_pool, const int64_t* off, int len,
+template <int DC, typename T>
+void attend_heads(const float* q, const T* k_pool, const T* v_pool, const int64_t* off, int len,
                   float* out, int G, int D_, float scale, float* s) {
     const int D = DC ? DC : D_;
     int t = 0;
@@ -183,9 +193,9 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
                 const float* qh = q + static_cast<int64_t>(g) * D;
                 __m256 acc[8];
                 for (int j = 0; j < 8; ++j) {
-                    const float* kt = k_pool + off[t + j];
-                    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kt));
-                    for (int d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kt + d), a);
+                    const T* kt = k_pool + off[t + j];
+                    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qh), load8(kt));
+                    for (int d = 8; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), load8(kt + d), a);
                     acc[j] = a;
                 }
                 _mm256_storeu_ps(s + static_cast<size_t>(g) * len + t, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
@@ -193,11 +203,11 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
         }
     }
     for (; t < len; ++t) {
-        const float* kt = k_pool + off[t];
+        const T* kt = k_pool + off[t];
         for (int g = 0; g < G; ++g) {
             const float* qh = q + static_cast<int64_t>(g) * D;
             float dot = 0.f;
-            for (int d = 0; d < D; ++d) dot += qh[d] * kt[d];
+            for (int d = 0; d < D; ++d) dot += qh[d] * widen(kt[d]);
             s[static_cast<size_t>(g) * len + t] = dot * scale;
         }
     }
@@ -231,15 +241,15 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
                 __m256 acc[DC ? DC / 8 : 1];
                 for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_loadu_ps(o + 8 * i);
                 for (int t2 = t0; t2 < t1; ++t2) {
-                    const float* vt = v_pool + off[t2];
+                    const T* vt = v_pool + off[t2];
                     const __m256 wt = _mm256_set1_ps(sg[t2]);
-                    for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(vt + 8 * i), acc[i]);
+                    for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(wt, load8(vt + 8 * i), acc[i]);
                 }
                 for (int i = 0; i < D / 8; ++i) _mm256_storeu_ps(o + 8 * i, acc[i]);
             } else {
                 for (int t2 = t0; t2 < t1; ++t2) {
-                    const float* vt = v_pool + off[t2];
-                    for (int d = 0; d < D; ++d) o[d] += sg[t2] * vt[d];
+                    const T* vt = v_pool + off[t2];
+                    for (int d = 0; d < D; ++d) o[d] += sg[t2] * widen(vt[d]);
                 }
             }
         }
@@ -250,7 +260,8 @@ void attend_heads(const float* q, const float* k_pool, const float* v_pool, cons
 
 // Positions [first, end) of the pages list: first > 0 for a sliding-window layer, whose window starts inside the
 // list's first page.
-void attend_one(const float* q, const float* k_pool, const float* v_pool, const int32_t* pages, int first, int end,
+template <typename T>
+void attend_one(const float* q, const T* k_pool, const T* v_pool, const int32_t* pages, int first, int end,
                 float* out, int G, int KV, int kvh, int D, int page, float scale, int dc, std::vector<float>& s,
                 std::vector<int64_t>& off) {
     const int len = end - first;
@@ -301,6 +312,67 @@ inline void decode_q8(const int8_t* q, const float* sc, const float* mn, float* 
             const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kb + h)));
             _mm256_storeu_ps(out + kb + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, m));
         }
+    }
+}
+
+// decode_attention over pages of float32 or bf16 (T), one task per sequence and KV head.
+template <typename T>
+void decode_pages(const float* q, const T* k_pool, const T* v_pool, const int32_t* table, int W, const int32_t* lens,
+                  const int32_t* starts, float* out, int B, int H, int KV, int D, int page, float scale, int threads) {
+    const int G = H / KV;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> s;
+        std::vector<int64_t> off;
+#pragma omp for schedule(dynamic)
+        for (int task = 0; task < B * KV; ++task) {
+            const int b = task / KV, kvh = task % KV, len = lens[b];
+            const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
+            attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
+                       table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len, out + (static_cast<int64_t>(b) * H +
+                       static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
+        }
+    }
+}
+
+// A float32 into a KV page of float32, or of bf16 rounded to nearest even as torch's `.to(torch.bfloat16)` rounds
+// (a NaN stays a NaN).
+inline void put(float* p, float x) { *p = x; }
+inline void put(uint16_t* p, float x) {
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    *p = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                                         : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// rope_store over pages of float32 or bf16 (T): q stays float32, k and v are rounded into the pages.
+template <typename T>
+void rope_rows(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out, T* k_pool,
+               T* v_pool, int N, int H, int KV, int D, const float* wq, const float* wk, float eps) {
+    const int half = D / 2, width = (H + 2 * KV) * D;
+    std::vector<float> normed(wq ? D : 0);
+    for (int n = 0; n < N; ++n) {
+        const float* row = qkv + static_cast<int64_t>(n) * width;
+        const float* c = cos + static_cast<int64_t>(n) * D;
+        const float* s = sin + static_cast<int64_t>(n) * D;
+        auto rope = [&](const float* x, auto* o, const float* w) {
+            if (w) {  // the head's RMSNorm first (Qwen3, Gemma 3): x / sqrt(mean(x^2) + eps) * w
+                float ss = 0.f;
+                for (int i = 0; i < D; ++i) ss += x[i] * x[i];
+                const float r = 1.f / std::sqrt(ss / D + eps);
+                for (int i = 0; i < D; ++i) normed[i] = x[i] * r * w[i];
+                x = normed.data();
+            }
+            for (int i = 0; i < half; ++i) {
+                put(o + i, x[i] * c[i] - x[i + half] * s[i]);
+                put(o + i + half, x[i + half] * c[i + half] + x[i] * s[i + half]);
+            }
+        };
+        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D, wq);
+        T* kd = k_pool + slots[n] * KV * D;
+        T* vd = v_pool + slots[n] * KV * D;
+        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D, wk);
+        for (int i = 0; i < KV * D; ++i) put(vd + i, row[(H + KV) * D + i]);
     }
 }
 
@@ -366,20 +438,7 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
 void decode_attention(const float* q, const float* k_pool, const float* v_pool, const int32_t* table, int W,
                       const int32_t* lens, const int32_t* starts, float* out, int B, int H, int KV, int D, int page,
                       float scale, int threads) {
-    const int G = H / KV;
-#pragma omp parallel num_threads(threads)
-    {
-        std::vector<float> s;
-        std::vector<int64_t> off;
-#pragma omp for schedule(dynamic)
-        for (int task = 0; task < B * KV; ++task) {
-            const int b = task / KV, kvh = task % KV, len = lens[b];
-            const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
-            attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
-                       table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len, out + (static_cast<int64_t>(b) * H +
-                       static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
-        }
-    }
+    decode_pages(q, k_pool, v_pool, table, W, lens, starts, out, B, H, KV, D, page, scale, threads);
 }
 
 // x [N, D] += delta (when given), then y = x / sqrt(mean(x^2) + eps) * w: a residual add and the next RMSNorm.
@@ -403,31 +462,7 @@ void add_rmsnorm(float* x, const float* delta, const float* w, float* y, int N, 
 void rope_store(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out,
                 float* k_pool, float* v_pool, int N, int H, int KV, int D, const float* wq, const float* wk,
                 float eps) {
-    const int half = D / 2, width = (H + 2 * KV) * D;
-    std::vector<float> normed(wq ? D : 0);
-    for (int n = 0; n < N; ++n) {
-        const float* row = qkv + static_cast<int64_t>(n) * width;
-        const float* c = cos + static_cast<int64_t>(n) * D;
-        const float* s = sin + static_cast<int64_t>(n) * D;
-        auto rope = [&](const float* x, float* o, const float* w) {
-            if (w) {  // the head's RMSNorm first (Qwen3, Gemma 3): x / sqrt(mean(x^2) + eps) * w
-                float ss = 0.f;
-                for (int i = 0; i < D; ++i) ss += x[i] * x[i];
-                const float r = 1.f / std::sqrt(ss / D + eps);
-                for (int i = 0; i < D; ++i) normed[i] = x[i] * r * w[i];
-                x = normed.data();
-            }
-            for (int i = 0; i < half; ++i) {
-                o[i] = x[i] * c[i] - x[i + half] * s[i];
-                o[i + half] = x[i + half] * c[i + half] + x[i] * s[i + half];
-            }
-        };
-        for (int h = 0; h < H; ++h) rope(row + h * D, q_out + (static_cast<int64_t>(n) * H + h) * D, wq);
-        float* kd = k_pool + slots[n] * KV * D;
-        float* vd = v_pool + slots[n] * KV * D;
-        for (int h = 0; h < KV; ++h) rope(row + (H + h) * D, kd + h * D, wk);
-        for (int i = 0; i < KV * D; ++i) vd[i] = row[(H + KV) * D + i];
-    }
+    rope_rows(qkv, cos, sin, slots, q_out, k_pool, v_pool, N, H, KV, D, wq, wk, eps);
 }
 
 // gate_up [N, 2 I] (gate then up) -> out [N, I] = silu(gate) * up.
@@ -505,6 +540,21 @@ void linear_q(const float* x, const uint8_t* wq, const float* scale, const float
             }
         }
     }
+}
+
+// ---- KV pages in bf16 (--kv-cache-dtype bf16): the same kernels as decode_attention and rope_store, the pages'
+// elements uint16_t bf16 bits, widened in registers as they are read and rounded as they are written.
+
+void decode_attention_bf16(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, const int32_t* table,
+                           int W, const int32_t* lens, const int32_t* starts, float* out, int B, int H, int KV, int D,
+                           int page, float scale, int threads) {
+    decode_pages(q, k_pool, v_pool, table, W, lens, starts, out, B, H, KV, D, page, scale, threads);
+}
+
+void rope_store_bf16(const float* qkv, const float* cos, const float* sin, const int64_t* slots, float* q_out,
+                     uint16_t* k_pool, uint16_t* v_pool, int N, int H, int KV, int D, const float* wq,
+                     const float* wk, float eps) {
+    rope_rows(qkv, cos, sin, slots, q_out, k_pool, v_pool, N, H, KV, D, wq, wk, eps);
 }
 
 }  // extern "C"

@@ -97,17 +97,30 @@ class CpuKernels:
         i, f = ctypes.c_int, ctypes.c_float
         self._attention.argtypes = [p, p, p, p, i, p, p, p, i, i, i, i, i, f, i]
         self._attention.restype = None
+        # The same two kernels over bf16 KV pages (--kv-cache-dtype bf16), picked by the pool's dtype.
+        self._attention_bf16 = lib.decode_attention_bf16
+        self._attention_bf16.argtypes = self._attention.argtypes
+        self._attention_bf16.restype = None
         self._add_rmsnorm = lib.add_rmsnorm
         self._add_rmsnorm.argtypes = [p, p, p, p, i, i, f]
         self._rope_store = lib.rope_store
         self._rope_store.argtypes = [p, p, p, p, p, p, p, i, i, i, i, p, p, f]
+        self._rope_store_bf16 = lib.rope_store_bf16
+        self._rope_store_bf16.argtypes = self._rope_store.argtypes
         self._silu_mul = lib.silu_mul
         self._silu_mul.argtypes = [p, p, i, i]
         self._gelu_tanh_mul = lib.gelu_tanh_mul
         self._gelu_tanh_mul.argtypes = [p, p, i, i]
         self._linear_q = lib.linear_q
         self._linear_q.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
-        for fn in (self._linear_q, self._add_rmsnorm, self._rope_store, self._silu_mul, self._gelu_tanh_mul):
+        for fn in (
+            self._linear_q,
+            self._add_rmsnorm,
+            self._rope_store,
+            self._rope_store_bf16,
+            self._silu_mul,
+            self._gelu_tanh_mul,
+        ):
             fn.restype = None
 
     def add_rmsnorm(self, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -138,12 +151,13 @@ class CpuKernels:
     ) -> torch.Tensor:
         """Rotary embedding on q and k of qkv [N, (H + 2 KV) D], after each head's RMSNorm when `qk_norm` (q and k
         weights [D] float32, eps) is given; k and v stored at row slots[n] of k_rows and v_rows ([rows, KV, D],
-        contiguous); returns q as [N, H, D]."""
+        contiguous, float32 or bf16: rounded to nearest even as `.to(torch.bfloat16)` does); returns q as [N, H, D]."""
         n = qkv.shape[0]
         _, kv, d = k_rows.shape
         q = torch.empty(n, heads, d)
         wq, wk, eps = (qk_norm[0].contiguous(), qk_norm[1].contiguous(), qk_norm[2]) if qk_norm else (None, None, 0.0)
-        self._rope_store(
+        store = self._rope_store_bf16 if _bf16_pages(k_rows, v_rows) else self._rope_store
+        store(
             qkv.data_ptr(),
             cos.data_ptr(),
             sin.data_ptr(),
@@ -183,15 +197,16 @@ class CpuKernels:
         starts: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q [B, H, D] against each sequence's first lens[b] positions of the pages table[b] lists (from
-        position starts[b] when given: a sliding window), in pools of [pages, page, KV, D] (float32,
-        contiguous); softmax(q k / sqrt(D)) v as [B, H, D]."""
+        position starts[b] when given: a sliding window), in pools of [pages, page, KV, D] (float32 or bf16, both
+        pools the same, contiguous); softmax(q k / sqrt(D)) v as [B, H, D], float32."""
         q = q.contiguous()
         b, h, d = q.shape
         _, page, kv, _ = k_pool.shape
         table, lens = table.to(torch.int32).contiguous(), lens.to(torch.int32).contiguous()
         starts = starts.to(torch.int32).contiguous() if starts is not None else None
         out = torch.empty_like(q)
-        self._attention(
+        attend = self._attention_bf16 if _bf16_pages(k_pool, v_pool) else self._attention
+        attend(
             q.data_ptr(),
             k_pool.data_ptr(),
             v_pool.data_ptr(),
@@ -249,6 +264,13 @@ class CpuKernels:
             torch.get_num_threads(),
         )
         return y
+
+
+def _bf16_pages(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether a pair of KV pools holds bf16 (else float32, what the kernels take otherwise)."""
+    if k.dtype != v.dtype or k.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"KV pages must be float32 or bfloat16, both alike; got {k.dtype} and {v.dtype}")
+    return k.dtype == torch.bfloat16
 
 
 def load(isa: str) -> CpuKernels:

@@ -9,6 +9,9 @@ block, so a cached block is one page, and it sizes the pool's slack for partly f
 PAGE is the default: the page size is a property of the device (engine/device.py `page_size`: 128 tokens on an
 Ascend NPU, whose paged-attention kernels want it, PAGE elsewhere), which DecoderRunner hands to its pool
 (`PagePool.page`) and the prefix cache its block (app.py); a sliding-window pool (window_kv.py) keeps PAGE.
+
+The pages' element type is `kv_dtype`'s choice for `--kv-cache-dtype`: the activations' dtype, or bf16 under
+float32 activations (half the bytes a long context's attention streams and the pool holds, what vLLM stores).
 """
 
 from __future__ import annotations
@@ -25,6 +28,40 @@ if TYPE_CHECKING:
 
 PAGE = 16  # tokens per KV page, and per prefix-cache block
 KV_GROW = 128  # tokens a growing cache gains at a time: few copies, little waste
+
+
+KV_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --kv-cache-dtype's choices besides auto
+
+
+class KVDtypeError(ValueError):
+    """A --kv-cache-dtype this device cannot serve: the message says what it can."""
+
+
+def kv_dtype(requested: str | None, device: str, activations: torch.dtype, kernels: bool) -> torch.dtype:
+    """The KV pages' dtype for `--kv-cache-dtype requested` on `device`, under activations of `activations`
+    (None: the activations' own, what a runner built in code keeps).
+
+    auto: bf16 on a CPU with the kernels (engine/core/cpu_kernels.py), which read bf16 pages widening them in
+    registers: bench/kv_dtype.py measured SmolLM2's decode step at 1-2k tokens of context no slower at one stream
+    (within the noise) and 1.05-1.23x less CPU time a step at 16 streams, with the AVX-512 build and with the AVX2
+    one alike, besides half the pool's bytes; elsewhere the activations' dtype (the torch reference would convert
+    the gathered pages on every step, and GPUs / NPUs already run bf16 or fp16 activations). An explicit fp32 or bf16
+    is honoured wherever the torch reference runs (it widens bf16 pages to the query's dtype); an Ascend NPU's
+    fused attention reads its pages in the query's dtype, so there it must match the activations."""
+    if requested is None:
+        return activations
+    if requested == "auto":
+        return torch.bfloat16 if kernels and activations == torch.float32 else activations
+    if requested not in KV_DTYPES:
+        raise KVDtypeError(f"--kv-cache-dtype must be one of auto, {', '.join(KV_DTYPES)}; got {requested!r}")
+    want = KV_DTYPES[requested]
+    if device.split(":")[0] == "npu" and want != activations:
+        have = next((k for k, v in KV_DTYPES.items() if v == activations), str(activations).removeprefix("torch."))
+        raise KVDtypeError(
+            f"--kv-cache-dtype {requested}: the NPU's paged attention reads KV pages in the activations' dtype "
+            f"({have} here); use --kv-cache-dtype auto, or --dtype {requested}"
+        )
+    return want
 
 
 def pages_for(tokens: int, page: int = PAGE) -> int:

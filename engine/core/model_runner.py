@@ -25,7 +25,7 @@ from engine import device as devices
 from engine.core import cpu_kernels, gemma, quant
 from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
-from engine.core.kv import PAGE, KVCache, PagePool
+from engine.core.kv import PAGE, KVCache, PagePool, kv_dtype
 from engine.core.lora import LoraAdapter, LoraSet, LoraStep
 from engine.core.projection import Projection, calibrate_bf16
 from engine.core.runner import Segment
@@ -70,13 +70,15 @@ def make_runner(
     step_tokens: int = 0,
     quantization: str = "none",
     gguf: Any = None,
+    kv_cache_dtype: str | None = None,
 ) -> DecoderRunner | HFRunner:
     """The runner for `model`, with KV room for `kv_tokens` tokens; `seqs` (live sequences at most) and
     `step_tokens` (tokens one step writes at most) size a sliding-window pool (window_kv.py) to what the engine can
     hold at once, 0 to as many tokens as the main pool. `quantization` (quant.CHOICES) with the model's GGUF
-    (`gguf`, for auto) says how its projections' weights are kept; quant.QuantError where that cannot be."""
+    (`gguf`, for auto) says how its projections' weights are kept; quant.QuantError where that cannot be.
+    `kv_cache_dtype` (--kv-cache-dtype; None: the activations' dtype) is the pages' dtype (kv.kv_dtype)."""
     cfg = model.config
-    q = dict(quantization=quantization, gguf=gguf)
+    q = dict(quantization=quantization, gguf=gguf, kv_cache_dtype=kv_cache_dtype)
     if (
         cfg.model_type in LEAN_MODEL_TYPES
         and not any(hasattr(cfg, k) for k in ("vision_config", "audio_config"))  # multimodal: HF forward
@@ -88,6 +90,12 @@ def make_runner(
     if gemma.supported(cfg):
         return DecoderRunner(model, device, kv_tokens, seqs=seqs, step_tokens=step_tokens, **q)
     quant.plan(quantization, device, None, False, gguf, cfg.model_type)  # raises for int8 / int4
+    if kv_cache_dtype not in (None, "auto"):
+        log.warning(
+            "--kv-cache-dtype %s: %s runs on the HF forward, whose cache keeps the model's dtype",
+            kv_cache_dtype,
+            cfg.model_type,
+        )
     return HFRunner(model, device)
 
 
@@ -112,6 +120,7 @@ class DecoderRunner:
         step_tokens: int = 0,
         quantization: str = "none",
         gguf: Any = None,
+        kv_cache_dtype: str | None = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -121,7 +130,7 @@ class DecoderRunner:
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.dtype = next(model.parameters()).dtype  # of activations and the KV cache
+        self.dtype = next(model.parameters()).dtype  # of activations (and by default of the KV cache)
         model_dtype = self.dtype  # as loaded
         self.vocab_size = model.get_output_embeddings().weight.shape[0]  # width of the logits
         # float32 on a CPU with the kernels: matrices stored in bf16 when that is exact (halves the bytes a decode
@@ -140,6 +149,9 @@ class DecoderRunner:
         store = torch.bfloat16 if kern is not None and bf16_exact(model) else self.dtype
         self.weights_dtype = store
         self.kern = kern
+        # The KV pages' dtype (--kv-cache-dtype, kv.kv_dtype): bf16 under float32 activations halves the bytes the
+        # pool holds and attention streams; rope_store rounds into the pages, attention widens them as it reads.
+        self.kv_dtype = kv_dtype(kv_cache_dtype, str(device), self.dtype, kern is not None)
         # The layer's device operations (norms with the residual adds, rotary embedding with the KV write, SiLU
         # gating, attention): the CPU kernels here, the NPU's fused ops, the torch reference elsewhere
         # (engine/core/ops.py; engine/device.py picks).
@@ -238,7 +250,7 @@ class DecoderRunner:
         own pool; `layer_kv[li]` is layer li's keys and values [pages, PAGE, kv_heads, head_dim] in its pool."""
         full = [li for li, s in enumerate(self.sliding) if not s]
         sliding = [li for li, s in enumerate(self.sliding) if s]
-        self.pool = PagePool(len(full), kv_tokens, self.n_kv, self.head_dim, self.dtype, self.device, self.page)
+        self.pool = PagePool(len(full), kv_tokens, self.n_kv, self.head_dim, self.kv_dtype, self.device, self.page)
         self.pages: PagePool | SplitPages = self.pool  # what the prefix cache copies pages out of and into
         self.k, self.v = self.pool.k, self.pool.v
         where = {li: (self.pool.k[j], self.pool.v[j]) for j, li in enumerate(full)}
@@ -247,16 +259,19 @@ class DecoderRunner:
             assert self.gemma is not None
             w = self.gemma.window
             tokens = pool_tokens(w, kv_tokens, *self.window_room)
-            pool = PagePool(len(sliding), tokens, self.n_kv, self.head_dim, self.dtype, self.device)
+            pool = PagePool(len(sliding), tokens, self.n_kv, self.head_dim, self.kv_dtype, self.device)
             self.window = WindowPages(pool, w)
             self.pages = SplitPages(self.pool, self.window)
             where |= {li: (pool.k[j], pool.v[j]) for j, li in enumerate(sliding)}
         self.layer_kv = [where[li] for li in range(len(self.layers))]
 
-    def sibling(self, kv_tokens: int) -> DecoderRunner:
+    def sibling(self, kv_tokens: int, kv_cache_dtype: str | None = None) -> DecoderRunner:
         """A runner on the same (read-only) weights with a KV pool of its own, for a second engine in the
-        process: a runner, and its pool, belong to one engine thread."""
+        process: a runner, and its pool, belong to one engine thread. Its pages keep this runner's dtype, or
+        `kv_cache_dtype`'s (--kv-cache-dtype) when given."""
         other = copy.copy(self)
+        if kv_cache_dtype is not None:
+            other.kv_dtype = kv_dtype(kv_cache_dtype, str(self.device), self.dtype, self.kern is not None)
         other._own_pool(kv_tokens)
         other.graphs = None  # captured over this runner's pool: the sibling would capture its own
         return other

@@ -14,6 +14,10 @@ D head size, pools of [pages, PAGE, KV, D]):
   written at row slots[n] of k_rows / v_rows ([rows, KV, D]); returns q [N, H, D].
 - `silu_mul(gate_up)`: silu(gate) * up of gate_up [N, 2 F] -> [N, F].
 - `gelu_tanh_mul(gate_up)`: gelu_tanh(gate) * up, the same shapes (Gemma 3's MLP).
+KV pools (and the k / v a prompt chunk reads from them) may hold another dtype than q, the activations':
+`--kv-cache-dtype bf16` keeps them in bf16 under float32 activations (engine/core/kv.py `kv_dtype`). rope_store
+rounds into them, and the attention operations read them as they are and compute in q's dtype, returning it.
+
 - `decode_attention(q, k_pool, v_pool, table, lens, starts=None)`: q [B, H, D], one new token per sequence,
   against the first lens[b] positions of the pages table[b] lists ([B, width], zero-padded) -> [B, H, D]; from
   position starts[b] of that list when given (a sliding window that begins inside the list's first page).
@@ -125,8 +129,8 @@ class TorchOps:
         page, kv = k_pool.shape[1], k_pool.shape[2]
         flat = table.long().flatten()
         shape = (b, table.shape[1] * page, kv, d)
-        k = k_pool.index_select(0, flat).view(shape).transpose(1, 2)  # [B, KV, width, D]
-        v = v_pool.index_select(0, flat).view(shape).transpose(1, 2)
+        k = k_pool.index_select(0, flat).view(shape).transpose(1, 2).to(q.dtype)  # [B, KV, width, D]
+        v = v_pool.index_select(0, flat).view(shape).transpose(1, 2).to(q.dtype)
         at = torch.arange(shape[1], device=q.device)
         mask = at < lens.to(q.device).unsqueeze(1)
         if starts is not None:
@@ -139,6 +143,7 @@ class TorchOps:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, window: int = 0
     ) -> torch.Tensor:
         t, total = q.shape[1], k.shape[1]
+        k, v = k.to(q.dtype), v.to(q.dtype)  # bf16 pages under float32 activations: widened once per chunk
         mask = None
         windowed = 0 < window < total  # some query has keys beyond its window
         causal = t > 1 and start == 0 and not windowed
@@ -246,8 +251,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class CpuOps(TorchOps):
-    """The C++ kernels of cpu_kernels.py for the five elementwise / decode operations (float32); prompt
-    attention stays torch's SDPA, which is already one fused call per chunk."""
+    """The C++ kernels of cpu_kernels.py for the five elementwise / decode operations (float32 activations, KV
+    pages of float32 or bf16); prompt attention stays torch's SDPA, which is already one fused call per chunk (bf16
+    pages widened to float32 once per chunk and layer, a pass over the chunk's KV beside the SDPA's
+    chunk x context work)."""
 
     name = "cpu"
 

@@ -81,6 +81,7 @@ class ModelPool:
         loader: Loader,
         *,
         bytes_per_param: int = 2,
+        kv_element: int = 0,
         kv_tokens: int = 65536,
         seqs: int = 0,
         budget_mb: int = 0,
@@ -90,6 +91,7 @@ class ModelPool:
         self.candidates = {c.id: c for c in candidates}
         self._loader = loader
         self._bytes_per_param = bytes_per_param
+        self._kv_element = kv_element  # bytes of a KV page's element (--kv-cache-dtype; 0: bytes_per_param)
         self._kv_tokens = kv_tokens
         self._seqs = seqs  # live sequences an engine runs at most: sizes a sliding-window KV pool
         self._budget_mb = budget_mb
@@ -152,7 +154,8 @@ class ModelPool:
             return self._loading.get(model_id)
 
     def memory_bytes(self, model_id: str) -> int:
-        return self.candidates[model_id].memory_bytes(self._bytes_per_param, self._kv_tokens, self._seqs)
+        c = self.candidates[model_id]
+        return c.memory_bytes(self._bytes_per_param, self._kv_tokens, self._seqs, self._kv_element)
 
     def budget_bytes(self) -> int:
         """What the loaded models may take together: the configured budget, else free memory plus what they hold."""
