@@ -11,6 +11,7 @@ import pytest
 from tests.browser_helpers import (
     FINISHED_JS,
     NEEDS_CHROMIUM,
+    close_drawer,
     open_page,
     open_tab,
     send,
@@ -30,6 +31,7 @@ def few_tokens(page: Any, max_tokens: int) -> None:
     page.locator("#pg-preset label", has_text="Precise").click()
     set_number(page, "max_tokens", max_tokens)
     open_tab(page, "Stats")
+    close_drawer(page)  # a phone's drawer covers the chat
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
@@ -50,6 +52,7 @@ def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(
     assert reply.locator(".pg-text-prompt").inner_text() == PROMPT
     continuation = reply.locator("mark.pg-text-cont").inner_text()
     assert continuation.strip() and continuation != "…"
+    open_tab(page, "Stats")  # on a phone: in the drawer
     prompt_tokens = int(stat(page, "prompt tokens"))
     assert prompt_tokens == count
     heat = page.locator("#pg-heat .pg-prompt-heat .pg-tok")
