@@ -37,7 +37,7 @@ def header_row() -> Header:
         # opens and closes it without a server round trip.
         drawer = gr.Button(t("drawer"), size="sm", scale=0, min_width=44, elem_id="pg-drawer")
         dark = gr.Button("◐", size="sm", scale=0, min_width=44, elem_id="pg-dark")
-    drawer.click(None, js="() => window.pgToggleDrawer && pgToggleDrawer()", queue=False, api_name=False)
+    drawer.click(None, js="() => window.pgToggleDrawer && pgToggleDrawer()", queue=False)
     return Header(html, dark, model, key, box, drawer)
 
 
