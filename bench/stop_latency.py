@@ -37,13 +37,16 @@ WATCH_JS = """() => { window.pgPaints = [];
 @contextlib.contextmanager
 def local_server() -> Iterator[str]:
     import engine  # noqa: F401  (process settings that must precede `import torch`)
-    from app import serve_in_thread, settings_from
+    from app import build_service, serve_in_thread, settings_from
 
-    server = serve_in_thread(settings_from([], environ={}), None)
+    settings = settings_from([], environ={})
+    service = build_service(settings)
+    server = serve_in_thread(settings, service)
     try:
         yield server.url
     finally:
         server.stop()
+        service.engine.shutdown()
 
 
 def decode_step_ms(url: str) -> float:
@@ -68,17 +71,93 @@ def decode_step_ms(url: str) -> float:
     return round(1000 * statistics.median(b - a for a, b in zip(stamps, stamps[1:])), 1)
 
 
-def trial(page: Any) -> int:
-    """One reply stopped after a dozen paints: milliseconds from the click to the chat's last change."""
+# The stop call's own timing in the browser (Resource Timing, the same clock as performance.now()): when it left
+# and when its answer came back.
+STOP_CALL_JS = """clicked => { const e = performance.getEntriesByType('resource')
+  .find(e => /run\\/predict/.test(e.name) && e.startTime >= clicked); return e ? [e.startTime, e.responseEnd] : null; }"""
+
+
+class ServerClock:
+    """In-process only: when the server's Stop handler ran, when the engine dropped the request and when the
+    reply's stream ended, each on time.perf_counter (wrapping the real methods; nothing is replaced)."""
+
+    def __init__(self) -> None:
+        from engine.core.engine import Engine
+        from engine.core.scheduler import Scheduler
+        from playground.chat import ChatHandlers
+        from playground.session import Session
+
+        self.marks: dict[str, float] = {}
+        wrap = self._wrap
+        wrap(Session, "stop", "stop_called")
+        wrap(Scheduler, "abort", "engine_dropped", when=lambda out: bool(out))
+        self.steps: list[float] = []  # when each engine step began
+        step, steps = Engine.step, self.steps
+
+        def counted(engine: Any) -> None:
+            steps.append(time.perf_counter())
+            step(engine)
+
+        Engine.step = counted  # type: ignore[method-assign]
+        original = ChatHandlers.stream
+        marks = self.marks
+
+        async def stream(*a: Any, **k: Any) -> Any:
+            async for out in original(*a, **k):
+                yield out
+                marks["last_yield_sent"] = time.perf_counter()  # Gradio took the update (resumes after sending)
+
+        ChatHandlers.stream = stream  # type: ignore[method-assign]
+
+    def _wrap(self, cls: Any, name: str, mark: str, when: Any = lambda out: True) -> None:
+        original, marks = getattr(cls, name), self.marks
+
+        def wrapped(*a: Any, **k: Any) -> Any:
+            out = original(*a, **k)
+            if when(out):
+                marks.setdefault(mark, time.perf_counter())
+            return out
+
+        setattr(cls, name, wrapped)
+
+    def take(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.marks)
+        stop, dropped = out.get("stop_called"), out.get("engine_dropped")
+        if stop is not None and dropped is not None:  # engine steps begun between the Stop and the drop
+            out["steps_between"] = sum(stop <= t <= dropped for t in self.steps)
+            recent = [b - a for a, b in zip(self.steps, self.steps[1:]) if b <= stop][-20:]
+            out["step_ms_while_streaming"] = round(1000 * statistics.median(recent), 1) if recent else None
+        self.marks.clear()
+        self.steps.clear()
+        return out
+
+
+def trial(page: Any, clock: ServerClock | None) -> dict[str, Any]:
+    """One reply stopped after a dozen paints: milliseconds from the click to the chat's last change, and the
+    parts of that wait measured on each side."""
     page.fill("#pg-input textarea", "Tell me a long story about a dragon.")
     page.evaluate(WATCH_JS)
     page.click("#pg-send")
     page.wait_for_function("() => window.pgPaints.length > 12", timeout=120_000)
+    if clock is not None:
+        clock.take()
     clicked = page.evaluate("() => performance.now()")
     page.click("#pg-stop")
     page.wait_for_function("() => /stopped/.test(window.pgPaints.at(-1)[1])", timeout=60_000)
     time.sleep(2)  # anything still arriving after the mark counts too
-    return round(page.evaluate("() => window.pgPaints.at(-1)[0]") - clicked)
+    out: dict[str, Any] = {"landed_ms": round(page.evaluate("() => window.pgPaints.at(-1)[0]") - clicked)}
+    call = page.evaluate(STOP_CALL_JS, clicked)
+    if call:
+        out["stop_call_sent_ms"], out["stop_call_answered_ms"] = round(call[0] - clicked), round(call[1] - clicked)
+    if clock is not None:
+        m = clock.take()
+        if "stop_called" in m:
+            for k in ("engine_dropped", "last_yield_sent"):
+                if k in m:
+                    out[f"server_stop_to_{k}_ms"] = round(1000 * (m[k] - m["stop_called"]), 1)
+            out["engine_steps_from_stop_to_drop"] = m.get("steps_between")
+            out["engine_step_ms_while_streaming"] = m.get("step_ms_while_streaming")
+    return out
 
 
 def main() -> None:
@@ -92,6 +171,7 @@ def main() -> None:
 
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(local_server())
+        clock = None if args.url else ServerClock()
         step = decode_step_ms(url)
         p = stack.enter_context(sync_playwright())
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
@@ -101,8 +181,9 @@ def main() -> None:
         page.get_by_role("tab", name="Sampling").click()  # a reply long enough to stop, whatever the model says
         page.locator("#pg-ignore_eos input").check()
         time.sleep(1)
-        runs = [trial(page) for _ in range(args.trials)]
+        parts = [trial(page, clock) for _ in range(args.trials)]
         browser.close()
+    runs = [p["landed_ms"] for p in parts]
     landed = statistics.median(runs)
     print(
         json.dumps(
@@ -112,6 +193,7 @@ def main() -> None:
                 "landed_ms": runs,
                 "landed_ms_median": landed,
                 "landed_in_decode_steps": round(landed / step, 1),
+                "parts": parts,
             },
             indent=1,
         )

@@ -45,16 +45,48 @@
   }
 
   // Rules on Gradio's own page frame, outside what the page's CSS reaches (Gradio scopes that CSS to the app's
-  // content): on a phone, less padding around the app.
+  // content): on a phone, less padding around the app; the frame clips what overflows without being a scroll
+  // box (its `overflow: hidden` would keep the header from sticking to the screen's top, layout.css); and the
+  // side tabs' drawer shown while <body> says open.
   const style = document.createElement("style");
   style.id = "pg-layout-frame";
-  style.textContent = "@media (max-width: 767px) { .gradio-container > .main.app { padding: .5rem .6rem !important } }";
+  style.textContent =
+    "@media (max-width: 767px) { .gradio-container > .main.app { padding: .5rem .6rem !important }" +
+    " .gradio-container { overflow: clip !important }" +
+    " body.pg-drawer-open #pg-side { transform: none !important; visibility: visible !important } }";
   (document.head || document.documentElement).appendChild(style);
+
+  // On a phone the side panel is a drawer (layout.css): the header's ☰ button (#pg-drawer) calls pgToggleDrawer,
+  // which puts `pg-drawer-open` on <body>; Escape closes it. The drawer starts right under the header, which
+  // stays at the screen's top: its bottom is measured into --pg-drawer-top.
+  window.pgToggleDrawer = (open) => {
+    const body = document.body;
+    const want = open === undefined ? !body.classList.contains("pg-drawer-open") : Boolean(open);
+    body.classList.toggle("pg-drawer-open", want);
+    document.querySelector("#pg-drawer")?.setAttribute("aria-expanded", String(want));
+    placeDrawer();
+    return want;
+  };
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && document.body?.classList.contains("pg-drawer-open")) window.pgToggleDrawer(false);
+  });
+  let drawerTop = "";
+  const placeDrawer = () => {
+    const header = document.querySelector("#pg-dark")?.parentElement;
+    if (!header) return;
+    const top = `${Math.max(0, Math.round(header.getBoundingClientRect().bottom))}px`;
+    if (top !== drawerTop) {
+      drawerTop = top;
+      document.documentElement.style.setProperty("--pg-drawer-top", top);
+    }
+  };
+  window.addEventListener("scroll", placeDrawer, { passive: true });
 
   // The side panel is one screen tall less its distance from the page top (the header's height, which varies
   // with the model's chips and the width): measured here into --pg-side-top, which layout.css uses.
   let last = "";
   const measure = () => {
+    placeDrawer();
     const row = document.querySelector("#pg-side")?.parentElement;
     if (!row) return;
     const top = `${Math.round(row.getBoundingClientRect().top + window.scrollY)}px`;

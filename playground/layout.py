@@ -24,6 +24,7 @@ class Header:
     model: gr.Dropdown | None = None  # the server's models and LoRA adapters (header_models.py); shown when any
     admin_key: gr.Textbox | None = None  # the admin key a model switch takes once credentials are set
     admin_box: gr.Column | None = None  # holds admin_key: hidden, it takes no room in the header
+    drawer: gr.Button | None = None  # a phone's button that opens and closes the side tabs' drawer (layout.css)
 
 
 def header_row() -> Header:
@@ -32,8 +33,12 @@ def header_row() -> Header:
         model = gr.Dropdown([], label=t("model_pick"), visible=False, scale=0, min_width=400, elem_id="pg-model")
         with gr.Column(scale=0, min_width=160, visible=False) as box:
             key = gr.Textbox(label=t("switch_key"), type="password", elem_id="pg-model-key")
+        # On a phone the side panel is a drawer (layout.css, layout.js); this button, hidden on a wide screen,
+        # opens and closes it without a server round trip.
+        drawer = gr.Button(t("drawer"), size="sm", scale=0, min_width=44, elem_id="pg-drawer")
         dark = gr.Button("◐", size="sm", scale=0, min_width=44, elem_id="pg-dark")
-    return Header(html, dark, model, key, box)
+    drawer.click(None, js="() => window.pgToggleDrawer && pgToggleDrawer()", queue=False)
+    return Header(html, dark, model, key, box, drawer)
 
 
 @dataclass(eq=False)

@@ -19,6 +19,7 @@ from typing import Any
 import gradio as gr
 
 from engine.protocol.errors import ApiError
+from playground import textmode
 from playground.chat import ChatHandlers
 from playground.conversation import Conversation, Turn
 from playground.i18n import choices, say, t
@@ -138,7 +139,11 @@ class PromptHandlers:
         knobs: dict[str, Any],
     ) -> tuple[dict[str, Any] | None, str | None]:
         """The body Send would send for the message being typed (with its attachments): (body, None), (None, why
-        it would be refused), or (None, None) when there is nothing to send."""
+        it would be refused), or (None, None) when there is nothing to send. With `knobs["mode"]` Text, the
+        /v1/completions body of the box's raw text (playground/textmode.py), as Send's text mode builds it."""
+        knobs = dict(knobs)
+        if knobs.pop("mode", None) == textmode.TEXT:
+            return self.h.build_text(message, knobs, session) if message else (None, None)
         user = Turn("user", message or "", parts=[a["part"] for a in pending or []])
         content = user.content_value()
         messages = conv.messages() + ([{"role": "user", "content": content}] if content else [])
@@ -152,7 +157,15 @@ class PromptHandlers:
 
 
 def tokenize_body(chat_body: dict[str, Any]) -> dict[str, Any]:
-    """The /tokenize chat form of a chat request: what renders its prompt, and the details the view shows."""
+    """The /tokenize form of a request: a chat request's chat form (what renders its prompt), a text completion's
+    prompt form (its raw prompt, no template), and the details the view shows."""
+    if textmode.is_text(chat_body):
+        return {
+            "model": chat_body["model"],
+            "prompt": chat_body["prompt"],
+            "return_token_strs": True,
+            "return_details": True,
+        }
     out = {k: chat_body[k] for k in FIELDS if chat_body.get(k) is not None}
     return {**out, "return_token_strs": True, "return_details": True}
 

@@ -115,18 +115,23 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         server.wire(policy, session, h.service)
         grid_view.wire(h, session)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
-        # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
-        # and after each change of the conversation.
+        # How much of the context window the next request takes: as the message is typed, as max_tokens moves, as
+        # Chat | Text switches (Text counts the raw prompt it sends), and after each change of the conversation.
+        assert chat.mode is not None
         meter = ContextMeter(prompt_view.PromptHandlers(h))
         measure = {
             "fn": meter.measure,
             "inputs": [chat.box, chat.pending, *common],
             "outputs": chat.context,
-            "inputs_kwargs": sampling.knobs,
+            "inputs_kwargs": {**sampling.knobs, "mode": chat.mode},
             "api_name": False,
             "show_progress": "hidden",
         }
-        gr.on([chat.box.input, sampling.knobs["max_tokens"].change], trigger_mode="always_last", **measure)
+        gr.on(
+            [chat.box.input, sampling.knobs["max_tokens"].change, chat.mode.change],
+            trigger_mode="always_last",
+            **measure,
+        )
         for event in [*changes, picked]:  # a model switch changes the context window too
             event.then(**measure)
         for event in changes:

@@ -100,8 +100,27 @@ def send(page: Any, text: str) -> None:
     page.click("#pg-send")
 
 
+DRAWER_OPEN_JS = "() => document.body.classList.contains('pg-drawer-open')"
+
+
+def open_drawer(page: Any) -> None:
+    """On a phone, open the side tabs' drawer with the header's button (a wide page has no drawer: nothing to do)."""
+    if page.locator("button#pg-drawer").is_visible() and not page.evaluate(DRAWER_OPEN_JS):
+        page.click("button#pg-drawer")
+        page.wait_for_function(DRAWER_OPEN_JS)
+
+
+def close_drawer(page: Any) -> None:
+    """On a phone, close the side tabs' drawer (it covers the chat); nothing on a wide page."""
+    if page.locator("button#pg-drawer").is_visible() and page.evaluate(DRAWER_OPEN_JS):
+        page.click("button#pg-drawer")
+        page.wait_for_function(f"() => !({DRAWER_OPEN_JS})()")
+
+
 def open_tab(page: Any, name: str) -> None:
-    """A tab by name, also when the tab row is too narrow and Gradio moved it into its overflow menu."""
+    """A tab by name: on a phone in the side tabs' drawer (opened, and left open), and also when the tab row is
+    too narrow and Gradio moved the tab into its overflow menu."""
+    open_drawer(page)
     tab = page.get_by_role("tab", name=name)
     if not tab.is_visible():
         page.locator(".overflow-menu > button").first.click()

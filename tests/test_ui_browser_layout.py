@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, attach_png, open_page, open_tab, shot, sync_api
+from tests.browser_helpers import (
+    FINISHED_JS,
+    NEEDS_CHROMIUM,
+    attach_png,
+    close_drawer,
+    open_page,
+    open_tab,
+    shot,
+    sync_api,
+)
 
 pytestmark = NEEDS_CHROMIUM
 
@@ -139,6 +148,7 @@ def _precise(page: Any, max_tokens: int) -> None:
     box_.fill(str(max_tokens))
     box_.press("Enter")
     open_tab(page, "Stats")
+    close_drawer(page)  # a phone's drawer covers the chat
 
 
 def test_on_a_phone_the_header_is_one_line_and_the_input_is_on_the_first_screen(browser: Any, live: Any) -> None:
@@ -255,27 +265,51 @@ PLACEHOLDER_FIT_JS = """() => { const t = document.querySelector('#pg-input text
 
 
 @pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
-def test_on_a_phone_the_placeholder_fits_and_every_side_tab_follows_the_chat(
+def test_on_a_phone_the_side_tabs_are_in_a_drawer_under_a_header_that_stays(
     browser: Any, live: Any, locale: str
 ) -> None:
-    """Issue 30, item 9: the placeholder was cut off at the phone's edge, eight of the ten side tabs hid in an
-    overflow menu, and the stats sat a long scroll below the chat (past its buttons, attachments, system prompt)."""
+    """Issue 30, item 9: the placeholder was cut off at the phone's edge; the ten side tabs, once wrapped under the
+    chat, are in a drawer the header's button opens and closes; the header stays on screen, nothing runs off the
+    right edge."""
     page = open_page(browser, live.url, 390, 844, locale=locale)
     fit = page.evaluate(PLACEHOLDER_FIT_JS)
     assert fit["text"] and fit["white"] != "nowrap", fit
     assert fit["sw"] <= fit["cw"] and fit["sh"] <= fit["ch"] + 1, fit  # the whole hint shows, on two lines at most
-    tabs = page.locator("#pg-side [role=tab]")
-    sync_api.expect(tabs).to_have_count(10)  # every tab in the tab row itself ...
-    sync_api.expect(page.locator("#pg-side .overflow-menu > button")).to_be_hidden()  # ... none behind a menu
-    for i in range(10):
-        b = tabs.nth(i).bounding_box()
-        assert b and b["width"] > 20 and b["x"] >= 0 and b["x"] + b["width"] <= 390, (i, b)
+    button, tabs = page.locator("button#pg-drawer"), page.locator("#pg-side [role=tab]")
+    sync_api.expect(button).to_be_visible()
+    sync_api.expect(tabs.first).to_be_hidden()  # closed: no tab on the page until the button opens the drawer
+    b = box(page, "button#pg-drawer")
+    assert b["top"] >= 0 and b["right"] <= 390 and b["bottom"] <= box(page, ".row:has(> #pg-send)")["top"], b
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
-    # the side panel right under the chat's input, before the chat's other rows
-    row, side = box(page, ".row:has(> #pg-send)"), box(page, "#pg-side")
-    assert 0 <= side["top"] - row["bottom"] <= 120, (row, side)
-    assert side["bottom"] <= box(page, "#pg-export")["top"], side
-    shot(page, f"layout-7-phone-tabs-{locale}")
+    shot(page, f"layout-7-phone-drawer-closed-{locale}", full_page=False)
+
+    button.click()
+    sync_api.expect(tabs).to_have_count(10)  # every tab in the drawer's tab row ...
+    sync_api.expect(page.locator("#pg-side .overflow-menu > button")).to_be_hidden()  # ... none behind a menu
+    side, header = box(page, "#pg-side"), box(page, ".pg-header")
+    assert side["left"] >= 0 and side["right"] <= 390 and side["top"] >= header["bottom"] - 1, (side, header)
+    for i in range(10):
+        t = tabs.nth(i).bounding_box()
+        assert t and t["width"] > 20 and t["x"] >= side["left"] and t["x"] + t["width"] <= 390, (i, t)
+        assert t["y"] >= side["top"] and t["y"] + t["height"] <= 844, (i, t)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    sync_api.expect(button).to_be_visible()  # the header, its button among it, above the drawer
+    shot(page, f"layout-8-phone-drawer-open-{locale}", full_page=False)
     tabs.last.click()  # the last tab, straight from the row
     sync_api.expect(tabs.last).to_have_attribute("aria-selected", "true")
+
+    button.click()  # closes it again: the chat is in reach
+    sync_api.expect(tabs.first).to_be_hidden()
+    page.click("#pg-input textarea")
+    # The header stays at the screen's top when the page scrolls (the chat's buttons are below the fold).
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    page.wait_for_function("() => window.scrollY > 100")
+    header = box(page, ".pg-header")
+    assert header["top"] >= 0 and header["bottom"] <= 80, header
+    sync_api.expect(button).to_be_visible()
+    button.click()
+    sync_api.expect(tabs.first).to_be_visible()
+    assert box(page, "#pg-side")["top"] >= box(page, ".pg-header")["bottom"] - 1  # under the header, scrolled too
+    page.keyboard.press("Escape")
+    sync_api.expect(tabs.first).to_be_hidden()
     page.context.close()

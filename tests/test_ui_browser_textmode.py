@@ -11,12 +11,14 @@ import pytest
 from tests.browser_helpers import (
     FINISHED_JS,
     NEEDS_CHROMIUM,
+    close_drawer,
     open_page,
     open_tab,
     send,
     set_number,
     shot,
     stat,
+    sync_api,
 )
 
 pytestmark = NEEDS_CHROMIUM
@@ -29,6 +31,7 @@ def few_tokens(page: Any, max_tokens: int) -> None:
     page.locator("#pg-preset label", has_text="Precise").click()
     set_number(page, "max_tokens", max_tokens)
     open_tab(page, "Stats")
+    close_drawer(page)  # a phone's drawer covers the chat
 
 
 @pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
@@ -49,6 +52,7 @@ def test_text_mode_shows_the_continuation_and_the_prompts_heatmap(
     assert reply.locator(".pg-text-prompt").inner_text() == PROMPT
     continuation = reply.locator("mark.pg-text-cont").inner_text()
     assert continuation.strip() and continuation != "…"
+    open_tab(page, "Stats")  # on a phone: in the drawer
     prompt_tokens = int(stat(page, "prompt tokens"))
     assert prompt_tokens == count
     heat = page.locator("#pg-heat .pg-prompt-heat .pg-tok")
@@ -85,4 +89,25 @@ def test_a_base_model_starts_in_text_mode_and_switches_to_chat(browser: Any, gem
     shot(page, "textmode-gemma-1440x900")
     page.locator("#pg-mode label", has_text="Chat").click()
     assert page.locator("#pg-mode input[value=chat]").is_checked()
+    page.close()
+
+
+def test_text_modes_context_meter_counts_the_raw_prompt(browser: Any, live: Any) -> None:
+    """Issue 30: in Text mode the meter counted the chat template's rendering of the box (49 tokens where 5 are
+    sent); it counts the raw prompt /v1/completions gets, as the API's /tokenize counts it."""
+    page = open_page(browser, live.url)
+    with live.client() as c:
+        count = c.post("/tokenize", json={"prompt": PROMPT}).json()["count"]
+        templated = c.post("/tokenize", json={"messages": [{"role": "user", "content": PROMPT}]}).json()["count"]
+    assert count < templated
+    box = page.locator("#pg-input textarea")
+    box.press_sequentially(PROMPT, delay=10)  # typed: `input` events, the meter measures the chat's prompt
+    meter = page.locator("#pg-context")
+    sync_api.expect(meter).to_contain_text(f"{templated} prompt")
+    page.locator("#pg-mode label", has_text="Text").click()
+    sync_api.expect(meter).to_contain_text(f"context: {count} prompt + ")
+    box.fill("")
+    box.press_sequentially(PROMPT, delay=10)  # typed in Text mode: the raw prompt too
+    sync_api.expect(meter).to_contain_text(f"context: {count} prompt + ")
+    shot(page, "textmode-meter-1440x900", full_page=False)
     page.close()
