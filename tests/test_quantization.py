@@ -256,3 +256,29 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
     other = [quant.QuantProjection(qw, None, K)]
     quant.calibrate(other, slow, repeat=1)
     assert other[0].fallback is None and "fallback" not in other[0].kernels_by_rows
+
+
+@pytest.mark.parametrize("rows", [1, 16, 65])
+@pytest.mark.parametrize(("n", "k"), [(7, 40), (33, 200), (17, 576)])
+@pytest.mark.parametrize(("bits", "group"), [(4, 32), (8, 0), (8, 32)])
+def test_w8a8_matches_the_dequantized_matrix(rows: int, n: int, k: int, bits: int, group: int) -> None:
+    """int8 activations x int8 weights (torch._int_mm, where the CPU has VNNI or AMX): within the rounding of
+    per-row int8 activations and per-channel int8 weights of the dequantized matrix, bias added in float32."""
+    if not quant.w8a8_supported():
+        pytest.skip("no VNNI / AMX int8 on this CPU, or no torch._int_mm")
+    g = torch.Generator().manual_seed(rows + n * 13 + k)
+    qw = quant.quantize(torch.randn(n, k, generator=g), bits, group)
+    bias = torch.randn(n, generator=g)
+    p = quant.QuantProjection(qw, bias, cpu_kernels.kernels())
+    assert p.pack_int8()
+    if bits == 8 and group == 0:  # already per-channel int8: no second copy
+        assert p.int8 is not None and p.int8[0].data_ptr() == qw.q.data_ptr() and p.nbytes == qw.nbytes
+    x = torch.randn(rows, k, generator=g)
+    ref = F.linear(x, qw.dequantize(), bias)
+    out = p.w8a8(x)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    err = (out - ref).norm() / (ref - bias).norm()
+    assert err < 0.02, err
+    if rows >= quant.SPLIT_ROWS:
+        p.kernels_by_rows = ("tile", "w8a8")  # what calibration sets where it wins from SPLIT_ROWS
+        torch.testing.assert_close(p(x), out)

@@ -23,6 +23,7 @@ Figures: bench/quant_serve.py, bench/README.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ INT8_GROUP = 32
 # a sequence's numbers do not depend on how many others share its step below SPLIT_ROWS: the kernels round
 # differently (torch's takes bf16 activations), and greedy tokens alone and batched must be the same.
 SPLIT_ROWS = 16
-CALIBRATION_ROWS = (1, 4, 16, 64)  # timed: the first two choose the small-row kernel, the rest the large-row one
+CALIBRATION_ROWS = (1, 4, 16, 32, 64)  # timed: the first two choose the small-row kernel, the rest the large-row one
 TORCH_MARGIN = 0.85  # torch's bf16-activation kernel only where it beats the float32 tile kernel by 15%
 # From SPLIT_ROWS rows, the unquantized path (a bf16 copy of the dequantized matrix) where it beats the quantized
 # kernels by 10% at every large row count timed: many rows are compute-bound, where the timing of cache-hot
@@ -198,7 +199,11 @@ class QuantProjection:
         self.packed: tuple[torch.Tensor, torch.Tensor] | None = None  # torch's layout, where calibration picks it
         # The unquantized path on the dequantized matrix (a bf16 copy), kept only where calibration picks it.
         self.fallback: Any = None
-        self.kernels_by_rows = ("tile", "tile")  # below SPLIT_ROWS, from there: "tile", "torch" or "fallback"
+        # int8 activations x int8 weights (`w8a8`): the matrix per channel in int8 [N, Kp] and its scales [N],
+        # kept only where calibration picks it (the weights themselves where they already are per-channel int8).
+        self.int8: tuple[torch.Tensor, torch.Tensor] | None = None
+        # below SPLIT_ROWS, from there: "tile", "torch", "fallback" or "w8a8"
+        self.kernels_by_rows = ("tile", "tile")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -210,12 +215,16 @@ class QuantProjection:
         if self.fallback is not None:
             for t in (self.fallback.weight, self.fallback.packed):
                 extra += t.numel() * t.element_size() if t is not None else 0
+        if self.int8 is not None and self.int8[0].data_ptr() != self.qw.q.data_ptr():
+            extra += sum(t.numel() * t.element_size() for t in self.int8)
         return self.qw.nbytes + extra
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.kernels_by_rows[x.shape[0] >= SPLIT_ROWS]
         if kernel == "fallback":
             return self.fallback(x)
+        if kernel == "w8a8":
+            return self.w8a8(x)
         return self.torch_matmul(x) if kernel == "torch" else self.tile(x)
 
     def tile(self, x: torch.Tensor) -> torch.Tensor:
@@ -260,6 +269,47 @@ class QuantProjection:
         out = out.float()
         return out + self.bias if self.bias is not None else out
 
+    def pack_int8(self) -> bool:
+        """Build the per-channel int8 copy `w8a8` multiplies with (none where the weights already are per-channel
+        symmetric int8); False where this CPU has no int8 dot-product instructions or torch no `_int_mm`."""
+        if not w8a8_supported():
+            return False
+        w = self.qw
+        if w.bits == 8 and w.group == w.kp and not w.minv.numel():
+            self.int8 = (w.q.view(torch.int8), w.scale[:, 0].contiguous())
+        else:
+            per_channel = quantize(w.dequantize(), 8, 0)
+            self.int8 = (per_channel.q.view(torch.int8), per_channel.scale[:, 0].contiguous())
+        return True
+
+    def w8a8(self, x: torch.Tensor) -> torch.Tensor:
+        """x quantized to int8 per row (scale max|x| / 127), times the per-channel int8 weights in int32
+        (`torch._int_mm`: oneDNN's VNNI / AMX int8 matmul), scaled back to float32."""
+        assert self.int8 is not None
+        wq, ws = self.int8
+        x = x.float()
+        if wq.shape[1] != x.shape[1]:
+            x = F.pad(x, (0, wq.shape[1] - x.shape[1]))
+        sx = x.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
+        xq = (x / sx).round_().to(torch.int8)
+        out = torch._int_mm(xq, wq.t()).float().mul_(sx).mul_(ws)
+        return out.add_(self.bias) if self.bias is not None else out
+
+
+@functools.cache
+def w8a8_supported() -> bool:
+    """Whether int8 x int8 matmuls pay here: a CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or
+    AMX-INT8, read off /proc/cpuinfo at run time) and a torch whose `_int_mm` runs on the CPU."""
+    from engine.core.cpu_kernels import cpu_flags
+
+    if not cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        return False
+    try:
+        a = torch.ones(2, 64, dtype=torch.int8)
+        return int(torch._int_mm(a, a.t())[0, 0]) == 64
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
 
 def _best(fn: Any, sample: list[Any], x: torch.Tensor, repeat: int) -> float:
     times = []
@@ -287,6 +337,7 @@ def calibrate(
     for (n, k, _bits, _group), group in groups.items():
         sample = group[:: max(1, len(group) // 2)][:2]
         has_torch = all(p.pack_for_torch() for p in sample)
+        has_int8 = all(p.pack_int8() for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
         table: dict[int, dict[str, float]] = {}
         inputs = torch.Generator().manual_seed(0)  # its own: the process's random state is the caller's
@@ -297,19 +348,20 @@ def calibrate(
                 t["torch"] = _best(lambda p, x: p.torch_matmul(x), sample, x, repeat)
             if refs:
                 t["reference"] = _best(lambda f, x: f(x), refs, x, repeat)
+            if has_int8 and r >= SPLIT_ROWS:
+                t["w8a8"] = _best(lambda p, x: p.w8a8(x), sample, x, repeat)
             table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
         chosen = []
         for part in ([r for r in rows if r < SPLIT_ROWS], [r for r in rows if r >= SPLIT_ROWS]):
             total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch")}
             best = "torch" if total["torch"] < TORCH_MARGIN * total["tile"] else "tile"
-            if (
-                part
-                and part[0] >= SPLIT_ROWS
-                and all(
-                    "reference" in table[r] and table[r]["reference"] < FALLBACK_MARGIN * table[r][best] for r in part
-                )
-            ):
-                best = "fallback"
+            if part and part[0] >= SPLIT_ROWS:  # a second copy only where it wins at every row count timed
+                wins = {
+                    name: sum(table[r][key] for r in part)
+                    for name, key in (("fallback", "reference"), ("w8a8", "w8a8"))
+                    if all(key in table[r] and table[r][key] < FALLBACK_MARGIN * table[r][best] for r in part)
+                }
+                best = min(wins, key=wins.__getitem__) if wins else best
             chosen.append(best)
         kernels_by_rows = (chosen[0], chosen[1])
         for p in group:
@@ -321,6 +373,11 @@ def calibrate(
                 p.packed = None
             if "fallback" in kernels_by_rows and reference is not None:
                 p.fallback = reference(p.qw.dequantize(), p.bias)
+            if "w8a8" in kernels_by_rows:
+                if p.int8 is None:
+                    p.pack_int8()
+            else:
+                p.int8 = None
         log.info(
             "quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s",
             n,
