@@ -74,7 +74,9 @@ def main() -> None:
                 for _ in range(args.layers)
             ]
             with torch.inference_mode():
-                table = quant.calibrate(projections, reference, repeat=args.repeat, rows=rows)[shape]
+                table = quant.calibrate(projections, reference, repeat=args.repeat, rows=rows, int8_activations=True)[
+                    shape
+                ]
             picked[f"{shape[0]}x{shape[1]}"] = projections[0].kernels_by_rows
             for r, times in table.items():
                 for name, ms in times.items():
