@@ -9,7 +9,7 @@ For each mode the model is loaded as the server loads it (engine/models.py, make
     greedy decode steps of all B, each timed (the runner's forward: the engine's compute, without its HTTP and
     scheduling around it); B / the median step over `--repeat` runs, so a neighbour's bursts are left out;
   - weight bytes resident: the projections as kept (packed forms and any second copy included) plus the
-    embedding and output head;
+    embedding and output head (int8 or the GGUF's own blocks when quantized), and the process's RSS after loading;
   - `--quality` (SmolLM2 only): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
     through each mode: top-1 agreement and mean KL(fp32 || mode) per token.
 `--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only).
@@ -85,22 +85,37 @@ def runner_for(model_name: str, mode: str, kv_tokens: int = 16384) -> tuple[Any,
     return make_runner(model, "cpu", kv_tokens, quantization=quantization, gguf=gguf), tok
 
 
-def weight_bytes(runner: Any) -> int:
+def weight_bytes(runner: Any, copies: bool = True) -> int:
+    """The weights' bytes as kept; without `copies`, less the second copies calibration kept for speed."""
     from engine.core.quant import QuantProjection
 
     total = 0
     for layer in runner.proj:
         for p in layer:
             if isinstance(p, QuantProjection):
-                total += p.nbytes
+                total += p.nbytes if copies else p.qw.nbytes
             else:
                 total += p.weight.numel() * p.weight.element_size()
                 total += p.packed.numel() * p.packed.element_size() if p.packed is not None else 0
-    head, embed = runner.lm_head.weight, runner.model.get_input_embeddings().weight
-    total += head.numel() * head.element_size()
-    if embed.data_ptr() != head.data_ptr():
+    head = runner.lm_head
+    if isinstance(head, QuantProjection):  # quantized with the projections, the embedding's rows with it when tied
+        total += head.nbytes if copies else head.qw.nbytes
+        embed_q = runner.embed_tokens.qw
+        return total + (embed_q.nbytes if embed_q is not head.qw else 0)
+    embed = runner.model.get_input_embeddings().weight
+    total += head.weight.numel() * head.weight.element_size()
+    if embed.data_ptr() != head.weight.data_ptr():
         total += embed.numel() * embed.element_size()
     return total
+
+
+def rss() -> int:
+    """This process's resident bytes now (Linux), after a collection."""
+    gc.collect()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def prompts_for(tok: Any, n: int, vocab: int) -> list[list[int]]:
@@ -190,6 +205,8 @@ def main() -> None:
             "weights": getattr(runner, "quantization", ""),
             "load_s": round(time.perf_counter() - started, 1),
             "weight_mb": round(weight_bytes(runner) / 2**20, 1),
+            "packed_mb": round(weight_bytes(runner, copies=False) / 2**20, 1),
+            "rss_mb": round(rss() / 2**20, 1),
         }
         for b in batches:
             tps = decode_speed(runner, prompts_for(tok, b, runner.vocab_size), args.tokens, args.repeat)

@@ -282,18 +282,39 @@ void attend_one(const float* q, const T* k_pool, const T* v_pool, const int32_t*
 // straight in); 8 bits: one signed byte a weight. Decoded into float32 in L1, then the same tiles as bf16 rows.
 constexpr int QB = 32;
 
-inline void decode_q4(const uint8_t* q, const float* sc, const float* mn, float* out, int K, int group) {
+// A group's scale or min: float32, or IEEE half (the scales of quantize-at-load and of GGUF's Q4_0 / Q4_1 / Q8_0,
+// which are half already), widened exactly by bit arithmetic (no F16C needed).
+inline float widen_scale(float f) { return f; }
+inline float widen_scale(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 31, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 31) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else {  // zero or subnormal: man * 2^-24
+        float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+
+template <typename S>
+inline void decode_q4(const uint8_t* q, const S* sc, const S* mn, float* out, int K, int group) {
     for (int kb = 0; kb < K; kb += QB) {
         const int gi = kb / group;
         const uint8_t* b = q + kb / 2;
+        const float s1 = widen_scale(sc[gi]), m1 = widen_scale(mn[gi]);
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-        const __m512 s = _mm512_set1_ps(sc[gi]), m = _mm512_set1_ps(mn[gi]);
+        const __m512 s = _mm512_set1_ps(s1), m = _mm512_set1_ps(m1);
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
         const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(v, 4);
         _mm512_storeu_ps(out + kb, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, m));
         _mm512_storeu_ps(out + kb + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, m));
 #else
-        const __m256 s = _mm256_set1_ps(sc[gi]), m = _mm256_set1_ps(mn[gi]);
+        const __m256 s = _mm256_set1_ps(s1), m = _mm256_set1_ps(m1);
         for (int h = 0; h < 2; ++h) {
             const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * h)));
             const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(15)), hi = _mm256_srli_epi32(v, 4);
@@ -304,13 +325,55 @@ inline void decode_q4(const uint8_t* q, const float* sc, const float* mn, float*
     }
 }
 
-inline void decode_q8(const int8_t* q, const float* sc, const float* mn, float* out, int K, int group) {
-    for (int kb = 0; kb < K; kb += QB) {
-        const int gi = kb / group;
-        const __m256 s = _mm256_set1_ps(sc[gi]), m = mn ? _mm256_set1_ps(mn[gi]) : _mm256_setzero_ps();
-        for (int h = 0; h < QB; h += 8) {
-            const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + kb + h)));
-            _mm256_storeu_ps(out + kb + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, m));
+// 8 bits: groups of 16 (GGUF's Q6_K sub-blocks) or any multiple of 32.
+template <typename S>
+inline void decode_q8(const int8_t* q, const S* sc, const S* mn, float* out, int K, int group) {
+    for (int k8 = 0; k8 < K; k8 += 8) {
+        const int gi = k8 / group;
+        const __m256 s = _mm256_set1_ps(widen_scale(sc[gi]));
+        const __m256 m = mn ? _mm256_set1_ps(widen_scale(mn[gi])) : _mm256_setzero_ps();
+        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k8)));
+        _mm256_storeu_ps(out + k8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, m));
+    }
+}
+
+// x [B, K] float32; wq [N, K / 2] (bits 4) or [N, K] (bits 8) as above, K a multiple of `group` and of 32;
+// scale, minv [N, K / group] of S (float32 or half; minv null for 8 bits without offset); bias [N] float32 or
+// null; y [B, N] float32. Every row tile is decoded once per block of BB input rows (one pass over the packed bytes
+// for a decode step), then multiplied as bf16 tiles are.
+template <typename S>
+void linear_quant(const float* x, const uint8_t* wq, const S* scale, const S* minv, const float* bias, float* y,
+                  int B, int K, int N, int group, int bits, int threads) {
+    const int64_t row_bytes = bits == 4 ? K / 2 : K;
+    const int G = K / group;
+    const int tiles = (N + TR - 1) / TR;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> wf(static_cast<size_t>(TR) * K);
+        for (int b0 = 0; b0 < B; b0 += BB) {
+            const int b1 = B - b0 < BB ? B : b0 + BB;
+#pragma omp for schedule(static)
+            for (int t = 0; t < tiles; ++t) {
+                const int n = t * TR, R = N - n < TR ? N - n : TR;
+                if (t + PF < tiles) {
+                    const char* ahead = reinterpret_cast<const char*>(wq + static_cast<int64_t>(n + PF * TR) * row_bytes);
+                    const int64_t rows_ahead = N - n - PF * TR < TR ? N - n - PF * TR : TR;
+                    for (int64_t off = 0; off < rows_ahead * row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+                }
+                for (int r = 0; r < R; ++r) {
+                    const int64_t row = n + r;
+                    if (bits == 4)
+                        decode_q4(wq + row * row_bytes, scale + row * G, minv + row * G, wf.data() + r * K, K, group);
+                    else
+                        decode_q8(reinterpret_cast<const int8_t*>(wq + row * row_bytes), scale + row * G,
+                                  minv ? minv + row * G : nullptr, wf.data() + r * K, K, group);
+                }
+                for (int b = b0; b < b1; b += TC) {
+                    const int c = b1 - b < TC ? b1 - b : TC;
+                    const TileFn<float> fn = pick_rows<float>(R, c, std::make_integer_sequence<int, TR>{});
+                    fn(x, wf.data(), bias, y, K, N, n, b);
+                }
+            }
         }
     }
 }
@@ -503,43 +566,15 @@ void gelu_tanh_mul(const float* gate_up, float* out, int N, int I) {
     }
 }
 
-// x [B, K] float32; wq [N, K / 2] (bits 4) or [N, K] (bits 8) as above, K a multiple of `group` and group of 32;
-// scale, minv [N, K / group] float32 (minv null for 8 bits: no offset); bias [N] float32 or null; y [B, N] float32. Every row tile is decoded once
-// per block of BB input rows (one pass over the packed bytes for a decode step), then multiplied as bf16 tiles are.
+// linear_q: the quantized projection with float32 scales and mins (linear_quant above); linear_q_h: with half ones.
 void linear_q(const float* x, const uint8_t* wq, const float* scale, const float* minv, const float* bias, float* y,
               int B, int K, int N, int group, int bits, int threads) {
-    const int64_t row_bytes = bits == 4 ? K / 2 : K;
-    const int G = K / group;
-    const int tiles = (N + TR - 1) / TR;
-#pragma omp parallel num_threads(threads)
-    {
-        std::vector<float> wf(static_cast<size_t>(TR) * K);
-        for (int b0 = 0; b0 < B; b0 += BB) {
-            const int b1 = B - b0 < BB ? B : b0 + BB;
-#pragma omp for schedule(static)
-            for (int t = 0; t < tiles; ++t) {
-                const int n = t * TR, R = N - n < TR ? N - n : TR;
-                if (t + PF < tiles) {
-                    const char* ahead = reinterpret_cast<const char*>(wq + static_cast<int64_t>(n + PF * TR) * row_bytes);
-                    const int64_t rows_ahead = N - n - PF * TR < TR ? N - n - PF * TR : TR;
-                    for (int64_t off = 0; off < rows_ahead * row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-                }
-                for (int r = 0; r < R; ++r) {
-                    const int64_t row = n + r;
-                    if (bits == 4)
-                        decode_q4(wq + row * row_bytes, scale + row * G, minv + row * G, wf.data() + r * K, K, group);
-                    else
-                        decode_q8(reinterpret_cast<const int8_t*>(wq + row * row_bytes), scale + row * G,
-                                  minv ? minv + row * G : nullptr, wf.data() + r * K, K, group);
-                }
-                for (int b = b0; b < b1; b += TC) {
-                    const int c = b1 - b < TC ? b1 - b : TC;
-                    const TileFn<float> fn = pick_rows<float>(R, c, std::make_integer_sequence<int, TR>{});
-                    fn(x, wf.data(), bias, y, K, N, n, b);
-                }
-            }
-        }
-    }
+    linear_quant<float>(x, wq, scale, minv, bias, y, B, K, N, group, bits, threads);
+}
+
+void linear_q_h(const float* x, const uint8_t* wq, const uint16_t* scale, const uint16_t* minv, const float* bias,
+                float* y, int B, int K, int N, int group, int bits, int threads) {
+    linear_quant<uint16_t>(x, wq, scale, minv, bias, y, B, K, N, group, bits, threads);
 }
 
 // ---- KV pages in bf16 (--kv-cache-dtype bf16): the same kernels as decode_attention and rope_store, the pages'

@@ -113,8 +113,11 @@ class CpuKernels:
         self._gelu_tanh_mul.argtypes = [p, p, i, i]
         self._linear_q = lib.linear_q
         self._linear_q.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
+        self._linear_q_h = lib.linear_q_h  # the same with half scales and mins
+        self._linear_q_h.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
         for fn in (
             self._linear_q,
+            self._linear_q_h,
             self._add_rmsnorm,
             self._rope_store,
             self._rope_store_bf16,
@@ -245,11 +248,12 @@ class CpuKernels:
 
     def linear_q(self, x: torch.Tensor, w: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, Kp] float32 @ w.T (+ bias [N] float32) -> [B, N] float32, w a quant.QuantWeight (Kp its padded
-        width: the caller pads x)."""
+        width: the caller pads x); its scales and mins float32 or float16."""
         x = x.contiguous()
         rows = x.shape[0]
         y = torch.empty(rows, w.n, dtype=torch.float32)
-        self._linear_q(
+        assert w.scale.dtype in (torch.float32, torch.float16) and (not w.minv.numel() or w.minv.dtype == w.scale.dtype)
+        (self._linear_q_h if w.scale.dtype == torch.float16 else self._linear_q)(
             x.data_ptr(),
             w.q.data_ptr(),
             w.scale.data_ptr(),

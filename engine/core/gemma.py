@@ -95,7 +95,8 @@ class GemmaLayers:
 
     def embed(self, embedding: Any, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """HF's Gemma3TextScaledWordEmbedding in the model's dtype (the runner may store the matrix in bf16)."""
-        rows = F.embedding(ids, embedding.weight).to(self.model_dtype)
+        rows = embedding.rows(ids) if hasattr(embedding, "rows") else F.embedding(ids, embedding.weight)
+        rows = rows.to(self.model_dtype)
         return (rows * embedding.embed_scale.to(self.model_dtype)).to(dtype)
 
     def logits(self, logits: torch.Tensor) -> torch.Tensor:

@@ -189,16 +189,21 @@ class DecoderRunner:
         self.quantization = "none"  # what the projections' weights are (the log, /v1/models)
         self.weights_label = ""  # the same for the page's header ("Q4_1 · int4 kernels"); "" when not quantized
         self.quant_calibration: dict[Any, Any] = {}
+        # The input embedding: the model's own module, or (quantized weights) a QuantEmbedding of int8 rows.
+        self.embed_tokens: Any = self.inner.embed_tokens
+        self.lm_head: Any
         if mode != "none":
+            self.lm_head, self.embed_tokens = quant.quantized_head(model, mode, kern, gguf)
             self._quantize(mode, gguf, kern, cfg)
-        head, embed = model.lm_head, model.get_input_embeddings()
-        head.weight.data = head.weight.data.to(store)  # tied: the embedding's too
-        embed.weight.data = embed.weight.data.to(store)
-        self.lm_head = Projection(head.weight.data, head.bias, kern, self.bf16_matmul)
+        else:
+            head, embed = model.lm_head, model.get_input_embeddings()
+            head.weight.data = head.weight.data.to(store)  # tied: the embedding's too
+            embed.weight.data = embed.weight.data.to(store)
+            self.lm_head = Projection(head.weight.data, head.bias, kern, self.bf16_matmul)
         if self.bf16_matmul:
             with torch.inference_mode():
                 self.bf16_rows = calibrate_bf16(
-                    [p for layer in self.proj for p in layer if isinstance(p, Projection)] + [self.lm_head]
+                    [p for p in [*(q for layer in self.proj for q in layer), self.lm_head] if isinstance(p, Projection)]
                 )
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
@@ -226,7 +231,7 @@ class DecoderRunner:
         def reference(w: torch.Tensor, bias: torch.Tensor | None) -> Projection:  # the unquantized path, same matrix
             return Projection(w.to(torch.bfloat16), bias, kern, mixed)
 
-        qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)]
+        qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)] + [self.lm_head]
         with torch.inference_mode():
             self.quant_calibration = quant.calibrate(qp, reference)
         log.info(
@@ -299,7 +304,7 @@ class DecoderRunner:
     def _graph_step(self, inputs: StaticInputs) -> torch.Tensor:
         """A decode step on a bucket's static buffers -> logits [B, vocab]: the eager step's layers, with no
         host-side work left inside (no lists, no indexing by Python lists)."""
-        h = self.inner.embed_tokens(inputs.ids).to(self.dtype)
+        h = self.embed_tokens(inputs.ids).to(self.dtype)
         cos, sin = self.inner.rotary_emb(h, position_ids=inputs.positions[None])
         rows = DecodeRows(inputs.ids, inputs.table, inputs.lens)  # cols unused: every row decodes
         hidden = self._layers(h, cos[0].contiguous(), sin[0].contiguous(), inputs.slots, [], [], {}, rows, slice(None))
@@ -388,7 +393,7 @@ class DecoderRunner:
         position_ids = torch.tensor([pos], device=dev)
         slot = torch.tensor(slots, device=dev)
         window_slot = torch.tensor(window_slots, device=dev) if self.window is not None else None
-        embed = self.inner.embed_tokens
+        embed = self.embed_tokens
         # [N, D]: every token of every segment on one axis
         h = embed(input_ids).to(self.dtype) if self.gemma is None else self.gemma.embed(embed, input_ids, self.dtype)
         # Single-token (decode) segments attend in one call, reading their pages where they are, and so do drafted
