@@ -1,6 +1,6 @@
 """The Backend tab: per browser session, answer with the embedded engine (default) or a remote OpenAI-compatible
 server (MindIE, vLLM, vLLM-Ascend, this app elsewhere) by URL, API key and model name. The choice is a ChatBackend
-(playground/backend.py) in the session's state; the page drives either the same way."""
+(playground/client/backend.py) in the session's state; the page drives either the same way."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import gradio as gr
 import httpx
 
 from engine.protocol.errors import ApiError
-from playground.backend import ChatBackend
 from playground.capabilities import backend_label
 from playground.chat import ChatHandlers
+from playground.client.backend import ChatBackend
+from playground.client.remote import RemoteBackend
 from playground.i18n import choices, say, t
-from playground.remote import RemoteBackend
 from playground.session import Session
 
 # The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
@@ -93,7 +93,7 @@ async def chosen_backend(
     reason = refusal(url, settings, lang)
     if reason is not None:
         raise ValueError(reason)
-    # Async, with short connect and read limits (playground/remote.py): a server that never answers holds this
+    # Async, with short connect and read limits (playground/client/remote.py): a server that never answers holds this
     # session's click a few seconds, and no thread the engine's callers need.
     return await RemoteBackend.open(
         url,

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
-from playground import tools_panel
+from playground.client import tools_panel
 from playground.i18n import TEXTS, say
 
 KINDS = ("image", "video", "audio")

@@ -1,7 +1,7 @@
 """The chat's event handlers: build the request from the controls, check it with the API's own validation, stream
 the session's backend's chunks into the conversation (re-rendering about ten times a second), and abort on Stop.
 
-Every request goes through a ChatBackend (playground/backend.py): the embedded one runs it through the deployment's
+Every request goes through a ChatBackend (playground/client/backend.py): the embedded one runs it through the deployment's
 RequestPolicy, as the API's requests are, never the service directly. Each handler returns (or yields) a dict of
 only the components it changes (ChatOutputs).
 """
@@ -18,17 +18,18 @@ import gradio as gr
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
-from playground import attachments, controls, textmode
-from playground import branch as branches
-from playground.backend import ChatBackend, LocalBackend, ModelBackend
+from playground import attachments, textmode
 from playground.chat_outputs import ChatOutputs, Update
-from playground.controls import BY_NAME
+from playground.client import branch as branches
+from playground.client import controls
+from playground.client.backend import ChatBackend, LocalBackend, ModelBackend
+from playground.client.controls import BY_NAME
+from playground.client.render import throttled
+from playground.client.reply import ReplyView
+from playground.client.tools_panel import choice_value, parse_tools
 from playground.conversation import Conversation, Turn, display, strip_marks
 from playground.i18n import lang_of, say
-from playground.render import throttled
-from playground.reply import ReplyView
 from playground.session import Session, base_url_of, caller
-from playground.tools_panel import choice_value, parse_tools
 
 UPDATE_EVERY_S = 0.1
 LOADING = ("The model is still loading; try again in a moment.", "模型仍在加载，请稍后再试。")
@@ -504,7 +505,7 @@ class ChatHandlers:
         self, action: str, conv: Conversation, session: Session, request: gr.Request
     ) -> AsyncIterator[Any]:
         """A click on a token's alternative (tokens.js sends "branch:<turn>:<choice>:<pos>:<alt>:<nonce>"): the
-        reply continued from there, with that alternative, as a new version of the turn (playground/branch.py)."""
+        reply continued from there, with that alternative, as a new version of the turn (playground/client/branch.py)."""
         lang, where = session.lang, branches.parse(action)
         if where is None:
             yield gr.skip()

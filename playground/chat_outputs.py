@@ -8,10 +8,11 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments, heatmap, snippets, stats, textmode, timeline, xray
+from playground import attachments, heatmap, textmode, timeline, xray
+from playground.client import snippets, stats
+from playground.client.reply import ReplyView
 from playground.conversation import Conversation, Turn, display
 from playground.i18n import TEXTS, say
-from playground.reply import ReplyView
 
 Update = dict[Any, Any]
 
@@ -85,7 +86,7 @@ class ChatOutputs:
         if final:
             pos = next((i for i, t in enumerate(conv.turns) if t is turn), None) if conv is not None else None
             text = textmode.is_text(turn.request)
-            branchable = pos if turn.request and not text else None  # playground/branch.py continues a chat
+            branchable = pos if turn.request and not text else None  # playground/client/branch.py continues a chat
             heat = heatmap.tokens_html(reply.first.logprobs, lang, turn=branchable, accepted=reply.first.accepted)
             if text and reply.prompt_logprobs:  # the prompt's own heatmap first, then the continuation's
                 k = int((turn.request or {}).get("prompt_logprobs") or textmode.PROMPT_LOGPROBS)

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from playground import heatmap, stats, textmode
+from playground import heatmap, textmode
 from playground.attachments import chat_preview, media_line
+from playground.client import stats
+from playground.client.render import message_of
+from playground.client.reply import ChoiceView, ReplyView
+from playground.client.tools_panel import check_arguments
 from playground.i18n import say
 from playground.progress import progress_html
-from playground.render import message_of
-from playground.reply import ChoiceView, ReplyView
-from playground.tools_panel import check_arguments
 
 
 @dataclass(eq=False)
@@ -287,7 +288,7 @@ def reply_messages(turn: Turn, lang: str = "en", at: int | None = None) -> list[
         s = reply.stats()
         meta = {"title": "▥ " + stats.summary(s, lang), "status": "done"}
         out.append({"role": "assistant", "content": stats.markdown(s, lang), "metadata": meta})
-    branchable = turn.request and not textmode.is_text(turn.request)  # playground/branch.py continues a chat
+    branchable = turn.request and not textmode.is_text(turn.request)  # playground/client/branch.py continues a chat
     out += heatmap.chat_messages(c, lang, done=reply.done, turn=at if branchable else None)
     return out
 

@@ -14,9 +14,9 @@ from typing import Any
 from engine.protocol.response import FunctionCall, ToolCallItem
 from playground import turn_codec
 from playground.attachments import how_sent, source_of
-from playground.controls import BY_NAME
+from playground.client.controls import BY_NAME
+from playground.client.reply import ChoiceView, ReplyView
 from playground.conversation import Conversation, Turn
-from playground.reply import ChoiceView, ReplyView
 
 FORMAT = "llm-playground/conversation@2"
 READS = ("llm-playground/conversation@1", FORMAT)  # @1: the messages only (no numbers, no versions)

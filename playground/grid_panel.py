@@ -1,5 +1,5 @@
 """The Grid tab (issue 21, point 4): a prompt set against several columns, graded, on the page; the notebooks drive
-the same module (playground/grid.py).
+the same module (playground/client/grid.py).
 
 The prompt set is JSONL or CSV, typed or uploaded; each column is a JSON object of request fields with an optional
 `name`, `url` (a remote backend, allowed as the Backend tab allows it: `--remote-backend-urls` on a public bind),
@@ -21,9 +21,9 @@ from typing import Any
 
 import gradio as gr
 
-from playground import grid
 from playground.backend_panel import REMOTE, chosen_backend
 from playground.chat import ChatHandlers
+from playground.client import grid
 from playground.i18n import say, t
 from playground.persist import READ_UPLOAD
 from playground.session import Session, caller

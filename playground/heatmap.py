@@ -21,8 +21,8 @@ from html import escape
 from typing import Any
 
 from engine.protocol.response import LogprobEntry
+from playground.client.reply import ChoiceView, ReplyView
 from playground.i18n import say
-from playground.reply import ChoiceView, ReplyView
 
 BUCKETS = 10  # colour classes pg-p0 (p < 10%) .. pg-p9 (p >= 90%), in tokens.css
 CHAT_TOKENS = 600  # the chat's heatmap shows a long reply's first tokens only; the Stats panel shows them all

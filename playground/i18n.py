@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground import controls
+from playground.client import controls
 
 TEXTS: dict[str, tuple[str, str]] = {
     "chat": ("Chat", "对话"),
@@ -38,10 +38,10 @@ TEXTS: dict[str, tuple[str, str]] = {
         "Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
         "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
         "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
-        "module runs in the notebooks (`playground/grid.py`).",
+        "module runs in the notebooks (`playground/client/grid.py`).",
         "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{variables}}` 变量的 `user` 文本，或 `messages`；可选 "
         "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
-        "`api_key`）、评分器。notebook 使用同一模块（`playground/grid.py`）。",
+        "`api_key`）、评分器。notebook 使用同一模块（`playground/client/grid.py`）。",
     ),
     "grid_prompts": ("Prompt set (JSONL or CSV)", "提示集（JSONL 或 CSV）"),
     "grid_columns": ("Columns (JSON array)", "列（JSON 数组）"),
@@ -173,7 +173,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "use_backend": ("Use this backend", "使用此后端"),
 }
 
-# The Sampling tab's help under each request field (playground/controls.py holds the English): the field names
+# The Sampling tab's help under each request field (playground/client/controls.py holds the English): the field names
 # and their values stay as the API spells them.
 KNOB_HELP_ZH = {
     "temperature": "0 = 贪心。范围 [0, 2]；API 默认 1。",

@@ -9,9 +9,10 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attach_panel, textmode, tools_panel
+from playground import attach_panel, textmode
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import capabilities
+from playground.client import tools_panel
 from playground.header_models import SAME
 from playground.i18n import PRESET_KEYS, choices, say, t
 from playground.session import Session

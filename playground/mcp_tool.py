@@ -18,7 +18,7 @@ import gradio as gr
 
 from engine.protocol.errors import ApiError
 from engine.serving.policy import CallContext, RequestPolicy
-from playground.backend import LocalBackend
+from playground.client.backend import LocalBackend
 
 PATH = "/mcp"  # where the tool's Blocks is mounted; the MCP endpoint is PATH + "/gradio_api/mcp/"
 ENDPOINT = PATH + "/gradio_api/mcp/"

@@ -21,8 +21,9 @@ from typing import Any
 
 import gradio as gr
 
-from playground import export, tools_panel
+from playground import export
 from playground.chat_outputs import ChatOutputs
+from playground.client import tools_panel
 from playground.conversation import Conversation, display
 from playground.i18n import lang_of, say
 from playground.session import base_url_of

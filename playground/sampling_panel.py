@@ -1,4 +1,4 @@
-"""The Sampling tab: presets, then the request fields (playground/controls.py's knobs) grouped by what they do."""
+"""The Sampling tab: presets, then the request fields (playground/client/controls.py's knobs) grouped by what they do."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground import controls
-from playground.controls import Knob
+from playground.client import controls
+from playground.client.controls import Knob
 from playground.i18n import PRESET_KEYS, choices, t
 
 GROUPS = (

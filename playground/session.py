@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from engine.serving.policy import CallContext, RequestPolicy
-from playground.backend import ChatBackend, Running
+from playground.client.backend import ChatBackend, Running
 
 
 @dataclass

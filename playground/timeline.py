@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from playground.client.reply import ChoiceView
 from playground.i18n import say
-from playground.reply import ChoiceView
 
 W, H = 560, 230
 NARROW = (270, 256)  # a half-panel column (an A/B side, ~230 px): drawn at about the Stats tab's scale, not shrunk

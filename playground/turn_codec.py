@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.protocol.response import LogprobEntry, ToolCallItem, Usage
+from playground.client.reply import ChoiceView, ReplyView
 from playground.conversation import Fork, Turn
-from playground.reply import ChoiceView, ReplyView
 
 # ChoiceView's plain fields, kept as they are (lists of numbers, strings, flags).
 CHOICE_FIELDS = (

@@ -14,22 +14,12 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import (
-    backend_panel,
-    controls,
-    examples,
-    grid_panel,
-    layout,
-    persist,
-    prompt_view,
-    server_panel,
-    textmode,
-    xray,
-)
+from playground import backend_panel, examples, grid_panel, layout, persist, prompt_view, server_panel, textmode, xray
 from playground.attach_panel import AttachHandlers
 from playground.capabilities import attach_note, header_html, model_notes
 from playground.chat import ChatHandlers
 from playground.chat_outputs import ChatOutputs
+from playground.client import controls
 from playground.compare import CompareHandlers, ab_ready
 from playground.context_meter import ContextMeter
 from playground.conversation import Conversation

@@ -1,7 +1,7 @@
 """The X-ray tab (issue 19, point 6): one reply's steps as the engine's scheduler ran them.
 
 Per token of the reply, the engine step that made it (engine/core/step_log.py, via the reply's fold,
-playground/reply.py `ChoiceView.steps`): how many rows shared the step (the token's `batch_size`), the other
+playground/client/reply.py `ChoiceView.steps`): how many rows shared the step (the token's `batch_size`), the other
 requests in it by their short anonymous ids, the prompt tokens prefilled beside it, preemptions and prefix-cache
 reuse its scheduling did, and its time against its floor (every weight and the KV its rows read, over the memory
 bandwidth measured when the server started) with that floor's share of the step as a bar: how near the step came
@@ -18,8 +18,8 @@ from typing import Any
 
 import gradio as gr
 
+from playground.client.reply import ChoiceView, ReplyView
 from playground.i18n import TEXTS, say, t
-from playground.reply import ChoiceView, ReplyView
 
 LIVE_ROWS = 40  # while a reply streams, its newest steps only (the whole table once it is done)
 

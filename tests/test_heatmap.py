@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.protocol.response import ChatCompletionChunk, ChoiceLogprobs, ChunkChoice, Delta, LogprobEntry, TopLogprob
 from playground import heatmap
-from playground.reply import ChoiceView, ReplyView
+from playground.client.reply import ChoiceView, ReplyView
 
 CSS = (Path(heatmap.__file__).parent / "tokens.css").read_text(encoding="utf-8")
 

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground import capabilities, controls, i18n, stats, tools_panel
+from playground import capabilities, i18n
+from playground.client import controls, stats, tools_panel
+from playground.client.reply import ReplyStats
 from playground.i18n import TEXTS, say
-from playground.reply import ReplyStats
 
 # The top-level keys of Gradio 6.31's own catalogue: a label key of that name would get Gradio's whole section
 # (the page showed "[object Object]" for an image labelled with the key "image").

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from playground import timeline
-from playground.reply import ChoiceView
+from playground.client.reply import ChoiceView
 
 SVG = "{http://www.w3.org/2000/svg}"
 

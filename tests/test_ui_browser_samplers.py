@@ -19,7 +19,7 @@ import pytest
 
 from engine.protocol.response import LogprobEntry, TopLogprob
 from playground import heatmap
-from playground.reply import ChoiceView
+from playground.client.reply import ChoiceView
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, send, set_number, shot, sync_api
 from tests.conftest import chat
 

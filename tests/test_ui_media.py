@@ -8,9 +8,10 @@ from pathlib import Path
 
 from engine.protocol.request import parse_chat_request
 from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
-from playground import attachments, export, stats
+from playground import attachments, export
+from playground.client import stats
+from playground.client.reply import ChoiceView, ReplyView
 from playground.conversation import Conversation, Turn, display
-from playground.reply import ChoiceView, ReplyView
 from playground.request_diff import request_diff, text_diff
 from tests.media_samples import image_bytes
 

@@ -21,10 +21,11 @@ from engine.protocol.response import (
     TopLogprob,
     Usage,
 )
-from playground import heatmap, stats, timeline
+from playground import heatmap, timeline
+from playground.client import stats
+from playground.client.render import Throttle, throttled
+from playground.client.reply import ReplyView
 from playground.conversation import Conversation, Turn, display
-from playground.render import Throttle, throttled
-from playground.reply import ReplyView
 
 
 def chunk(
@@ -118,7 +119,7 @@ def test_reasoning_that_used_up_max_tokens_warns() -> None:
 
 
 def test_streamed_tool_calls_merge_and_are_checked_against_the_schema() -> None:
-    from playground.tools_panel import GET_WEATHER
+    from playground.client.tools_panel import GET_WEATHER
 
     view = ReplyView()
     head = ToolCallItem(index=0, id="call_1", type="function", function=FunctionCall(name="get_weather", arguments=""))

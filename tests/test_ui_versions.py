@@ -7,8 +7,8 @@ import json
 
 from engine.protocol.response import LogprobEntry, PromptTokensDetails, TopLogprob, Usage
 from playground import export, persist
+from playground.client.reply import ChoiceView, ReplyView
 from playground.conversation import Conversation, Turn, display, strip_marks
-from playground.reply import ChoiceView, ReplyView
 
 
 def reply(text: str, tokens: int = 3, logprobs: bool = False) -> ReplyView:

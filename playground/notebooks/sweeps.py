@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from engine.protocol.errors import ApiError
+from playground.client.result import ChatResult
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
-from playground.notebooks.result import ChatResult
 
 METRICS = ("length", "distinct_2", "mean_logprob")
 
@@ -62,7 +62,7 @@ async def arun(
     cancel: asyncio.Event | None = None,
     ctx: Any = None,
 ) -> list[ChatResult | str]:
-    """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
+    """The one runner of sweeps and grids (playground/client/grid.py): each (backend, messages, params) request folded
     into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
     `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
     "cancelled" (those running finish). `ctx`: who asks, for the embedded policy (None: a notebook)."""

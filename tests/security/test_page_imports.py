@@ -22,7 +22,8 @@ SECRET = "victim-secret-7c31 my bank PIN is 0000"
 
 def victim_files(root: Path) -> dict[str, Path]:
     """Another session's saved conversation (where the page saves them) and a saved grid, both holding SECRET."""
-    from playground import export, grid
+    from playground import export
+    from playground.client import grid
     from playground.conversation import Conversation, Turn
 
     conv = Conversation([Turn("user", SECRET), Turn("assistant", "noted")])

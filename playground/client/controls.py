@@ -307,7 +307,7 @@ def structured_outputs(kind: str, text: str) -> dict[str, Any]:
 
 def _where(exc: ValueError, lang: str = "en") -> str:
     if isinstance(exc, json.JSONDecodeError):
-        from playground.tools_panel import json_error  # here: tools_panel's i18n reads this module's knobs
+        from playground.client.tools_panel import json_error  # here: tools_panel's i18n reads this module's knobs
 
         return json_error(exc, lang)
     return str(exc)

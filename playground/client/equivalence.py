@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.protocol.errors import ApiError
-from playground.backend import ChatBackend, Messages, as_messages, run_sync
-from playground.notebooks.result import ChatResult
+from playground.client.backend import ChatBackend, Messages, as_messages, run_sync
+from playground.client.result import ChatResult
 
 GREEDY = {"temperature": 0, "logprobs": True, "top_logprobs": 1}
 

@@ -1,6 +1,6 @@
 """One reply as notebooks want it: its text, reasoning, tool calls, logprobs and the engine's statistics.
 
-A ChatResult folds nothing itself: its chunks go into the page's own fold (`ReplyView`, playground/reply.py) and it
+A ChatResult folds nothing itself: its chunks go into the page's own fold (`ReplyView`, playground/client/reply.py) and it
 reads that, statistics included (`ReplyView.stats()`), so the page, a notebook and the API's fold of the same stream
 cannot disagree, and a number the backend did not give is None here as it is "not provided" on the page.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.protocol.response import ChatCompletionChunk, LogprobEntry
-from playground import stats as reply_stats
-from playground.render import Throttle
-from playground.reply import ChoiceView, ReplyView
+from playground.client import stats as reply_stats
+from playground.client.render import Throttle
+from playground.client.reply import ChoiceView, ReplyView
 
 if TYPE_CHECKING:
-    from playground.backend import ChatBackend
+    from playground.client.backend import ChatBackend
 
 
 @dataclass(frozen=True)

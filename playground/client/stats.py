@@ -1,4 +1,4 @@
-"""One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/reply.py) reads
+"""One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/client/reply.py) reads
 them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks.
 
 Each statistic's English name is its key (the `data-stat` attribute, the notebooks' label); the page shows it
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from playground.reply import ReplyStats
+from playground.client.reply import ReplyStats
 
 # English name -> (Chinese name, (English meaning, Chinese meaning)); also the names `not_provided` lists.
 NAMES: dict[str, tuple[str, tuple[str, str]]] = {

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol.response import LogprobEntry
+from playground.client.reply import ChoiceView, ReplyView
 from playground.i18n import say
-from playground.reply import ChoiceView, ReplyView
 
 NOT_THERE = ("that token is no longer there to branch from.", "那个 token 已不在，无法从它分支。")
 REASONING = (

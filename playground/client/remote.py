@@ -4,7 +4,7 @@ into the same `ChatCompletionChunk`s the embedded engine yields.
 A remote stream carries no engine timeline, so each chunk is stamped with the time it arrived here (ms since the
 request was sent): its TTFT and tokens/s include the network, which is what a client of that server sees. What
 else it carries (usage; MindIE's per-token batch sizes and queue waits when the server sends perf stats) is read
-by the fold, playground/reply.py, like any chunk's.
+by the fold, playground/client/reply.py, like any chunk's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from engine.protocol.errors import ApiError
 from engine.protocol.request import ChatCompletionRequest
 from engine.protocol.response import ChatCompletionChunk, TokenTimeline
 from engine.serving.policy import CallContext
-from playground.backend import ChatBackend, completion_body, run_sync
+from playground.client.backend import ChatBackend, completion_body, run_sync
 
 
 class RemoteError(ApiError):

@@ -5,7 +5,7 @@ folds a chunk itself, so they cannot disagree.
 Everything comes from the `ChatCompletionChunk`s as the backend yields them; nothing is re-parsed or estimated, and
 a number the backend did not give is None (the page says "not provided"). The embedded engine puts its per-token
 timeline on every chunk (the excluded `timeline` attribute, for that chunk's single choice). A remote server's
-chunks carry arrival times only (stamped by playground/remote.py), plus, when the server sends MindIE's perf
+chunks carry arrival times only (stamped by playground/client/remote.py), plus, when the server sends MindIE's perf
 stats, each choice's batch sizes and queue waits in its closing usage.
 """
 
@@ -188,7 +188,7 @@ class ReplyView:
     backend: str = "embedded"  # the backend's kind: "embedded", or "remote" (its times are arrival times here)
     id: str = ""
     progress: list[PromptProgressInfo] = field(default_factory=list)  # the prompt's prefill, chunk by chunk
-    branched: dict[str, Any] | None = None  # a branch from a token (playground/branch.py): {at, was, now}
+    branched: dict[str, Any] | None = None  # a branch from a token (playground/client/branch.py): {at, was, now}
     prompt_logprobs: list[Any] | None = None  # vLLM's, when asked for (text mode): the first chunk's
 
     def add(self, chunk: ChatCompletionChunk) -> None:

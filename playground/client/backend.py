@@ -1,9 +1,9 @@
 """The ChatBackend seam: the embedded engine through the deployment's RequestPolicy, or any OpenAI-compatible server
-by URL (MindIE, vLLM, vLLM-Ascend, or another instance of this app; playground/remote.py). The Gradio page (its
+by URL (MindIE, vLLM, vLLM-Ascend, or another instance of this app; playground/client/remote.py). The Gradio page (its
 Backend tab picks one per browser session) and the notebooks both drive it.
 
 Both take the validated `ChatCompletionRequest` the API itself parses and yield the same `ChatCompletionChunk`
-objects, which playground/reply.py folds once for everything above (chat, stats, widgets, sweeps, latency).
+objects, which playground/client/reply.py folds once for everything above (chat, stats, widgets, sweeps, latency).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from engine.protocol.response import ChatCompletionChunk
 from engine.serving.policy import CallContext, RequestPolicy
 
 if TYPE_CHECKING:
-    from playground.notebooks.result import ChatResult
+    from playground.client.result import ChatResult
 
 T = TypeVar("T")
 Messages = str | list[dict[str, Any]]
@@ -96,7 +96,7 @@ class ChatBackend(ABC):
     async def achat(self, messages: Messages, ctx: CallContext | None = None, **params: Any) -> ChatResult:
         """One request, folded: reply, reasoning, logprobs and stats. Validation and server errors raise ApiError.
         `ctx`: who asks (the page's grid passes its caller; None: a notebook)."""
-        from playground.notebooks.result import ChatResult  # the notebooks' reader of the fold
+        from playground.client.result import ChatResult  # the notebooks' reader of the fold
 
         req = self.request(messages, **params)
         result = ChatResult.of(self)
@@ -117,7 +117,7 @@ class ChatBackend(ABC):
     async def acomplete(self, prompt: Any, ctx: CallContext | None = None, **params: Any) -> ChatResult:
         """A text completion of `prompt` (a text, texts, token ids; no chat template), folded into the same
         result object as a chat: `text`, logprobs, statistics, and `prompt_logprobs` when asked for."""
-        from playground.notebooks.result import ChatResult
+        from playground.client.result import ChatResult
 
         if params.get("echo"):
             raise ValueError("complete() returns the continuation; the prompt is yours already (no echo)")
@@ -136,10 +136,10 @@ class ChatBackend(ABC):
 
     async def abranch(self, result: ChatResult, pos: int, alt: int = 0, choice: int = 0) -> ChatResult:
         """The reply of `result` continued from its token `pos` with that token's alternative `alt` (0: the most
-        likely) instead, with the same settings: the page's branch (playground/branch.py). Needs a result asked
+        likely) instead, with the same settings: the page's branch (playground/client/branch.py). Needs a result asked
         with logprobs and top_logprobs; what cannot be branched raises ValueError with the page's reason."""
-        from playground import branch
-        from playground.notebooks.result import ChatResult
+        from playground.client import branch
+        from playground.client.result import ChatResult
 
         made = branch.plan(result.request, result.view, choice, pos, alt)
         if isinstance(made, str):
@@ -247,7 +247,7 @@ def connect(target: Any, **kw: Any) -> ChatBackend:
     """A URL string -> RemoteBackend(url, **kw) (model=, api_key=, timeout=); a RequestPolicy -> the embedded engine
     through it; a ChatService -> LocalBackend(service, **kw)."""
     if isinstance(target, str):
-        from playground.remote import RemoteBackend
+        from playground.client.remote import RemoteBackend
 
         return RemoteBackend(target, **kw)
     if isinstance(target, RequestPolicy):

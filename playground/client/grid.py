@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playground.backend import ChatBackend
-from playground.notebooks.result import ChatResult
+from playground.client.backend import ChatBackend
+from playground.client.result import ChatResult
 
 VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 RESERVED = {"messages", "user", "prompt", "system", "expected"}
@@ -411,6 +411,6 @@ async def arun_grid(
 
 
 def run_grid(prompts: list[PromptRow], columns: list[Column], graders: Iterable[Grader] = (), **kw: Any) -> Grid:
-    from playground.backend import run_sync
+    from playground.client.backend import run_sync
 
     return run_sync(arun_grid(prompts, columns, graders, **kw))
