@@ -14,12 +14,12 @@ import gradio as gr
 import httpx
 
 from engine.protocol.errors import ApiError
-from playground.capabilities import backend_label
-from playground.chat import ChatHandlers
 from playground.client.backend import ChatBackend
 from playground.client.remote import RemoteBackend
-from playground.i18n import choices, say, t
-from playground.session import Session
+from playground.page.capabilities import backend_label
+from playground.page.chat import ChatHandlers
+from playground.page.i18n import choices, say, t
+from playground.page.session import Session
 
 # The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"

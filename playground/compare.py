@@ -13,18 +13,18 @@ import gradio as gr
 
 from engine.protocol.errors import ApiError
 from engine.protocol.request import parse_chat_request
-from playground import textmode, timeline
-from playground.chat import LOADING, ChatHandlers, check_text
 from playground.client import controls, stats
 from playground.client.backend import Running
 from playground.client.render import Throttle
 from playground.client.reply import ReplyView
 from playground.client.tools_panel import json_error
-from playground.conversation import Conversation, Turn
-from playground.header_models import SAME
-from playground.i18n import preset_name, say
-from playground.request_diff import request_diff, text_diff
-from playground.session import Run, Session, caller
+from playground.page import textmode, timeline
+from playground.page.chat import LOADING, ChatHandlers, check_text
+from playground.page.conversation import Conversation, Turn
+from playground.page.header_models import SAME
+from playground.page.i18n import preset_name, say
+from playground.page.request_diff import request_diff, text_diff
+from playground.page.session import Run, Session, caller
 
 
 def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:

@@ -22,11 +22,11 @@ from typing import Any
 import gradio as gr
 
 from playground.backend_panel import REMOTE, chosen_backend
-from playground.chat import ChatHandlers
 from playground.client import grid
-from playground.i18n import say, t
-from playground.persist import READ_UPLOAD
-from playground.session import Session, caller
+from playground.page.chat import ChatHandlers
+from playground.page.i18n import say, t
+from playground.page.persist import READ_UPLOAD
+from playground.page.session import Session, caller
 
 GRID_CONCURRENCY = 8  # under the per-client default (32) and the engine's batch, with room for the chat
 MAX_CELLS = 400
@@ -109,7 +109,7 @@ class GridTab:
             show_progress="hidden",
         )
         self.cancel.click(handlers.cancel, session, None, api_name=False, queue=False)  # type: ignore[arg-type]
-        # The browser reads the file it uploaded; the server gets its text, never a path (playground/persist.py).
+        # The browser reads the file it uploaded; the server gets its text, never a path (playground/page/persist.py).
         text = gr.Textbox(visible="hidden")
         read = self.reopen.upload(None, self.reopen, text, js=READ_UPLOAD, api_name=False, queue=False)  # type: ignore[arg-type]
         read.then(handlers.reopen, [text, session], outs, api_name=False)

@@ -19,10 +19,10 @@ from typing import Any
 import gradio as gr
 
 from engine.protocol.errors import ApiError
-from playground.chat import ChatHandlers
-from playground.conversation import Conversation, Turn
-from playground.i18n import choices, say, t
-from playground.session import Session
+from playground.page.chat import ChatHandlers
+from playground.page.conversation import Conversation, Turn
+from playground.page.i18n import choices, say, t
+from playground.page.session import Session
 
 SOURCES = {"input": "prompt_src_input", "reply": "prompt_src_reply"}
 MAX_CHIPS = 3000
@@ -69,7 +69,7 @@ class PromptTab:
         knobs: dict[str, Any],
         tab: Any = None,
     ) -> None:
-        """`common`: [conv, system, tools code, tool choice, session], as playground/ui.py passes the chat's."""
+        """`common`: [conv, system, tools code, tool choice, session], as playground/page/ui.py passes the chat's."""
         handlers = PromptHandlers(h)
         triggers = [self.show.click, self.source.change] + ([tab.select] if tab is not None else [])
         gr.on(

@@ -9,7 +9,7 @@ import gradio as gr
 
 from playground.client import controls
 from playground.client.controls import Knob
-from playground.i18n import PRESET_KEYS, choices, t
+from playground.page.i18n import PRESET_KEYS, choices, t
 
 GROUPS = (
     ("acc_sampling", controls.SAMPLING, True),

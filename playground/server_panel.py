@@ -30,8 +30,8 @@ import gradio as gr
 import httpx
 
 from engine.serving.policy import RequestPolicy
-from playground.i18n import say, t
-from playground.session import Session
+from playground.page.i18n import say, t
+from playground.page.session import Session
 
 TICK_S = 2.0
 RESET_TIMEOUT_S = 60

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 
 from playground.client.reply import ChoiceView, ReplyView
-from playground.i18n import TEXTS, say, t
+from playground.page.i18n import TEXTS, say, t
 
 LIVE_ROWS = 40  # while a reply streams, its newest steps only (the whole table once it is done)
 
@@ -142,5 +142,5 @@ def reply_html(reply: ReplyView | None, lang: str = "en", live: bool = False) ->
 
 
 def build() -> gr.HTML:
-    """The tab's one component (inside `with gr.Tab(...)`); every chat event updates it (playground/chat_outputs.py)."""
+    """The tab's one component (inside `with gr.Tab(...)`); every chat event updates it (playground/page/chat_outputs.py)."""
     return gr.HTML(t("xray_none_html"), elem_id="pg-xray")  # in the browser's language until the first reply

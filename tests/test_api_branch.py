@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from engine.protocol.request import parse_chat_request
-from playground import turn_codec
 from playground.client import branch
 from playground.client.reply import ReplyView
+from playground.page import turn_codec
 from tests.conftest import chat
 
 QUESTION = [

@@ -183,6 +183,6 @@ def test_notebook_cells_stay_thin(path: Path) -> None:
     allowed = {"playground", "app", "demo_models", "os", "sys", "pathlib", "json", "openai", "IPython"}
     found = notebook_imports(source)
     assert not {m for m in found if m.split(".")[0] == "tests"}, f"{path.name} imports the tests"
-    bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.ui")}
+    bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.page.ui")}
     assert not bad, f"{path.name} imports {bad}: logic belongs in playground/notebooks"
     assert not [n for n in NOT_IN_NOTEBOOKS if n in source], f"{path.name} works around the service"

@@ -78,7 +78,7 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
 
 
 def test_the_270m_has_no_chat_template_and_gets_the_plain_one(gemma_service: Any) -> None:
-    from playground.capabilities import header_html
+    from playground.page.capabilities import header_html
 
     assert gemma_service.model.plain_template
     assert "base model: plain template" in header_html(gemma_service)

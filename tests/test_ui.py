@@ -283,8 +283,8 @@ def test_the_first_audio_message_says_that_whisper_loads(service: Any) -> None:
     while Whisper is not yet in memory, only for audio, only on the embedded engine that transcribes."""
     from engine.serving.media_parts import MediaPreparer
     from engine.serving.policy import RequestPolicy
-    from playground.chat import ChatHandlers
-    from playground.session import Session
+    from playground.page.chat import ChatHandlers
+    from playground.page.session import Session
 
     settings = service.settings.replace(audio_transcription=True)
     media = MediaPreparer(settings, "cpu")  # its own Whisper, not yet loaded

@@ -21,11 +21,11 @@ from engine.protocol.response import (
     TopLogprob,
     Usage,
 )
-from playground import heatmap, timeline
 from playground.client import stats
 from playground.client.render import Throttle, throttled
 from playground.client.reply import ReplyView
-from playground.conversation import Conversation, Turn, display
+from playground.page import heatmap, timeline
+from playground.page.conversation import Conversation, Turn, display
 
 
 def chunk(
@@ -184,7 +184,7 @@ def test_throttle_lets_through_about_ten_updates_a_second() -> None:
 
 
 def test_a_conversation_exports_and_imports_with_its_settings(tmp_path) -> None:
-    from playground import export
+    from playground.page import export
 
     view = thinking_reply()
     conv = Conversation([Turn("user", "What is 2+2?"), Turn("assistant", reply=view)])

@@ -210,7 +210,7 @@ class LocalBackend(ChatBackend):
 class ModelBackend(LocalBackend):
     """The embedded engine, this session's requests sent for one model: a model of the server's pool or a loaded
     model's LoRA adapter (`model` = its id, so the policy routes each request to that model's engine). The page's
-    model picker gives each browser session its own (playground/header_models.py)."""
+    model picker gives each browser session its own (playground/page/header_models.py)."""
 
     def __init__(self, policy: RequestPolicy, name: str) -> None:
         super().__init__(policy=policy)

@@ -1,4 +1,4 @@
-"""Branches (issue 19, point 5): a click on one of a token's alternatives (the heatmap's popover, playground/tokens.js)
+"""Branches (issue 19, point 5): a click on one of a token's alternatives (the heatmap's popover, playground/page/static/tokens.js)
 continues the reply from there, as a new version of that turn.
 
 The branch keeps the reply's text before the token, puts the chosen alternative in its place, and asks for the rest
@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.protocol.response import LogprobEntry
 from playground.client.reply import ChoiceView, ReplyView
-from playground.i18n import say
+from playground.page.i18n import say
 
 NOT_THERE = ("that token is no longer there to branch from.", "那个 token 已不在，无法从它分支。")
 REASONING = (

@@ -2,7 +2,7 @@
 them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks.
 
 Each statistic's English name is its key (the `data-stat` attribute, the notebooks' label); the page shows it
-and its meaning in the session's language (`lang`, playground/i18n.py)."""
+and its meaning in the session's language (`lang`, playground/page/i18n.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ BACKENDS = {"remote": "远程", "embedded": "内置引擎"}
 
 
 def say(text: tuple[str, str], lang: str, **values: object) -> str:
-    """playground.i18n.say without its import of gradio (the notebooks read these statistics too)."""
+    """playground.page.i18n.say without its import of gradio (the notebooks read these statistics too)."""
     chosen = text[1] if lang == "zh" else text[0]
     return chosen.format(**values) if values else chosen
 

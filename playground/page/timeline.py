@@ -8,7 +8,7 @@ import math
 from html import escape
 
 from playground.client.reply import ChoiceView
-from playground.i18n import say
+from playground.page.i18n import say
 
 W, H = 560, 230
 NARROW = (270, 256)  # a half-panel column (an A/B side, ~230 px): drawn at about the Stats tab's scale, not shrunk
@@ -20,7 +20,7 @@ QUEUE, PREFILL, THINK, ANSWER, BATCH = "#9ca3af", "#3b82f6", "#a855f7", "#10b981
 PREPARE = "#64748b"
 
 
-# Every visible string as its (English, Chinese) pair (playground.i18n.say).
+# Every visible string as its (English, Chinese) pair (playground.page.i18n.say).
 EMPTY = ("Send a message to see each token's timing here.", "发送一条消息，即可在此查看每个 token 的耗时。")
 ARIA = ("per-token timeline", "逐 token 时间线")
 NAMES = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from engine.protocol.response import PromptProgressInfo
 from playground.client.reply import ReplyView
-from playground.i18n import say
+from playground.page.i18n import say
 
 READING = ("Reading the prompt: {done:,} of {total:,} tokens", "正在读取提示：{done:,} / {total:,} 个 token")
 CACHED = ("{n:,} from the prefix cache", "{n:,} 个来自前缀缓存")

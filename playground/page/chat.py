@@ -18,8 +18,6 @@ import gradio as gr
 from engine.protocol.errors import ApiError, RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.serving.policy import CallContext, RequestPolicy
-from playground import attachments, textmode
-from playground.chat_outputs import ChatOutputs, Update
 from playground.client import branch as branches
 from playground.client import controls
 from playground.client.backend import ChatBackend, LocalBackend, ModelBackend
@@ -27,9 +25,11 @@ from playground.client.controls import BY_NAME
 from playground.client.render import throttled
 from playground.client.reply import ReplyView
 from playground.client.tools_panel import choice_value, parse_tools
-from playground.conversation import Conversation, Turn, display, strip_marks
-from playground.i18n import lang_of, say
-from playground.session import Session, base_url_of, caller
+from playground.page import attachments, textmode
+from playground.page.chat_outputs import ChatOutputs, Update
+from playground.page.conversation import Conversation, Turn, display, strip_marks
+from playground.page.i18n import lang_of, say
+from playground.page.session import Session, base_url_of, caller
 
 UPDATE_EVERY_S = 0.1
 LOADING = ("The model is still loading; try again in a moment.", "模型仍在加载，请稍后再试。")
@@ -205,7 +205,7 @@ class ChatHandlers:
         started = False
         with session.running() as run:
             try:
-                if textmode.is_text(body):  # the /v1/completions route's own path (playground/textmode.py)
+                if textmode.is_text(body):  # the /v1/completions route's own path (playground/page/textmode.py)
                     gen, _ = await chosen.start_completion(body["prompt"], who, **textmode.params_of(body))
                 else:
                     gen = await chosen.start(parse_chat_request(body), who)
@@ -575,7 +575,7 @@ KNOB = re.compile(r"(?<![`\w.])(" + "|".join(sorted(map(re.escape, BY_NAME), key
 
 def on_page(problem: str, lang: str = "en") -> str:
     """An API message in the page's words: the settings it names in `code` (the page's script outlines those
-    controls, playground/chat.js) and, where it names something the page does not show, what to do."""
+    controls, playground/page/static/chat.js) and, where it names something the page does not show, what to do."""
     hint = "".join(say(h, lang) for key, h in PAGE_HINTS.items() if key in problem)
     return KNOB.sub(r"`\1`", problem) + hint
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments, capabilities
-from playground.attachments import BASE64, URL
-from playground.i18n import choices, say, t
-from playground.session import Session
+from playground.page import attachments, capabilities
+from playground.page.attachments import BASE64, URL
+from playground.page.i18n import choices, say, t
+from playground.page.session import Session
 
 SEND_AS = {BASE64: "send_as_base64", URL: "send_as_url"}  # the radio's value -> its shown label's key
 VIDEO_TYPES = [".mp4", ".avi", ".wmv"]

@@ -1,5 +1,5 @@
 """The page's panels, one small builder each, as Gradio's own demos build theirs: each lays out its components
-(inside whatever Row, Column or Tab it is called in) and returns them; playground/ui.py wires the events."""
+(inside whatever Row, Column or Tab it is called in) and returns them; playground/page/ui.py wires the events."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attach_panel, textmode
-from playground.attach_panel import AttachHandlers
-from playground.capabilities import capabilities
 from playground.client import tools_panel
-from playground.header_models import SAME
-from playground.i18n import PRESET_KEYS, choices, say, t
-from playground.session import Session
+from playground.page import attach_panel, textmode
+from playground.page.attach_panel import AttachHandlers
+from playground.page.capabilities import capabilities
+from playground.page.header_models import SAME
+from playground.page.i18n import PRESET_KEYS, choices, say, t
+from playground.page.session import Session
 
 
 @dataclass(eq=False)
@@ -78,7 +78,7 @@ class ChatColumn:
     caps_note: gr.HTML
     system: gr.Textbox
     context: gr.HTML
-    mode: gr.Radio | None = None  # Chat | Text: what Send sends (playground/textmode.py)
+    mode: gr.Radio | None = None  # Chat | Text: what Send sends (playground/page/textmode.py)
 
 
 def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
@@ -104,7 +104,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
         )
         send = gr.Button(t("send"), variant="primary", scale=1, min_width=70, elem_id="pg-send")
         stop = gr.Button(t("stop"), variant="stop", scale=1, min_width=70, elem_id="pg-stop")
-    # Chat | Text (playground/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
+    # Chat | Text (playground/page/textmode.py): a base model starts on Text (ui.py wire_load), the user switches.
     with gr.Row(elem_id="pg-mode-row"):
         mode = gr.Radio(
             choices(textmode.MODE_KEYS),
@@ -116,7 +116,7 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
             min_width=170,
             elem_id="pg-mode",
         )
-    context = gr.HTML("", elem_id="pg-context")  # playground/context_meter.py
+    context = gr.HTML("", elem_id="pg-context")  # playground/page/context_meter.py
     pending_view = gr.HTML("", elem_id="pg-attach-list")
     check = gr.Markdown("", elem_id="pg-check")
     tools = tool_row()

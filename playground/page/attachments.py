@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from playground.i18n import say
+from playground.page.i18n import say
 
 # §3.3: the extensions each kind accepts and their MIME types.
 MIME_OF = {

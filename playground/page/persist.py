@@ -21,12 +21,12 @@ from typing import Any
 
 import gradio as gr
 
-from playground import export
-from playground.chat_outputs import ChatOutputs
 from playground.client import tools_panel
-from playground.conversation import Conversation, display
-from playground.i18n import lang_of, say
-from playground.session import base_url_of
+from playground.page import export
+from playground.page.chat_outputs import ChatOutputs
+from playground.page.conversation import Conversation, display
+from playground.page.i18n import lang_of, say
+from playground.page.session import base_url_of
 
 EXPORTS = Path(tempfile.gettempdir()) / "llm-playground-exports"
 # The browser's storage (localStorage holds about 5 M characters per site) keeps at most BROWSER_CHARS of the

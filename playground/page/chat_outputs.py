@@ -8,11 +8,12 @@ from typing import Any
 
 import gradio as gr
 
-from playground import attachments, heatmap, textmode, timeline, xray
+from playground import xray
 from playground.client import snippets, stats
 from playground.client.reply import ReplyView
-from playground.conversation import Conversation, Turn, display
-from playground.i18n import TEXTS, say
+from playground.page import attachments, heatmap, textmode, timeline
+from playground.page.conversation import Conversation, Turn, display
+from playground.page.i18n import TEXTS, say
 
 Update = dict[Any, Any]
 
@@ -55,7 +56,7 @@ class ChatOutputs:
     ) -> Update:
         """The side panels for one reply: stats and timeline always, the rest once it is final; none: all empty.
         With `conv`, the statistics name the chat messages of the reply (`data-messages`), which the page's
-        script (playground/chat.js) highlights: the reply the side panel describes."""
+        script (playground/page/static/chat.js) highlights: the reply the side panel describes."""
         if turn is None or turn.reply is None:
             out: Update = {
                 self.stats: say(TEXTS["no_reply_html"], lang),

@@ -44,7 +44,9 @@ class Session:
     model: str | None = None
     run: Run | None = None
     streams: int = 0  # replies streaming into the chat (ChatHandlers.stream), until their last update went out
-    lang: str = "en"  # the browser's language at load (playground/i18n.py `lang_of`): server-rendered text follows it
+    lang: str = (
+        "en"  # the browser's language at load (playground/page/i18n.py `lang_of`): server-rendered text follows it
+    )
     grid_cancel: asyncio.Event | None = None  # the Grid tab's run in progress: its Cancel (playground/grid_panel.py)
 
     @property

@@ -14,7 +14,7 @@ from typing import Any
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from playground.client import tools_panel
-from playground.i18n import TEXTS, say
+from playground.page.i18n import TEXTS, say
 
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"

@@ -1,4 +1,4 @@
-// The chat in the page (playground/conversation.py draws the marks, playground/chat.css styles them):
+// The chat in the page (playground/page/conversation.py draws the marks, playground/page/static/chat.css styles them):
 // - "‹" / "›" on a turn with versions are links "#pg-ver-<turn>-prev|next": a click writes "<turn>:<step>:<nonce>"
 //   into the hidden #pg-action box, whose change event asks the server for that version (ChatHandlers.version).
 // - The check line names the settings at fault in `code`: those controls (#pg-<name>) get the class pg-fault.

@@ -1,8 +1,8 @@
 """The playground page: chat on the left, statistics / sampling / tools / A/B / backend / request on the right.
 
 It runs on the same request policy as the API, builds the same request the API parses and renders only the chunks
-of the session's ChatBackend; it never touches the tokenizer, the template or the model (see playground/chat.py).
-The panels are built by small builders (playground/layout.py, sampling_panel.py, attach_panel.py,
+of the session's ChatBackend; it never touches the tokenizer, the template or the model (see playground/page/chat.py).
+The panels are built by small builders (playground/page/layout.py, sampling_panel.py, attach_panel.py,
 backend_panel.py); this module puts them together and wires the events that cross panels.
 """
 
@@ -14,27 +14,28 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, examples, grid_panel, layout, persist, prompt_view, server_panel, textmode, xray
-from playground.attach_panel import AttachHandlers
-from playground.capabilities import attach_note, header_html, model_notes
-from playground.chat import ChatHandlers
-from playground.chat_outputs import ChatOutputs
+from playground import backend_panel, grid_panel, prompt_view, server_panel, xray
 from playground.client import controls
 from playground.compare import CompareHandlers, ab_ready
-from playground.context_meter import ContextMeter
-from playground.conversation import Conversation
-from playground.header_models import wire_model_picker
-from playground.i18n import I18N, lang_of, say, t
-from playground.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
+from playground.page import examples, layout, persist, textmode
+from playground.page.attach_panel import AttachHandlers
+from playground.page.capabilities import attach_note, header_html, model_notes
+from playground.page.chat import ChatHandlers
+from playground.page.chat_outputs import ChatOutputs
+from playground.page.context_meter import ContextMeter
+from playground.page.conversation import Conversation
+from playground.page.header_models import wire_model_picker
+from playground.page.i18n import I18N, lang_of, say, t
+from playground.page.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
+from playground.page.session import Session
 from playground.sampling_panel import SamplingTab, sampling_tab
-from playground.session import Session
 
-HERE = Path(__file__).parent
-# The page's style and scripts: style.css first, then each panel's own sheet and script (playground/*.css, *.js).
+STATIC = Path(__file__).parent / "static"
+# The page's style and scripts: style.css first, then each panel's own sheet and script (playground/page/static/).
 CSS = "\n".join(
-    p.read_text(encoding="utf-8") for p in sorted(HERE.glob("*.css"), key=lambda p: (p.name != "style.css", p.name))
+    p.read_text(encoding="utf-8") for p in sorted(STATIC.glob("*.css"), key=lambda p: (p.name != "style.css", p.name))
 )
-HEAD = "".join(f"<script>\n{p.read_text(encoding='utf-8')}\n</script>" for p in sorted(HERE.glob("*.js")))
+HEAD = "".join(f"<script>\n{p.read_text(encoding='utf-8')}\n</script>" for p in sorted(STATIC.glob("*.js")))
 
 
 def build_ui(policy: RequestPolicy) -> gr.Blocks:
@@ -121,7 +122,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
             event.then(**measure)
         for event in changes:
             event.then(**ready)
-        # playground/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
+        # playground/page/static/layout.js keeps the choice across reloads (pgToggleDark); the fallback only toggles
         header.dark.click(
             None, js="() => window.pgToggleDark ? pgToggleDark() : document.body.classList.toggle('dark')"
         )
@@ -204,8 +205,8 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
         api_name=False,
         trigger_mode="multiple",
     )
-    # The "‹ k/n ›" links of a turn with versions: playground/chat.js writes "<turn>:prev|next:<nonce>" here; a
-    # token's alternative in the heatmap's popover (playground/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
+    # The "‹ k/n ›" links of a turn with versions: playground/page/static/chat.js writes "<turn>:prev|next:<nonce>" here; a
+    # token's alternative in the heatmap's popover (playground/page/static/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
     # A branch streams a reply as Send does: in the chat's concurrency group.
     acting: dict[str, Any] = {
@@ -224,7 +225,7 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
         bot.undo(h.undo, common[0], outputs, api_name=False, show_progress="hidden"),  # type: ignore[arg-type]
         gr.on([chat.clear.click, bot.clear], h.clear, None, outputs, api_name="clear"),
     ]
-    # An example prompt in the empty chat is sent as if typed (playground/examples.py chooses them per model).
+    # An example prompt in the empty chat is sent as if typed (playground/page/examples.py chooses them per model).
     example = bot.example_select(example_text, None, sent, api_name=False, queue=False)  # type: ignore[arg-type]
     changes.append(example.then(h.send, [sent, chat.pending, *common], api_name=False, **run))
     # Stop shows only while a reply runs: each reply's trigger counts one up in the browser, its end one down

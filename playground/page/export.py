@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.protocol.response import FunctionCall, ToolCallItem
-from playground import turn_codec
-from playground.attachments import how_sent, source_of
 from playground.client.controls import BY_NAME
 from playground.client.reply import ChoiceView, ReplyView
-from playground.conversation import Conversation, Turn
+from playground.page import turn_codec
+from playground.page.attachments import how_sent, source_of
+from playground.page.conversation import Conversation, Turn
 
 FORMAT = "llm-playground/conversation@2"
 READS = ("llm-playground/conversation@1", FORMAT)  # @1: the messages only (no numbers, no versions)
@@ -34,7 +34,7 @@ class Snapshot:
 
 def dump(s: Snapshot, media_budget: int | None = None, lean: bool = False) -> dict[str, Any]:
     """The document: `turns` (every turn with its reply's numbers, its exact request and its versions; see
-    playground/turn_codec.py), and, for a file, `messages` (the shown path as /v1 messages, a ready request body's
+    playground/page/turn_codec.py), and, for a file, `messages` (the shown path as /v1 messages, a ready request body's
     core, media included) with `media` (their summary lines, transcripts and what the model took).
 
     A media source is stored once under `blobs` however many turns and requests carry it. With `media_budget`

@@ -6,7 +6,7 @@ import difflib
 import json
 from typing import Any
 
-from playground.attachments import elide
+from playground.page.attachments import elide
 
 
 def request_lines(body: dict[str, Any]) -> list[str]:

@@ -1,5 +1,5 @@
 """The reply as tokens coloured by the engine's probability for each, with a colour legend; a click or tap on a token
-opens its alternatives (playground/tokens.js); and the n>1 candidates side by side with their cumulative
+opens its alternatives (playground/page/static/tokens.js); and the n>1 candidates side by side with their cumulative
 log-probabilities.
 
 One markup serves the Stats panel (a gr.HTML) and the chat (a Chatbot message, which Gradio sanitizes: it keeps
@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.protocol.response import LogprobEntry
 from playground.client.reply import ChoiceView, ReplyView
-from playground.i18n import say
+from playground.page.i18n import say
 
 BUCKETS = 10  # colour classes pg-p0 (p < 10%) .. pg-p9 (p >= 90%), in tokens.css
 CHAT_TOKENS = 600  # the chat's heatmap shows a long reply's first tokens only; the Stats panel shows them all

@@ -1,6 +1,6 @@
 """Turns and replies as JSON and back, with every number a reply showed when it was new: its per-token times,
 token ids, batch sizes and queue waits, log-probabilities, usage, the exact request and the raw chunks, and the
-versions of each turn (playground/conversation.py `Fork`). An exported file and the browser's storage keep a
+versions of each turn (playground/page/conversation.py `Fork`). An exported file and the browser's storage keep a
 conversation this way, so a reloaded or imported reply shows its statistics, timeline, tokens and request again.
 
 `lean` leaves out what is large and only shown on demand (the raw chunks, the alternatives of each token) for the
@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.protocol.response import LogprobEntry, ToolCallItem, Usage
 from playground.client.reply import ChoiceView, ReplyView
-from playground.conversation import Fork, Turn
+from playground.page.conversation import Fork, Turn
 
 # ChoiceView's plain fields, kept as they are (lists of numbers, strings, flags).
 CHOICE_FIELDS = (

@@ -20,8 +20,8 @@ from engine.protocol.completions import SHARED_FIELDS, parse_completion_request
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.protocol.response import LogprobEntry, TopLogprob
-from playground import heatmap
-from playground.i18n import say
+from playground.page import heatmap
+from playground.page.i18n import say
 
 CHAT, TEXT = "chat", "text"
 MODE_KEYS = {CHAT: "mode_chat", TEXT: "mode_text"}  # the radio's values and their labels' i18n keys

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from playground import heatmap, textmode
-from playground.attachments import chat_preview, media_line
 from playground.client import stats
 from playground.client.render import message_of
 from playground.client.reply import ChoiceView, ReplyView
 from playground.client.tools_panel import check_arguments
-from playground.i18n import say
-from playground.progress import progress_html
+from playground.page import heatmap, textmode
+from playground.page.attachments import chat_preview, media_line
+from playground.page.i18n import say
+from playground.page.progress import progress_html
 
 
 @dataclass(eq=False)
@@ -70,7 +70,7 @@ class Conversation:
     turns: list[Turn] = field(default_factory=list)
     selected: int | None = None  # the reply whose request the Request tab shows (the newest, or the one clicked)
     adopting: tuple[int, Fork] | None = field(default=None, repr=False)  # a branch waiting for its first turn
-    lang: str = "en"  # the language the chat is shown in: the session's (playground/i18n.py `lang_of`)
+    lang: str = "en"  # the language the chat is shown in: the session's (playground/page/i18n.py `lang_of`)
 
     def selected_reply(self) -> Turn | None:
         """The reply the Request tab shows: the one clicked, else the newest one with a request."""
@@ -326,7 +326,7 @@ VERSIONS_LINK = re.compile(r"\n*<span class=\"pg-versions\".*?</span>", re.S)
 
 
 def _versions_html(at: int, fork: Fork, lang: str, branched: dict[str, Any] | None = None) -> str:
-    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/chat.js) turns into a step; a
+    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/page/static/chat.js) turns into a step; a
     branch's version also says where it branched and what it took instead."""
     k, n = fork.active, len(fork)
     prev = f'<a href="#pg-ver-{at}-prev" title="{say(PREVIOUS, lang)}">‹</a>' if k > 0 else "<b>‹</b>"

@@ -1,4 +1,4 @@
-// Token alternatives in a popover (playground/heatmap.py renders the heatmaps). Delegated from the document, so it
+// Token alternatives in a popover (playground/page/heatmap.py renders the heatmaps). Delegated from the document, so it
 // works for every heatmap Gradio (re-)renders, in the Stats panel and in the chat: a click or tap on a `.pg-tok`
 // opens it; a click elsewhere or Escape closes it; Tab reaches a heatmap, Enter opens its first token and the arrow
 // keys walk the tokens. A heatmap's numbers are the JSON in its hidden `.pg-tokdata` (the chat's sanitizer keeps no
@@ -6,7 +6,7 @@
 // A request with sampler_logprobs shows two columns, "model" | "after samplers": the chosen token marked in both,
 // a model candidate the samplers filtered out as "removed". When the heatmap knows its conversation turn, each
 // model candidate has a "continue with this" button that writes "branch:<turn>:<choice>:<pos>:<alt>:<nonce>" into
-// the hidden #pg-action box (as playground/chat.js does for the version links).
+// the hidden #pg-action box (as playground/page/static/chat.js does for the version links).
 (() => {
   if (window.pgTokens) return;
   const parsed = new WeakMap();
@@ -50,7 +50,7 @@
     return pop;
   }
 
-  const act = (value) => {  // playground/chat.js `send`
+  const act = (value) => {  // playground/page/static/chat.js `send`
     const box = document.querySelector('#pg-action textarea, #pg-action input');
     if (!box) return;
     box.value = value;

@@ -23,8 +23,8 @@ from typing import Any
 
 import gradio as gr
 
-from playground.capabilities import header_html
-from playground.i18n import say
+from playground.page.capabilities import header_html
+from playground.page.i18n import say
 
 SAME = "(same as A)"
 MEDIA = ("image", "video", "audio")

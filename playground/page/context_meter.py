@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from engine.protocol.errors import ApiError
-from playground.conversation import Conversation
-from playground.i18n import say
+from playground.page.conversation import Conversation
+from playground.page.i18n import say
+from playground.page.session import Session
 from playground.prompt_view import PromptHandlers, tokenize_body
-from playground.session import Session
 
 FITS = (
     "Σ context: {prompt} prompt + {new} max_tokens = {total} of {window} tokens ({pct}%)",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.capabilities import capabilities
-from playground.i18n import say
+from playground.page.capabilities import capabilities
+from playground.page.i18n import say
 
 Pair = tuple[str, str]  # (English, Chinese)
 
