@@ -302,7 +302,7 @@ def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> No
     """The Backend tab makes the server open the connection: on a public bind it must not become a way to probe
     the server's own network."""
     from engine.config import Settings
-    from playground.backend_panel import refusal
+    from playground.page.tabs.backend_panel import refusal
 
     local = Settings(host="127.0.0.1")
     assert refusal("http://127.0.0.1:8000/v1", local) is None  # a loopback bind: this machine's own users

@@ -8,12 +8,12 @@ from typing import Any
 
 import gradio as gr
 
-from playground import xray
 from playground.client import snippets, stats
 from playground.client.reply import ReplyView
 from playground.page import attachments, heatmap, textmode, timeline
 from playground.page.conversation import Conversation, Turn, display
 from playground.page.i18n import TEXTS, say
+from playground.page.tabs import xray
 
 Update = dict[Any, Any]
 
@@ -40,7 +40,7 @@ class ChatOutputs:
     tool_call: gr.Dropdown
     pending: gr.State
     pending_view: gr.HTML
-    xray: gr.HTML  # the X-ray tab (playground/xray.py); last, so the indices before it stay as they were
+    xray: gr.HTML  # the X-ray tab (playground/page/tabs/xray.py); last, so the indices before it stay as they were
 
     def all(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self)]

@@ -11,7 +11,7 @@ from engine.protocol.errors import ApiError
 from playground.page.conversation import Conversation
 from playground.page.i18n import say
 from playground.page.session import Session
-from playground.prompt_view import PromptHandlers, tokenize_body
+from playground.page.tabs.prompt_view import PromptHandlers, tokenize_body
 
 FITS = (
     "Σ context: {prompt} prompt + {new} max_tokens = {total} of {window} tokens ({pct}%)",

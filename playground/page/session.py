@@ -47,7 +47,9 @@ class Session:
     lang: str = (
         "en"  # the browser's language at load (playground/page/i18n.py `lang_of`): server-rendered text follows it
     )
-    grid_cancel: asyncio.Event | None = None  # the Grid tab's run in progress: its Cancel (playground/grid_panel.py)
+    grid_cancel: asyncio.Event | None = (
+        None  # the Grid tab's run in progress: its Cancel (playground/page/tabs/grid_panel.py)
+    )
 
     @property
     def remote(self) -> bool:

@@ -63,7 +63,7 @@ def steps_of(d: Any) -> list[dict[str, Any]]:
 
 def choice_doc(c: ChoiceView, lean: bool = False) -> dict[str, Any]:
     doc: dict[str, Any] = {"index": c.index, **{k: getattr(c, k) for k in CHOICE_FIELDS}}
-    if c.steps:  # the scheduler x-ray (playground/xray.py): kept in lean documents too
+    if c.steps:  # the scheduler x-ray (playground/page/tabs/xray.py): kept in lean documents too
         doc["steps"] = steps_doc(c.steps)
     doc["tool_calls"] = [call.model_dump(exclude_none=True) for call in c.tool_calls]
     doc["usage"] = _usage(c.usage)

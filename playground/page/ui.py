@@ -14,9 +14,7 @@ from typing import Any
 import gradio as gr
 
 from engine.serving.policy import RequestPolicy
-from playground import backend_panel, grid_panel, prompt_view, server_panel, xray
 from playground.client import controls
-from playground.compare import CompareHandlers, ab_ready
 from playground.page import examples, layout, persist, textmode
 from playground.page.attach_panel import AttachHandlers
 from playground.page.capabilities import attach_note, header_html, model_notes
@@ -28,7 +26,9 @@ from playground.page.header_models import wire_model_picker
 from playground.page.i18n import I18N, lang_of, say, t
 from playground.page.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
 from playground.page.session import Session
-from playground.sampling_panel import SamplingTab, sampling_tab
+from playground.page.tabs import backend_panel, grid_panel, prompt_view, server_panel, xray
+from playground.page.tabs.compare import CompareHandlers, ab_ready
+from playground.page.tabs.sampling_panel import SamplingTab, sampling_tab
 
 STATIC = Path(__file__).parent / "static"
 # The page's style and scripts: style.css first, then each panel's own sheet and script (playground/page/static/).

@@ -21,12 +21,12 @@ from typing import Any
 
 import gradio as gr
 
-from playground.backend_panel import REMOTE, chosen_backend
 from playground.client import grid
 from playground.page.chat import ChatHandlers
 from playground.page.i18n import say, t
 from playground.page.persist import READ_UPLOAD
 from playground.page.session import Session, caller
+from playground.page.tabs.backend_panel import REMOTE, chosen_backend
 
 GRID_CONCURRENCY = 8  # under the per-client default (32) and the engine's batch, with room for the chat
 MAX_CELLS = 400

@@ -7,7 +7,7 @@ reuse its scheduling did, and its time against its floor (every weight and the K
 bandwidth measured when the server started) with that floor's share of the step as a bar: how near the step came
 to the physical limit. A remote backend's stream carries no step records: the tab says so.
 
-The Server tab (playground/server_panel.py) draws the same records server-wide.
+The Server tab (playground/page/tabs/server_panel.py) draws the same records server-wide.
 """
 
 from __future__ import annotations
