@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from engine.protocol.errors import ApiError
-from playground.client.backend import LocalBackend, connect
+from playground.client.backend import LocalBackend
+from playground.client.connect import connect
 from playground.client.result import ChatResult
 from tests.api_helpers import ok
 from tests.conftest import MODEL

@@ -138,7 +138,8 @@ def test_page_traffic_is_counted_in_metrics_and_logged(
 def test_notebook_calls_go_through_the_same_policy(service: Any) -> None:
     from engine.protocol.errors import ApiError
     from engine.serving.policy import RequestPolicy
-    from playground.client.backend import LocalBackend, connect
+    from playground.client.backend import LocalBackend
+    from playground.client.connect import connect
 
     backend = connect(service)
     assert backend.chat(QUESTION, max_tokens=3, temperature=0).reply

@@ -12,14 +12,13 @@ import asyncio
 import concurrent.futures
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from engine.protocol.request import ChatCompletionRequest, parse_chat_request
 from engine.protocol.response import ChatCompletionChunk
 from engine.serving.policy import CallContext, RequestPolicy
-
-if TYPE_CHECKING:
-    from playground.client.result import ChatResult
+from playground.client import branch as branches
+from playground.client.result import ChatResult
 
 T = TypeVar("T")
 Messages = str | list[dict[str, Any]]
@@ -96,8 +95,6 @@ class ChatBackend(ABC):
     async def achat(self, messages: Messages, ctx: CallContext | None = None, **params: Any) -> ChatResult:
         """One request, folded: reply, reasoning, logprobs and stats. Validation and server errors raise ApiError.
         `ctx`: who asks (the page's grid passes its caller; None: a notebook)."""
-        from playground.client.result import ChatResult  # the notebooks' reader of the fold
-
         req = self.request(messages, **params)
         result = ChatResult.of(self)
         result.request = req.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -117,8 +114,6 @@ class ChatBackend(ABC):
     async def acomplete(self, prompt: Any, ctx: CallContext | None = None, **params: Any) -> ChatResult:
         """A text completion of `prompt` (a text, texts, token ids; no chat template), folded into the same
         result object as a chat: `text`, logprobs, statistics, and `prompt_logprobs` when asked for."""
-        from playground.client.result import ChatResult
-
         if params.get("echo"):
             raise ValueError("complete() returns the continuation; the prompt is yours already (no echo)")
         run, body = await self.start_completion(prompt, ctx, **params)
@@ -138,10 +133,7 @@ class ChatBackend(ABC):
         """The reply of `result` continued from its token `pos` with that token's alternative `alt` (0: the most
         likely) instead, with the same settings: the page's branch (playground/client/branch.py). Needs a result asked
         with logprobs and top_logprobs; what cannot be branched raises ValueError with the page's reason."""
-        from playground.client import branch
-        from playground.client.result import ChatResult
-
-        made = branch.plan(result.request, result.view, choice, pos, alt)
+        made = branches.plan(result.request, result.view, choice, pos, alt)
         if isinstance(made, str):
             raise ValueError(made)
         out = ChatResult(made.reply, request=made.body)
@@ -241,18 +233,6 @@ class ModelBackend(LocalBackend):
 
     def __repr__(self) -> str:
         return f"ModelBackend(model={self.name!r})"
-
-
-def connect(target: Any, **kw: Any) -> ChatBackend:
-    """A URL string -> RemoteBackend(url, **kw) (model=, api_key=, timeout=); a RequestPolicy -> the embedded engine
-    through it; a ChatService -> LocalBackend(service, **kw)."""
-    if isinstance(target, str):
-        from playground.client.remote import RemoteBackend
-
-        return RemoteBackend(target, **kw)
-    if isinstance(target, RequestPolicy):
-        return LocalBackend(policy=target)
-    return LocalBackend(target, **kw)
 
 
 def completion_body(model: str, prompt: Any, params: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.protocol.response import LogprobEntry
 from playground.client.reply import ChoiceView, ReplyView
-from playground.page.i18n import say
+from playground.client.say import say
 
 NOT_THERE = ("that token is no longer there to branch from.", "那个 token 已不在，无法从它分支。")
 REASONING = (

@@ -5,7 +5,7 @@ model + settings, every cell graded; the page's Grid tab and the notebooks drive
   row's other keys, an optional `system` and `expected`) or CSV (a `user` or `prompt` column, `expected`, the rest
   variables); `load_prompt_set` reads either, from text or a file.
 - A **column** is a backend (the embedded engine, or any OpenAI-compatible server by URL) and request fields.
-- Cells run through the notebooks' one request runner (`playground/notebooks/sweeps.py` `arun`): each through
+- Cells run through the one request runner of grids and sweeps (`playground/client/batch.py` `arun`): each through
   its backend's normal path (the embedded engine's policy, as the API's requests), at most `concurrency` at once,
   with a progress callback and a cancel event.
 - **Graders** check a cell's reply: exact, contains and regex against the expected answer, valid JSON, JSON-schema
@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playground.client.backend import ChatBackend
+from playground.client.backend import ChatBackend, run_sync
+from playground.client.batch import arun
 from playground.client.result import ChatResult
 
 VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -388,8 +389,6 @@ async def arun_grid(
     """Every prompt in every column, at most `concurrency` requests at once; `on_progress(done, total)` after each
     cell; once `cancel` is set, the cells not started yet end as "cancelled". `ctx`: who asks (the page's caller,
     for the embedded policy's per-client limit, metrics and access line; None: a notebook)."""
-    from playground.notebooks.sweeps import arun
-
     names = [c.name for c in columns]
     if len(set(names)) != len(names):
         raise ValueError(f"column names must differ, got {names}")
@@ -411,6 +410,4 @@ async def arun_grid(
 
 
 def run_grid(prompts: list[PromptRow], columns: list[Column], graders: Iterable[Grader] = (), **kw: Any) -> Grid:
-    from playground.client.backend import run_sync
-
     return run_sync(arun_grid(prompts, columns, graders, **kw))

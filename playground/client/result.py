@@ -11,15 +11,18 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.protocol.response import ChatCompletionChunk, LogprobEntry
 from playground.client import stats as reply_stats
 from playground.client.render import Throttle
 from playground.client.reply import ChoiceView, ReplyView
 
-if TYPE_CHECKING:
-    from playground.client.backend import ChatBackend
+
+class Kinded(Protocol):
+    """What a result needs of its backend: its kind ("embedded" or "remote"; playground/client/backend.py)."""
+
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class ChatResult:
     prompt_logprobs: list[Any] | None = None
 
     @classmethod
-    def of(cls, backend: ChatBackend) -> ChatResult:
+    def of(cls, backend: Kinded) -> ChatResult:
         """An empty result for one request of `backend` (its kind names what the statistics lack)."""
         return cls(ReplyView(backend=backend.kind))
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
-from playground.page.i18n import say
+from playground.client.say import say
 
 GET_WEATHER: dict[str, Any] = {
     "type": "function",

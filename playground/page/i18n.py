@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.client import controls
+from playground.client.say import say
 
 TEXTS: dict[str, tuple[str, str]] = {
     "chat": ("Chat", "对话"),
@@ -221,13 +222,6 @@ def lang_of(request: gr.Request | None) -> str:
     headers = getattr(request, "headers", None) or {}
     first = str(headers.get("accept-language", "")).split(",")[0].strip().lower()
     return "zh" if first.startswith("zh") else "en"
-
-
-def say(text: tuple[str, str], lang: str, **values: object) -> str:
-    """Server-rendered text in the session's language: `text` is its (English, Chinese) pair, kept beside the code
-    that renders it; `values` fill its {placeholders}."""
-    chosen = text[1] if lang == "zh" else text[0]
-    return chosen.format(**values) if values else chosen
 
 
 def t(key: str) -> gr.i18n.I18nData:
