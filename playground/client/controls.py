@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
+from playground.client.tools_panel import json_error
 
 
 @dataclass(frozen=True)
@@ -307,8 +308,6 @@ def structured_outputs(kind: str, text: str) -> dict[str, Any]:
 
 def _where(exc: ValueError, lang: str = "en") -> str:
     if isinstance(exc, json.JSONDecodeError):
-        from playground.client.tools_panel import json_error  # here: tools_panel's i18n reads this module's knobs
-
         return json_error(exc, lang)
     return str(exc)
 
