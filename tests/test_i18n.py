@@ -124,7 +124,7 @@ def test_a_model_without_tools_is_said_plainly_and_no_command_is_given() -> None
 
 
 def test_the_tools_check_says_first_that_the_model_cannot_call_tools() -> None:
-    from playground.page.layout import tools_changed
+    from playground.page.tabs.tools import tools_changed
 
     text = tools_panel.dumps([tools_panel.GET_WEATHER])
     assert tools_changed(text, None)[0] == "✓ 1 tool(s) valid"

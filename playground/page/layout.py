@@ -3,19 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 
 from playground.client import tools_panel
 from playground.page import attach_panel, textmode
 from playground.page.attach_panel import AttachHandlers
-from playground.page.capabilities import capabilities
-from playground.page.header_models import SAME
-from playground.page.i18n import PRESET_KEYS, choices, say, t
-from playground.page.session import Session
+from playground.page.i18n import choices, t
 
 
 @dataclass(eq=False)
@@ -145,139 +140,3 @@ def chat_column(attach: AttachHandlers, session: gr.State) -> ChatColumn:
         context,
         mode,
     )
-
-
-@dataclass(eq=False)
-class StatsTab:
-    stats: gr.HTML
-    timeline: gr.HTML
-    heat: gr.HTML
-    cands: gr.HTML
-
-
-def stats_tab() -> StatsTab:
-    stats = gr.HTML(t("no_reply_html"), elem_id="pg-stats")
-    plot = gr.HTML("", elem_id="pg-timeline")
-    with gr.Accordion(t("tokens"), open=True):
-        heat = gr.HTML("", elem_id="pg-heat")
-        cands = gr.HTML("", elem_id="pg-cands")
-    return StatsTab(stats, plot, heat, cands)
-
-
-@dataclass(eq=False)
-class ToolsTab:
-    note: gr.Markdown
-    example: gr.Dropdown
-    code: gr.Code
-    check: gr.Markdown
-    choice: gr.Dropdown
-
-
-def tools_tab(session: gr.State | None = None, get_service: Callable[[Session], Any] | None = None) -> ToolsTab:
-    """The Tools tab; with the page's `session` and `get_service` (the service a session talks to), the JSON check
-    speaks the session's language and says first when the model cannot call tools at all."""
-    note = gr.Markdown("", elem_id="pg-tools-note")
-    example = gr.Dropdown(list(tools_panel.EXAMPLES), label=t("example"), value=None, elem_id="pg-tool-example")
-    code = gr.Code("", language="json", label=t("tools_json"), lines=12, elem_id="pg-tools")
-    check = gr.Markdown("", elem_id="pg-tools-check")
-    choice = gr.Dropdown(list(tools_panel.FIXED_CHOICES), value="auto", label="tool_choice", allow_custom_value=False)
-    example.change(
-        lambda name: tools_panel.dumps(tools_panel.EXAMPLES[name]) if name else gr.skip(),
-        example,
-        code,
-        api_name=False,  # type: ignore[arg-type]
-    )
-    if session is None:
-        code.change(tools_changed, [code, choice], [check, choice], api_name=False)  # type: ignore[arg-type]
-    else:
-        code.change(session_tools_check(get_service), [code, choice, session], [check, choice], api_name=False)  # type: ignore[arg-type]
-    return ToolsTab(note, example, code, check, choice)
-
-
-def session_tools_check(get_service: Callable[[Session], Any] | None) -> Callable[..., tuple[str, Any]]:
-    """tools_changed in the session's language, naming the embedded model when it has no tool-call format (a
-    remote backend's server decides for itself)."""
-
-    def changed(text: str, current: str | None, session: Session) -> tuple[str, Any]:
-        service = None if session.remote or get_service is None else get_service(session)
-        cannot = service is not None and not capabilities(service)["tools"]
-        unable = service.served_name if service is not None and cannot else None
-        return tools_changed(text, current, session.lang, unable)
-
-    return changed
-
-
-def tools_changed(text: str, current: str | None, lang: str = "en", cannot: str | None = None) -> tuple[str, Any]:
-    """The tools JSON checked as it is typed, and tool_choice's options: auto, none, required and each tool.
-    `cannot`: the name of a model without a tool-call format, which the message then says first."""
-    tools, problem = tools_panel.parse_tools(text, lang)
-    options = tools_panel.choice_options(tools)
-    value = current if current in options else "auto"
-    if problem:
-        message = f"⚠️ {problem}"
-    elif not tools:
-        message = say(("No tools.", "没有工具。"), lang)
-    elif cannot:
-        message = say(
-            (
-                "⚠️ {name} cannot call tools: a message sent with them is refused. The JSON itself is fine: "
-                "{n} tool(s) valid.",
-                "⚠️ {name} 不能调用工具：带这些工具发送的消息会被拒收。JSON 本身没有问题：{n} 个工具有效。",
-            ),
-            lang,
-            name=cannot,
-            n=len(tools),
-        )
-    else:
-        message = say(("✓ {n} tool(s) valid", "✓ {n} 个工具有效"), lang, n=len(tools))
-    return message, gr.update(choices=options, value=value)
-
-
-@dataclass(eq=False)
-class AbTab:
-    preset_b: gr.Radio
-    go: gr.Button
-    check: gr.Markdown
-    a_md: gr.Markdown
-    a_html: gr.HTML
-    b_md: gr.Markdown
-    b_html: gr.HTML
-    model_b: gr.Dropdown  # side B's model: the same as A's, or a LoRA adapter (header_models.py)
-
-    def outputs(self) -> list[gr.Component]:
-        return [self.check, self.a_md, self.a_html, self.b_md, self.b_html]
-
-
-def ab_tab() -> AbTab:
-    gr.Markdown(t("ab_help"))
-    with gr.Row():
-        preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
-        model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
-        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", interactive=False, elem_id="pg-ab-run")
-    check = gr.Markdown("", elem_id="pg-ab-check")
-    with gr.Row():
-        with gr.Column(min_width=200):
-            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML(elem_id="pg-ab-a-numbers")
-        with gr.Column(min_width=200):
-            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML(elem_id="pg-ab-b-numbers")
-    return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
-
-
-@dataclass(eq=False)
-class RequestTab:
-    req_json: gr.Code
-    replay: gr.Button
-    replay_out: gr.Markdown
-    curl: gr.Code
-    python: gr.Code
-    raw: gr.Code
-
-
-def request_tab() -> RequestTab:
-    req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")
-    replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
-    replay_out = gr.Markdown("", elem_id="pg-replay-out")
-    curl = gr.Code("", language="shell", label=t("curl"), lines=4, elem_id="pg-curl")
-    python = gr.Code("", language="python", label=t("python"), lines=8, elem_id="pg-python")
-    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20, elem_id="pg-raw")
-    return RequestTab(req_json, replay, replay_out, curl, python, raw)

@@ -24,11 +24,14 @@ from playground.page.context_meter import ContextMeter
 from playground.page.conversation import Conversation
 from playground.page.header_models import wire_model_picker
 from playground.page.i18n import I18N, lang_of, say, t
-from playground.page.layout import ChatColumn, Header, RequestTab, StatsTab, ToolsTab
+from playground.page.layout import ChatColumn, Header
 from playground.page.session import Session
 from playground.page.tabs import backend_panel, grid_panel, prompt_view, server_panel, xray
-from playground.page.tabs.compare import CompareHandlers, ab_ready
+from playground.page.tabs.compare import CompareHandlers, ab_ready, ab_tab
+from playground.page.tabs.request import RequestTab, request_tab
 from playground.page.tabs.sampling_panel import SamplingTab, sampling_tab
+from playground.page.tabs.stats import StatsTab, stats_tab
+from playground.page.tabs.tools import ToolsTab, tools_tab
 
 STATIC = Path(__file__).parent / "static"
 # The page's style and scripts: style.css first, then each panel's own sheet and script (playground/page/static/).
@@ -51,15 +54,15 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 chat = layout.chat_column(AttachHandlers(policy.get_service, lambda s: h.service(s)), session)
             with gr.Column(scale=2, min_width=340, elem_id="pg-side"), gr.Tabs():
                 with gr.Tab(t("tab_stats"), id="stats"):
-                    stats = layout.stats_tab()
+                    stats = stats_tab()
                 with gr.Tab(t("tab_xray"), id="xray"):
                     xray_view = xray.build()
                 with gr.Tab(t("tab_sampling"), id="sampling"):
                     sampling = sampling_tab()
                 with gr.Tab(t("tab_tools"), id="tools"):
-                    tools = layout.tools_tab(session, lambda s: h.service(s))
+                    tools = tools_tab(session, lambda s: h.service(s))
                 with gr.Tab(t("tab_ab"), id="ab") as ab_item:
-                    ab = layout.ab_tab()
+                    ab = ab_tab()
                 with gr.Tab(t("tab_grid"), id="grid"):
                     grid_view = grid_panel.grid_tab()
                 with gr.Tab(t("tab_backend"), id="backend"):
@@ -67,7 +70,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_server"), id="server"):
                     server = server_panel.build(policy)
                 with gr.Tab(t("tab_request"), id="request") as request_item:
-                    req = layout.request_tab()
+                    req = request_tab()
                 with gr.Tab(t("tab_prompt"), id="prompt") as prompt_item:
                     prompt = prompt_view.prompt_tab()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -22,7 +23,7 @@ from playground.page import textmode, timeline
 from playground.page.chat import LOADING, ChatHandlers, check_text
 from playground.page.conversation import Conversation, Turn
 from playground.page.header_models import SAME
-from playground.page.i18n import preset_name, say
+from playground.page.i18n import PRESET_KEYS, choices, preset_name, say, t
 from playground.page.request_diff import request_diff, text_diff
 from playground.page.session import Run, Session, caller
 
@@ -197,3 +198,33 @@ def replay_report(view: ReplyView, body: dict[str, Any], original: Turn | None, 
         return f"{head}\n\n{req}\n\n{same}\n\n{new}"
     differs = say(("**Reply:** differs from the original reply:", "**回复：** 与原始回复不同："), lang)
     return f"{head}\n\n{req}\n\n{differs}\n\n```diff\n{reply}\n```"
+
+
+@dataclass(eq=False)
+class AbTab:
+    preset_b: gr.Radio
+    go: gr.Button
+    check: gr.Markdown
+    a_md: gr.Markdown
+    a_html: gr.HTML
+    b_md: gr.Markdown
+    b_html: gr.HTML
+    model_b: gr.Dropdown  # side B's model: the same as A's, or a LoRA adapter (header_models.py)
+
+    def outputs(self) -> list[gr.Component]:
+        return [self.check, self.a_md, self.a_html, self.b_md, self.b_html]
+
+
+def ab_tab() -> AbTab:
+    gr.Markdown(t("ab_help"))
+    with gr.Row():
+        preset_b = gr.Radio(choices(PRESET_KEYS), value="Creative", label=t("b_uses"), scale=3)
+        model_b = gr.Dropdown([SAME], value=SAME, label=t("b_model"), visible=False, scale=2, elem_id="pg-ab-model")
+        go = gr.Button(t("run_ab"), variant="primary", scale=1, size="sm", interactive=False, elem_id="pg-ab-run")
+    check = gr.Markdown("", elem_id="pg-ab-check")
+    with gr.Row():
+        with gr.Column(min_width=200):
+            a_md, a_html = gr.Markdown(elem_id="pg-ab-a"), gr.HTML(elem_id="pg-ab-a-numbers")
+        with gr.Column(min_width=200):
+            b_md, b_html = gr.Markdown(elem_id="pg-ab-b"), gr.HTML(elem_id="pg-ab-b-numbers")
+    return AbTab(preset_b, go, check, a_md, a_html, b_md, b_html, model_b)
