@@ -1,5 +1,6 @@
-"""The page's panels, one small builder each, as Gradio's own demos build theirs: each lays out its components
-(inside whatever Row, Column or Tab it is called in) and returns them; playground/page/ui.py wires the events."""
+"""The page's header, chat column and tool row, one small builder each, as Gradio's own demos build theirs: each lays
+out its components (inside whatever Row, Column or Tab it is called in) and returns them; playground/page/ui.py wires
+the events. Each side tab's builder is in playground/page/tabs/."""
 
 from __future__ import annotations
 
