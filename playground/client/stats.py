@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from playground.client.reply import ReplyStats
+from playground.client.say import say
 
 # English name -> (Chinese name, (English meaning, Chinese meaning)); also the names `not_provided` lists.
 NAMES: dict[str, tuple[str, tuple[str, str]]] = {
@@ -53,12 +54,6 @@ NAMES: dict[str, tuple[str, tuple[str, str]]] = {
 NOT_PROVIDED = ("not provided", "未提供")
 STREAMING = ("streaming…", "生成中…")
 BACKENDS = {"remote": "远程", "embedded": "内置引擎"}
-
-
-def say(text: tuple[str, str], lang: str, **values: object) -> str:
-    """playground.page.i18n.say without its import of gradio (the notebooks read these statistics too)."""
-    chosen = text[1] if lang == "zh" else text[0]
-    return chosen.format(**values) if values else chosen
 
 
 def name(key: str, lang: str = "en") -> str:
