@@ -20,10 +20,11 @@ async def arun(
     cancel: asyncio.Event | None = None,
     ctx: Any = None,
 ) -> list[ChatResult | str]:
-    """The one runner of sweeps (playground/notebooks/sweeps.py) and grids (playground/client/grid.py): each (backend, messages, params) request folded
-    into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
-    `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
-    "cancelled" (those running finish). `ctx`: who asks, for the embedded policy (None: a notebook)."""
+    """The one runner of sweeps (playground/notebooks/sweeps.py) and grids (playground/client/grid.py): each (backend,
+    messages, params) request folded into a ChatResult, or the server's refusal message; all in flight together so the
+    engine batches them, at most `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs
+    not started end as "cancelled" (those running finish). `ctx`: who asks, for the embedded policy (None: a
+    notebook)."""
     gate = asyncio.Semaphore(concurrency)
     done = 0
 

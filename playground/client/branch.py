@@ -1,5 +1,5 @@
-"""Branches (issue 19, point 5): a click on one of a token's alternatives (the heatmap's popover, playground/page/static/tokens.js)
-continues the reply from there, as a new version of that turn.
+"""Branches (issue 19, point 5): a click on one of a token's alternatives (the heatmap's popover,
+playground/page/static/tokens.js) continues the reply from there, as a new version of that turn.
 
 The branch keeps the reply's text before the token, puts the chosen alternative in its place, and asks for the rest
 with the original request's own settings: its messages plus that text as an open final assistant message

@@ -1,5 +1,5 @@
-"""Repainting a streaming reply: at most ~10 times a second however fast chunks come (Throttle, throttled), and a
-folded choice as the assistant message the next request sends (message_of). The fold itself is playground/client/reply.py.
+"""Repainting a streaming reply: at most ~10 times a second however fast chunks come (Throttle, throttled), and a folded
+choice as the assistant message the next request sends (message_of). The fold itself is playground/client/reply.py.
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ class ChoiceView:
     answer_at: int | None = None  # tokens before the first answer text or tool call (the reasoning boundary)
     reasoning_part: bool = False  # a reasoning part came at all (a notebook's `reasoning` is None otherwise)
     engine_timeline: bool = False  # the engine's per-token facts came: ids, batch sizes, waits, preparation
-    # The scheduler x-ray (playground/page/tabs/xray.py): per token its step as StepRecord.view gives it (the peers without
-    # this request, whose short id is `xray_id`); empty where the backend gives no step records.
+    # The scheduler x-ray (playground/page/tabs/xray.py): per token its step as StepRecord.view gives it (the peers
+    # without this request, whose short id is `xray_id`); empty where the backend gives no step records.
     steps: list[dict[str, Any]] = field(default_factory=list)
     xray_id: str | None = None
     accepted: list[int] = field(default_factory=list)  # indices of the tokens that were accepted speculative drafts

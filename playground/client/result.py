@@ -1,7 +1,7 @@
 """One reply as notebooks want it: its text, reasoning, tool calls, logprobs and the engine's statistics.
 
-A ChatResult folds nothing itself: its chunks go into the page's own fold (`ReplyView`, playground/client/reply.py) and it
-reads that, statistics included (`ReplyView.stats()`), so the page, a notebook and the API's fold of the same stream
+A ChatResult folds nothing itself: its chunks go into the page's own fold (`ReplyView`, playground/client/reply.py) and
+it reads that, statistics included (`ReplyView.stats()`), so the page, a notebook and the API's fold of the same stream
 cannot disagree, and a number the backend did not give is None here as it is "not provided" on the page.
 """
 

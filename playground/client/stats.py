@@ -1,5 +1,5 @@
-"""One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/client/reply.py) reads
-them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks.
+"""One reply's statistics as the page and the notebooks show them: `ReplyView.stats()` (playground/client/reply.py)
+reads them off the fold, from the engine's own numbers (usage and the per-token timeline), never browser clocks.
 
 Each statistic's English name is its key (the `data-stat` attribute, the notebooks' label); the page shows it
 and its meaning in the session's language (`lang`, playground/page/i18n.py)."""

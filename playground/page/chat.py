@@ -1,9 +1,9 @@
 """The chat's event handlers: build the request from the controls, check it with the API's own validation, stream
 the session's backend's chunks into the conversation (re-rendering about ten times a second), and abort on Stop.
 
-Every request goes through a ChatBackend (playground/client/backend.py): the embedded one runs it through the deployment's
-RequestPolicy, as the API's requests are, never the service directly. Each handler returns (or yields) a dict of
-only the components it changes (ChatOutputs).
+Every request goes through a ChatBackend (playground/client/backend.py): the embedded one runs it through the
+deployment's RequestPolicy, as the API's requests are, never the service directly. Each handler returns (or yields) a
+dict of only the components it changes (ChatOutputs).
 """
 
 from __future__ import annotations
@@ -505,7 +505,8 @@ class ChatHandlers:
         self, action: str, conv: Conversation, session: Session, request: gr.Request
     ) -> AsyncIterator[Any]:
         """A click on a token's alternative (tokens.js sends "branch:<turn>:<choice>:<pos>:<alt>:<nonce>"): the
-        reply continued from there, with that alternative, as a new version of the turn (playground/client/branch.py)."""
+        reply continued from there, with that alternative, as a new version of the turn
+        (playground/client/branch.py)."""
         lang, where = session.lang, branches.parse(action)
         if where is None:
             yield gr.skip()

@@ -326,8 +326,8 @@ VERSIONS_LINK = re.compile(r"\n*<span class=\"pg-versions\".*?</span>", re.S)
 
 
 def _versions_html(at: int, fork: Fork, lang: str, branched: dict[str, Any] | None = None) -> str:
-    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/page/static/chat.js) turns into a step; a
-    branch's version also says where it branched and what it took instead."""
+    """ "‹ 2/3 ›" under a turn with versions: links the page's script (playground/page/static/chat.js) turns into a
+    step; a branch's version also says where it branched and what it took instead."""
     k, n = fork.active, len(fork)
     prev = f'<a href="#pg-ver-{at}-prev" title="{say(PREVIOUS, lang)}">‹</a>' if k > 0 else "<b>‹</b>"
     nxt = f'<a href="#pg-ver-{at}-next" title="{say(NEXT, lang)}">›</a>' if k < n - 1 else "<b>›</b>"

@@ -208,8 +208,9 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
         api_name=False,
         trigger_mode="multiple",
     )
-    # The "‹ k/n ›" links of a turn with versions: playground/page/static/chat.js writes "<turn>:prev|next:<nonce>" here; a
-    # token's alternative in the heatmap's popover (playground/page/static/tokens.js) "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
+    # The "‹ k/n ›" links of a turn with versions: playground/page/static/chat.js writes "<turn>:prev|next:<nonce>"
+    # here; a token's alternative in the heatmap's popover (playground/page/static/tokens.js)
+    # "branch:<turn>:<choice>:<pos>:<alt>:<nonce>".
     action = gr.Textbox(visible="hidden", elem_id="pg-action")
     # A branch streams a reply as Send does: in the chat's concurrency group.
     acting: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""The Sampling tab: presets, then the request fields (playground/client/controls.py's knobs) grouped by what they do."""
+"""The Sampling tab: presets, then the request fields (playground/client/controls.py's knobs) grouped by what they
+do."""
 
 from __future__ import annotations
 

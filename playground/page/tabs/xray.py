@@ -142,5 +142,6 @@ def reply_html(reply: ReplyView | None, lang: str = "en", live: bool = False) ->
 
 
 def build() -> gr.HTML:
-    """The tab's one component (inside `with gr.Tab(...)`); every chat event updates it (playground/page/chat_outputs.py)."""
+    """The tab's one component (inside `with gr.Tab(...)`); every chat event updates it
+    (playground/page/chat_outputs.py)."""
     return gr.HTML(t("xray_none_html"), elem_id="pg-xray")  # in the browser's language until the first reply
