@@ -382,7 +382,7 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
     app = create_app(settings, policy)
     if settings.mcp:
         from engine.http.auth import PrefixGuard, bearer_client, bearer_token, is_admin, server_secrets
-        from playground import mcp_tool
+        from playground.page import mcp_tool
 
         def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
             return bearer_client(headers, host), is_admin(bearer_token(headers), settings)
@@ -392,7 +392,7 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
         app = mcp_tool.mount(app, policy, identify)
         app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
     if settings.ui:
-        from playground.ui import mount
+        from playground.page.ui import mount
 
         # The page drives the same service as the API, so it takes the same secrets (any user name; one of the
         # API keys, Pangu tokens or app codes as the password). /health stays open: it is an API route.

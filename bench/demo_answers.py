@@ -1,9 +1,9 @@
 """Does the bundled model answer simple questions at the page's defaults? (issue 30: >= 9 of 10 tries correct)
 
-Starts the real app (API + page) on the bundled model in this process, asks each of ten fixed questions `--tries`
-times through `/v1/chat/completions` with the sampling fields the page starts with for this model
-(`playground.controls.model_defaults`), and grades each reply with a pattern. Prints one line per question and the
-total; `--preset Balanced` (or any page preset) measures another starting point for comparison.
+Starts the real app (API + page) on the bundled model in this process, asks each of ten fixed questions `--tries` times
+through `/v1/chat/completions` with the sampling fields the page starts with for this model
+(`playground.client.controls.model_defaults`), and grades each reply with a pattern. Prints one line per question and
+the total; `--preset Balanced` (or any page preset) measures another starting point for comparison.
 
     .venv/bin/python bench/demo_answers.py [--tries 10] [--preset "Balanced"] [--max-tokens N]
 """
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import engine  # noqa: F401  (process settings before torch)
 from engine import config as cfg
-from playground import controls
+from playground.client import controls
 
 QUESTIONS = (
     ("What is the capital of France?", r"\bParis\b"),

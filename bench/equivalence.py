@@ -1,7 +1,7 @@
 """Cross-backend equivalence against any OpenAI-compatible server (issue 21, point 3).
 
 Sends a set of prompts greedily to the server at --url and to the embedded engine (or to a second URL with
---against), with logprobs, and prints per prompt the verdict of playground/equivalence.py: identical, same text
+--against), with logprobs, and prints per prompt the verdict of playground/client/equivalence.py: identical, same text
 in other tokens, the first reply token where they diverge (with both sides' tokens), or that the rendered prompts
 already differ (token ids through each side's /tokenize where it has one). A summary line counts the verdicts and
 gives the largest logprob difference over the agreeing prefixes.
@@ -53,9 +53,9 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write every verdict, both sides' tokens and logprobs, here")
     args = ap.parse_args()
 
-    from playground import equivalence
-    from playground.backend import LocalBackend
-    from playground.remote import RemoteBackend
+    from playground.client import equivalence
+    from playground.client.backend import LocalBackend
+    from playground.client.remote import RemoteBackend
 
     checked = RemoteBackend(args.url, model=args.model)
     service = None

@@ -84,8 +84,8 @@ class ServerClock:
     def __init__(self) -> None:
         from engine.core.engine import Engine
         from engine.core.scheduler import Scheduler
-        from playground.chat import ChatHandlers
-        from playground.session import Session
+        from playground.page.chat import ChatHandlers
+        from playground.page.session import Session
 
         self.marks: dict[str, float] = {}
         wrap = self._wrap

@@ -1,5 +1,5 @@
 """Branches from a token (issue 19, point 5) on the API and in the page's planner: `continue_final_message` (vLLM's
-extension) continues an open final assistant message; the page's branch (playground/branch.py) keeps the reply up
+extension) continues an open final assistant message; the page's branch (playground/client/branch.py) keeps the reply up
 to a token, takes an alternative there, and asks for the rest with the original settings. Taking the original
 token (greedy) reproduces the original reply token for token, its prompt served from the prefix cache."""
 
@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from engine.protocol.request import parse_chat_request
-from playground import branch, turn_codec
-from playground.reply import ReplyView
+from playground.client import branch
+from playground.client.reply import ReplyView
+from playground.page import turn_codec
 from tests.conftest import chat
 
 QUESTION = [

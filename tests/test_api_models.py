@@ -177,7 +177,7 @@ def test_a_models_dir_lists_model_dirs_and_gguf_files_and_nothing_else(tmp_path:
 def test_loaded_models_and_their_http_client_share_one_policy(guarded: LiveServer) -> None:
     """The page's backend and the API reach the same pool: LocalBackend over the server's policy answers for the
     second model as the API does."""
-    from playground.backend import LocalBackend
+    from playground.client.backend import LocalBackend
 
     policy = guarded.server.config.app.state.policy
     with httpx.Client(base_url=guarded.url, timeout=120, headers=bearer(BOSS)) as c:

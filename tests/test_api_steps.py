@@ -15,7 +15,7 @@ import pytest
 
 from engine.core.step_log import StepRecord
 from engine.protocol.request import parse_chat_request
-from playground.backend import LocalBackend
+from playground.client.backend import LocalBackend
 from tests.conftest import MODEL, extra_server
 from tests.ops_helpers import served, small_service, wait_for
 

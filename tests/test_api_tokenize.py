@@ -237,8 +237,8 @@ def test_the_prompt_view_asks_a_remote_backend_for_its_tokenize(live: Any, http:
     import asyncio
     from types import SimpleNamespace
 
-    from playground.prompt_view import tokenize_body
-    from playground.remote import RemoteBackend, remote_tokenize
+    from playground.client.remote import RemoteBackend, remote_tokenize
+    from playground.page.tabs.prompt_view import tokenize_body
 
     body = tokenize_body({"model": MODEL, "messages": HI, "max_tokens": 3})
     assert "max_tokens" not in body  # only what renders the prompt

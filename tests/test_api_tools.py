@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from demo_models.tiny_qwen import TOOLS, TWO_CITIES, WEATHER, WEATHER_ANSWER
-from playground.tools_panel import SAVED_RESULTS
+from playground.client.tools_panel import SAVED_RESULTS
 from tests.conftest import QWEN_MODEL, sse_events
 
 

@@ -183,6 +183,115 @@ def test_notebook_cells_stay_thin(path: Path) -> None:
     allowed = {"playground", "app", "demo_models", "os", "sys", "pathlib", "json", "openai", "IPython"}
     found = notebook_imports(source)
     assert not {m for m in found if m.split(".")[0] == "tests"}, f"{path.name} imports the tests"
-    bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.ui")}
+    bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.page")}
     assert not bad, f"{path.name} imports {bad}: logic belongs in playground/notebooks"
     assert not [n for n in NOT_IN_NOTEBOOKS if n in source], f"{path.name} works around the service"
+
+
+# playground/ by role: client/ is what the page, the notebooks, MCP and bench/ share (no Gradio, no ipywidgets, and
+# nothing of the rooms above it); page/ is the Gradio page; notebooks/ is the notebooks' layer, on client/ only.
+# Module-level, function-level and type-checking imports alike: a late import is still an arrow.
+PLAYGROUND_ROOMS = ("playground/client", "playground/page", "playground/page/tabs", "playground/notebooks")
+
+
+def test_playground_rooms_are_checked() -> None:
+    for folder in PLAYGROUND_ROOMS:  # a renamed folder must not turn the checks below into no check
+        assert len(sources(folder)) >= 5, folder
+    assert len(list((ROOT / "playground/page/static").glob("*.css"))) >= 3  # the page's sheets and scripts
+
+
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("path", sources("playground/client"), ids=str)
+def test_client_imports_no_gradio_ipywidgets_page_or_notebooks(path: Path) -> None:
+    bad = {
+        m
+        for m in imports(path)
+        if m.split(".")[0] in {"gradio", "ipywidgets"}
+        or under(m, "playground.page")
+        or under(m, "playground.notebooks")
+    }
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", sources("playground/page"), ids=str)
+def test_page_never_imports_the_notebooks(path: Path) -> None:
+    bad = {m for m in imports(path) if under(m, "playground.notebooks")}
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", sources("playground/notebooks"), ids=str)
+def test_notebooks_import_only_the_client(path: Path) -> None:
+    bad = {
+        m
+        for m in imports(path)
+        if under(m, "playground") and not under(m, "playground.client") and not under(m, "playground.notebooks")
+    }
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def playground_graph() -> dict[str, set[str]]:
+    """Each playground module -> the playground modules it imports (`from playground.client import stats` names the
+    module playground.client.stats)."""
+    modules = {}
+    for path in sources("playground"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set(imports(path))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step in stack:
+                low[node] = min(low[node], index[step])
+    return found
+
+
+def test_circles_are_found() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_playground() -> None:
+    graph = playground_graph()
+    assert sum(len(edges) for edges in graph.values()) > 100  # the graph is read, not empty
+    assert not circles(graph), f"import circles in playground/: {circles(graph)}"

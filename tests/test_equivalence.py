@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from playground import equivalence
-from playground.backend import LocalBackend
-from playground.remote import RemoteBackend
+from playground.client import equivalence
+from playground.client.backend import LocalBackend
+from playground.client.remote import RemoteBackend
 
 PROMPTS = [
     "Name three colours.",

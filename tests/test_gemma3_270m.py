@@ -78,7 +78,7 @@ def test_the_real_270m_runs_on_the_lean_runner_and_matches_hf(gemma_service: Any
 
 
 def test_the_270m_has_no_chat_template_and_gets_the_plain_one(gemma_service: Any) -> None:
-    from playground.capabilities import header_html
+    from playground.page.capabilities import header_html
 
     assert gemma_service.model.plain_template
     assert "base model: plain template" in header_html(gemma_service)
@@ -219,7 +219,7 @@ def test_the_server_state_shows_the_window_pool_while_a_long_prompt_decodes(gemm
 def test_the_server_tab_has_a_row_for_the_window_pool(gemma_service: Any, service: Any) -> None:
     """The Server tab's view of a Gemma engine's snapshot: the sliding layers' pages beside the main pool's, in
     English and Chinese; SmolLM2's (no window) has no such row."""
-    from playground import server_panel
+    from playground.page.tabs import server_panel
 
     state = gemma_service.engine.snapshot()
     state["requests"] |= {"in_flight": 0}

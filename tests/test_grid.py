@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from playground import grid
-from playground.backend import LocalBackend
-from playground.remote import RemoteBackend
+from playground.client import grid
+from playground.client.backend import LocalBackend
+from playground.client.remote import RemoteBackend
 
 JSONL = "\n".join(
     json.dumps(r)

@@ -1,4 +1,4 @@
-"""The token heatmap's markup (playground/heatmap.py): the numbers tokens.js reads, the colour classes tokens.css
+"""The token heatmap's markup (playground/page/heatmap.py): the numbers tokens.js reads, the colour classes tokens.css
 defines, the chat's copy of it, the candidate cards, in English and Chinese."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 from engine.protocol.response import ChatCompletionChunk, ChoiceLogprobs, ChunkChoice, Delta, LogprobEntry, TopLogprob
-from playground import heatmap
-from playground.reply import ChoiceView, ReplyView
+from playground.client.reply import ChoiceView, ReplyView
+from playground.page import heatmap
 
-CSS = (Path(heatmap.__file__).parent / "tokens.css").read_text(encoding="utf-8")
+CSS = (Path(heatmap.__file__).parent / "static" / "tokens.css").read_text(encoding="utf-8")
 
 
 def entry(token: str, p: float, *alts: tuple[str, float]) -> LogprobEntry:

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground import capabilities, controls, i18n, stats, tools_panel
-from playground.i18n import TEXTS, say
-from playground.reply import ReplyStats
+from playground.client import controls, stats, tools_panel
+from playground.client.reply import ReplyStats
+from playground.page import capabilities, i18n
+from playground.page.i18n import TEXTS, say
 
 # The top-level keys of Gradio 6.31's own catalogue: a label key of that name would get Gradio's whole section
 # (the page showed "[object Object]" for an image labelled with the key "image").
@@ -123,7 +124,7 @@ def test_a_model_without_tools_is_said_plainly_and_no_command_is_given() -> None
 
 
 def test_the_tools_check_says_first_that_the_model_cannot_call_tools() -> None:
-    from playground.layout import tools_changed
+    from playground.page.tabs.tools import tools_changed
 
     text = tools_panel.dumps([tools_panel.GET_WEATHER])
     assert tools_changed(text, None)[0] == "✓ 1 tool(s) valid"

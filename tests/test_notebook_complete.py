@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from engine.protocol.errors import ApiError
-from playground.backend import LocalBackend, connect
-from playground.notebooks.result import ChatResult
+from playground.client.backend import LocalBackend
+from playground.client.connect import connect
+from playground.client.result import ChatResult
 from tests.api_helpers import ok
 from tests.conftest import MODEL
 
@@ -51,7 +52,7 @@ def test_complete_refuses_what_the_route_refuses(local: LocalBackend) -> None:
 
 
 def test_remote_complete_reads_the_routes_stream(local: LocalBackend, live: Any) -> None:
-    from playground.remote import RemoteBackend
+    from playground.client.remote import RemoteBackend
 
     remote = RemoteBackend(live.url, model=MODEL)
     params = {"max_tokens": 4, "temperature": 0, "logprobs": 1, "prompt_logprobs": 1}

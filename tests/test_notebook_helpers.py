@@ -16,6 +16,7 @@ import pytest
 from demo_models.tiny_qwen import MATH, TOOLS, WEATHER, WEATHER_ANSWER, WEATHER_QUESTION, WEATHER_RESULT
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
+from playground.client.result import ChatResult
 from playground.notebooks import (
     ChatPanel,
     LocalBackend,
@@ -40,7 +41,6 @@ from playground.notebooks import (
     user_message,
 )
 from playground.notebooks.backend import SSEChunks
-from playground.notebooks.result import ChatResult
 from tests.conftest import MODEL, QWEN_MODEL
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"  # "Please remember to buy milk and bread on Friday."

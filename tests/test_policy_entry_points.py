@@ -138,7 +138,8 @@ def test_page_traffic_is_counted_in_metrics_and_logged(
 def test_notebook_calls_go_through_the_same_policy(service: Any) -> None:
     from engine.protocol.errors import ApiError
     from engine.serving.policy import RequestPolicy
-    from playground.backend import LocalBackend, connect
+    from playground.client.backend import LocalBackend
+    from playground.client.connect import connect
 
     backend = connect(service)
     assert backend.chat(QUESTION, max_tokens=3, temperature=0).reply
@@ -159,7 +160,7 @@ def test_notebook_calls_go_through_the_same_policy(service: Any) -> None:
 def test_the_pages_fold_takes_an_interception_as_the_whole_reply() -> None:
     """As the service's fold does (engine/serving/fold.py): what the choice said before the block is replaced."""
     from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
-    from playground.reply import ReplyView
+    from playground.client.reply import ReplyView
 
     def chunk(text: str, **extra: Any) -> ChatCompletionChunk:
         return ChatCompletionChunk(

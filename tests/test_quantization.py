@@ -221,7 +221,7 @@ def test_the_api_serves_int4(settings) -> None:
             assert r.status_code == 200 and "data: [DONE]" in r.text
             r = http.post("/v1/chat/completions", json={**body, "max_tokens": -1})
             assert r.status_code in (400, 422) and "max_tokens" in r.text
-        from playground.capabilities import header_html
+        from playground.page.capabilities import header_html
 
         assert "int4 · quantized at load" in header_html(live.service)  # the page's header says it too
     finally:

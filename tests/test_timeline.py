@@ -1,4 +1,4 @@
-"""The per-token timeline SVG (playground/timeline.py): axes that fit the reply, a y unit, both languages."""
+"""The per-token timeline SVG (playground/page/timeline.py): axes that fit the reply, a y unit, both languages."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from playground import timeline
-from playground.reply import ChoiceView
+from playground.client.reply import ChoiceView
+from playground.page import timeline
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -245,7 +245,7 @@ def test_the_demo_model_is_served_under_a_readable_name(tiny_qwen_dir: Path) -> 
 
 
 def test_the_saved_result_it_answers_is_the_pages() -> None:
-    from playground.tools_panel import GET_WEATHER, SAVED_RESULTS
+    from playground.client.tools_panel import GET_WEATHER, SAVED_RESULTS
 
     assert tq.weather_result(*tq.SAVED)["content"] == SAVED_RESULTS["get_weather"] == tq.WEATHER_RESULT["content"]
     assert tq.WEATHER_TOOL == GET_WEATHER  # the page's example tool renders the prompts it was trained on

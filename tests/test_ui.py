@@ -86,7 +86,7 @@ def test_ui_explains_an_invalid_request_and_sends_nothing(ui) -> None:
 
 
 def test_tiny_qwen_shows_its_thinking_and_a_tool_call_that_continues_with_the_result(qwen_live) -> None:
-    from playground.tools_panel import GET_WEATHER, dumps
+    from playground.client.tools_panel import GET_WEATHER, dumps
 
     ui = client(qwen_live.url)
     out = ui.predict(message="What is 2+2?", system="", temperature=0.0, max_tokens=64, api_name="/chat")
@@ -283,8 +283,8 @@ def test_the_first_audio_message_says_that_whisper_loads(service: Any) -> None:
     while Whisper is not yet in memory, only for audio, only on the embedded engine that transcribes."""
     from engine.serving.media_parts import MediaPreparer
     from engine.serving.policy import RequestPolicy
-    from playground.chat import ChatHandlers
-    from playground.session import Session
+    from playground.page.chat import ChatHandlers
+    from playground.page.session import Session
 
     settings = service.settings.replace(audio_transcription=True)
     media = MediaPreparer(settings, "cpu")  # its own Whisper, not yet loaded

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from playground.i18n import TEXTS  # the labels; tests/test_i18n.py checks each has its Chinese
+from playground.page.i18n import TEXTS  # the labels; tests/test_i18n.py checks each has its Chinese
 from tests.browser_helpers import NEEDS_CHROMIUM, open_page, open_tab, set_number, shot
 
 pytestmark = NEEDS_CHROMIUM

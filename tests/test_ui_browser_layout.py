@@ -1,5 +1,5 @@
-"""The page's layout in a real browser (playground/layout.css, layout.js): a side panel that scrolls on its own
-beside a chat that stays in view, a chat label that covers no text, a phone's first screen, dark mode across a
+"""The page's layout in a real browser (playground/page/static/layout.css, layout.js): a side panel that scrolls on its
+own beside a chat that stays in view, a chat label that covers no text, a phone's first screen, dark mode across a
 reload, and previews of pending attachments. Measured from bounding boxes and scroll sizes, not pixels."""
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from engine.protocol.response import LogprobEntry, TopLogprob
-from playground import heatmap
-from playground.reply import ChoiceView
+from playground.client.reply import ChoiceView
+from playground.page import heatmap
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, send, set_number, shot, sync_api
 from tests.conftest import chat
 
@@ -28,7 +28,7 @@ pytestmark = NEEDS_CHROMIUM
 PROMPT = "Name a colour of the sky."
 POP = "#pg-tokpop"
 SEED = 17
-PLAYGROUND = Path(heatmap.__file__).parent
+PLAYGROUND = Path(heatmap.__file__).parent / "static"
 
 # What the open popover shows, column by column: each row's token, class names and percentage.
 POPOVER_JS = """(sel) => { const p = document.querySelector(sel); const r = p.getBoundingClientRect();

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from playground import controls, snippets, tools_panel
-from playground.controls import KNOBS, PRESETS, build_body, check, request_fields
+from playground.client import controls, snippets, tools_panel
+from playground.client.controls import KNOBS, PRESETS, build_body, check, request_fields
 
 DEFAULTS = {k.name: k.default for k in KNOBS}
 MESSAGES = [{"role": "user", "content": "hi"}]

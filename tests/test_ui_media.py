@@ -8,10 +8,11 @@ from pathlib import Path
 
 from engine.protocol.request import parse_chat_request
 from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta, TokenTimeline, Usage
-from playground import attachments, export, stats
-from playground.conversation import Conversation, Turn, display
-from playground.reply import ChoiceView, ReplyView
-from playground.request_diff import request_diff, text_diff
+from playground.client import stats
+from playground.client.reply import ChoiceView, ReplyView
+from playground.page import attachments, export
+from playground.page.conversation import Conversation, Turn, display
+from playground.page.request_diff import request_diff, text_diff
 from tests.media_samples import image_bytes
 
 SPEECH = Path(__file__).parent / "data" / "speech.flac"
@@ -172,7 +173,7 @@ def test_an_attachment_over_the_http_body_limit_says_so() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from playground.attach_panel import AttachHandlers
+    from playground.page.attach_panel import AttachHandlers
 
     async def preview_media(part: dict) -> dict:
         return {"kind": "image", "mime": "image/png", "bytes": 3 << 20}
@@ -198,7 +199,7 @@ def fake_service(modalities: frozenset[str], transcription: bool) -> object:
 
 
 def test_capabilities_say_what_the_model_does_with_each_media_kind() -> None:
-    from playground import capabilities as caps
+    from playground.page import capabilities as caps
 
     text = fake_service(frozenset(), transcription=True)
     assert caps.media_modes(text) == {"image": "refuses", "video": "refuses", "audio": "transcribes"}
@@ -251,9 +252,9 @@ def test_the_media_report_shows_while_the_reply_is_still_streaming() -> None:
     from types import SimpleNamespace
 
     from engine.protocol.response import ChatCompletionChunk, ChunkChoice, Delta
-    from playground.chat import ChatHandlers
-    from playground.chat_outputs import ChatOutputs
-    from playground.session import Session, caller
+    from playground.page.chat import ChatHandlers
+    from playground.page.chat_outputs import ChatOutputs
+    from playground.page.session import Session, caller
 
     part = attachments.url_part("data:image/png;base64,AAAA", "image")
     gate = asyncio.Event()
@@ -301,7 +302,7 @@ def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> No
     """The Backend tab makes the server open the connection: on a public bind it must not become a way to probe
     the server's own network."""
     from engine.config import Settings
-    from playground.backend_panel import refusal
+    from playground.page.tabs.backend_panel import refusal
 
     local = Settings(host="127.0.0.1")
     assert refusal("http://127.0.0.1:8000/v1", local) is None  # a loopback bind: this machine's own users

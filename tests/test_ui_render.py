@@ -21,10 +21,11 @@ from engine.protocol.response import (
     TopLogprob,
     Usage,
 )
-from playground import heatmap, stats, timeline
-from playground.conversation import Conversation, Turn, display
-from playground.render import Throttle, throttled
-from playground.reply import ReplyView
+from playground.client import stats
+from playground.client.render import Throttle, throttled
+from playground.client.reply import ReplyView
+from playground.page import heatmap, timeline
+from playground.page.conversation import Conversation, Turn, display
 
 
 def chunk(
@@ -118,7 +119,7 @@ def test_reasoning_that_used_up_max_tokens_warns() -> None:
 
 
 def test_streamed_tool_calls_merge_and_are_checked_against_the_schema() -> None:
-    from playground.tools_panel import GET_WEATHER
+    from playground.client.tools_panel import GET_WEATHER
 
     view = ReplyView()
     head = ToolCallItem(index=0, id="call_1", type="function", function=FunctionCall(name="get_weather", arguments=""))
@@ -183,7 +184,7 @@ def test_throttle_lets_through_about_ten_updates_a_second() -> None:
 
 
 def test_a_conversation_exports_and_imports_with_its_settings(tmp_path) -> None:
-    from playground import export
+    from playground.page import export
 
     view = thinking_reply()
     conv = Conversation([Turn("user", "What is 2+2?"), Turn("assistant", reply=view)])

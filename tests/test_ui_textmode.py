@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from playground import textmode
+from playground.page import textmode
 from tests.conftest import MODEL
 from tests.test_ui import BOX, CHATBOT, CHECK, CURL, REQUEST, STATS, UNCHANGED, client, text
 

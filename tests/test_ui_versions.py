@@ -1,14 +1,14 @@
 """Versions of a turn (edit, regenerate) and a conversation kept with every number of its replies: the model of
-playground/conversation.py's Fork and playground/turn_codec.py / export.py, without a server."""
+playground/page/conversation.py's Fork and playground/page/turn_codec.py / export.py, without a server."""
 
 from __future__ import annotations
 
 import json
 
 from engine.protocol.response import LogprobEntry, PromptTokensDetails, TopLogprob, Usage
-from playground import export, persist
-from playground.conversation import Conversation, Turn, display, strip_marks
-from playground.reply import ChoiceView, ReplyView
+from playground.client.reply import ChoiceView, ReplyView
+from playground.page import export, persist
+from playground.page.conversation import Conversation, Turn, display, strip_marks
 
 
 def reply(text: str, tokens: int = 3, logprobs: bool = False) -> ReplyView:

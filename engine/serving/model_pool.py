@@ -10,7 +10,7 @@ running requests finish first (up to `UNLOAD_WAIT_S`); new ones no longer reach 
 
 `current` is the model a new page opens on and a request without a model of its own (Pangu V1) gets: the first
 model at start, then the one `POST /server/models/{id}/load` switched to (or, when the current one was unloaded,
-the newest). A page's own pick never changes it (playground/header_models.py).
+the newest). A page's own pick never changes it (playground/page/header_models.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ of audio, tool and tool-result turns.
 Cells stay thin; everything here is tested in tests/test_notebook_helpers.py. Like the Gradio page, this layer
 builds the request the API parses and renders only the service's chunks.
 
-Imports are lazy (PEP 562): importing `playground.notebooks.result` from the page must not pull in ipywidgets or
-anything else only `requirements-notebooks.txt` installs, so a page served from `requirements.txt` alone starts.
+Imports are lazy (PEP 562): a name pulls in only its own module, so a helper that needs no ipywidgets (or anything
+else only `requirements-notebooks.txt` installs) works without them. The result object lives in playground/client/
+(the page reads it too).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _HOMES = {
         "timeline_frame",
     ),
     "messages": ("audio_part", "tool_result_message", "user_message"),
-    "result": ("ChatResult", "ToolCall", "heatmap_html"),
+    "playground.client.result": ("ChatResult", "ToolCall", "heatmap_html"),
     "sweeps": ("asweep", "distinct_n", "diversity", "expand_grid", "plot_sweep", "sweep"),
     "widgets": ("ChatPanel", "ParameterExplorer"),
 }
@@ -35,7 +36,7 @@ def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)
 
 
 def __dir__() -> list[str]:

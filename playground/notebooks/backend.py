@@ -1,8 +1,9 @@
-"""The notebooks' name for the ChatBackend seam, which lives in playground/backend.py and playground/remote.py (the
-page uses it too)."""
+"""The notebooks' name for the ChatBackend seam, which lives in playground/client/ (backend.py, remote.py and
+connect.py; the page uses it too)."""
 
-from playground.backend import ChatBackend, LocalBackend, Messages, as_messages, connect, run_sync
-from playground.remote import RemoteBackend, RemoteError, SSEChunks, error_message
+from playground.client.backend import ChatBackend, LocalBackend, Messages, as_messages, run_sync
+from playground.client.connect import connect
+from playground.client.remote import RemoteBackend, RemoteError, SSEChunks, error_message
 
 __all__ = [
     "ChatBackend",

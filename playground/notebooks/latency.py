@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from playground.client.result import ChatResult
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
-from playground.notebooks.result import ChatResult
 
 LEVELS = (1, 2, 4, 8, 16)
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from playground.notebooks.result import ToolCall
+from playground.client.result import ToolCall
 
 AUDIO_FORMATS = ("mp3", "wav", "flac")  # what `input_audio.format` may say
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
-from engine.protocol.errors import ApiError
+from playground.client.batch import arun
+from playground.client.result import ChatResult
 from playground.notebooks.backend import ChatBackend, Messages, run_sync
-from playground.notebooks.result import ChatResult
 
 METRICS = ("length", "distinct_2", "mean_logprob")
 
@@ -52,39 +51,6 @@ def sweep_row(params: dict[str, Any], result: ChatResult | None, error: str | No
         }
     )
     return row
-
-
-async def arun(
-    jobs: Sequence[tuple[ChatBackend, Messages, dict[str, Any]]],
-    *,
-    concurrency: int = 32,
-    on_done: Callable[[int, int], None] | None = None,
-    cancel: asyncio.Event | None = None,
-    ctx: Any = None,
-) -> list[ChatResult | str]:
-    """The one runner of sweeps and grids (playground/grid.py): each (backend, messages, params) request folded
-    into a ChatResult, or the server's refusal message; all in flight together so the engine batches them, at most
-    `concurrency` at once. `on_done(done, total)` after each; once `cancel` is set, jobs not started end as
-    "cancelled" (those running finish). `ctx`: who asks, for the embedded policy (None: a notebook)."""
-    gate = asyncio.Semaphore(concurrency)
-    done = 0
-
-    async def one(backend: ChatBackend, messages: Messages, params: dict[str, Any]) -> ChatResult | str:
-        nonlocal done
-        async with gate:
-            if cancel is not None and cancel.is_set():
-                out: ChatResult | str = "cancelled"
-            else:
-                try:
-                    out = await backend.achat(messages, ctx, **params)
-                except ApiError as exc:
-                    out = exc.message
-        done += 1
-        if on_done is not None:
-            on_done(done, len(jobs))
-        return out
-
-    return list(await asyncio.gather(*(one(*job) for job in jobs)))
 
 
 async def asweep(

@@ -14,8 +14,8 @@ from typing import Any
 import ipywidgets as w
 
 from engine.protocol.errors import ApiError
+from playground.client.result import ChatResult, heatmap_html, text_html
 from playground.notebooks.backend import ChatBackend, Messages, as_messages
-from playground.notebooks.result import ChatResult, heatmap_html, text_html
 
 STREAM_PARAMS = {"temperature": 0.7, "max_tokens": 128}
 

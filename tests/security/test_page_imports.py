@@ -22,8 +22,9 @@ SECRET = "victim-secret-7c31 my bank PIN is 0000"
 
 def victim_files(root: Path) -> dict[str, Path]:
     """Another session's saved conversation (where the page saves them) and a saved grid, both holding SECRET."""
-    from playground import export, grid
-    from playground.conversation import Conversation, Turn
+    from playground.client import grid
+    from playground.page import export
+    from playground.page.conversation import Conversation, Turn
 
     conv = Conversation([Turn("user", SECRET), Turn("assistant", "noted")])
     folder = root / "llm-playground-exports" / "someone-elses"
@@ -41,7 +42,7 @@ def served(settings: Any, service: Any, sandbox: Path) -> Iterator[LiveServer]: 
 
 
 def test_no_import_handler_reads_a_path_the_client_names(served: LiveServer, sandbox: Path) -> None:  # noqa: F811
-    from playground.ui import page_app
+    from playground.page.ui import page_app
 
     files = victim_files(sandbox)
     blocks = page_app(served.server.config.app).get_blocks()

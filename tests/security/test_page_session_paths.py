@@ -21,7 +21,7 @@ from tests.security.gradio_raw import component_types, config, defaults, find, j
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stand-in for the system temp directory: the exports' root lies in it, beside a file the server never
     wrote (which must survive every attack)."""
-    from playground import persist
+    from playground.page import persist
 
     root = tmp_path / "tmp"
     (root / "victim").mkdir(parents=True)

@@ -1,0 +1,267 @@
+"""The reply as tokens coloured by the engine's probability for each, with a colour legend; a click or tap on a token
+opens its alternatives (playground/page/static/tokens.js); and the n>1 candidates side by side with their cumulative
+log-probabilities.
+
+One markup serves the Stats panel (a gr.HTML) and the chat (a Chatbot message, which Gradio sanitizes: it keeps
+class, style, title, tabindex, role and hidden but drops every data-* and aria-* attribute). So a heatmap is a
+`.pg-heatmap` box of `<span class="pg-tok pg-pN">` tokens (N: the probability's tenth, coloured by tokens.css)
+followed by one hidden `.pg-tokdata` span holding the numbers as JSON: {"k": top-k, "l": the popover's labels in
+the session's language, "turn": the conversation turn the reply is (null: unknown, so no "continue with this"
+buttons), "c": its choice index, "t": [[token, logprob, rank of the chosen token among the alternatives (1-based,
+0: not among them), [[alternative, logprob], ...]], ...]}. A request with `sampler_logprobs` adds to each token its
+candidates after the samplers and the chosen token's logprob there (null: forced, not sampled): [..., [[candidate,
+logprob], ...], logprob]. The script finds a token's entry by its position in the box.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import Any
+
+from engine.protocol.response import LogprobEntry
+from playground.client.reply import ChoiceView, ReplyView
+from playground.page.i18n import say
+
+BUCKETS = 10  # colour classes pg-p0 (p < 10%) .. pg-p9 (p >= 90%), in tokens.css
+CHAT_TOKENS = 600  # the chat's heatmap shows a long reply's first tokens only; the Stats panel shows them all
+CHAT_ALTS = 5  # and at most this many alternatives per token
+FLOOR = -9999.0  # a logprob of -inf, as JSON has no infinity
+
+HINT = ("click or tap a token for its alternatives", "点击或轻触 token 查看候选")
+LABELS = {
+    "token": ("token {i}", "第 {i} 个 token"),
+    "rank": ("rank {r} of the top {k}", "在前 {k} 名中排第 {r}"),
+    "notin": ("not in the top {k}", "不在前 {k} 名内"),
+    "chosen": ("chosen", "已选"),
+    "noalts": ("no alternatives: set top_logprobs in Sampling", "没有候选：请在「采样」中设置 top_logprobs"),
+    # the two columns of a request with sampler_logprobs
+    "model": ("model", "模型"),
+    "after": ("after samplers", "采样器之后"),
+    "removed": ("removed", "已移除"),
+    "lower": ("not in its top {k}", "不在其前 {k} 名内"),
+    "forced": ("forced, not sampled", "强制插入，未经采样"),
+    "how": (
+        "after samplers: logit_bias, constraints and penalties, then temperature, top-k, top-p · greedy: the highest "
+        "is taken",
+        "采样器之后：先 logit_bias、约束与惩罚，再 temperature、top-k、top-p · 贪心：取最高者",
+    ),
+    "branch": ("↳ continue with this", "↳ 从这里继续"),
+}
+
+
+def bucket(p: float) -> int:
+    return min(BUCKETS - 1, max(0, int(p * BUCKETS)))
+
+
+def _lp(x: float) -> float:
+    return round(x, 4) if math.isfinite(x) else FLOOR
+
+
+def _shown(token: str) -> str:
+    if not token:
+        return '<span class="pg-special">∅</span>'
+    return escape(token).replace("\r", "").replace("\n", "↵<br>")
+
+
+def _tip(e: LogprobEntry) -> str:
+    """The native tooltip (the Stats panel's, for a page without the script: tokens.js takes it off on hover), with
+    the first CHAT_ALTS alternatives."""
+    alts = "\n".join(f"{a.token!r}  {math.exp(a.logprob):.1%}" for a in e.top_logprobs[:CHAT_ALTS])
+    more = len(e.top_logprobs) - CHAT_ALTS
+    tip = f"{e.token!r}  p={math.exp(e.logprob):.1%}  logprob={e.logprob:.3f}"
+    if e.sampler_logprob is not None:
+        tip += f"  ·  after samplers p={math.exp(e.sampler_logprob):.1%}"
+    return tip + (f"\n— top alternatives —\n{alts}" if alts else "") + (f"\n+{more}" if more > 0 else "")
+
+
+def rank(e: LogprobEntry) -> int:
+    """The chosen token's place among its alternatives, 1-based; 0 when it is not among them."""
+    return next((j + 1 for j, a in enumerate(e.top_logprobs) if a.token == e.token), 0)
+
+
+def _row(e: LogprobEntry, alts: int | None) -> list[Any]:
+    row = [e.token, _lp(e.logprob), rank(e), [[a.token, _lp(a.logprob)] for a in e.top_logprobs[:alts]]]
+    if e.sampler_top_logprobs is not None:  # asked for: the candidates after the samplers too
+        after = None if e.sampler_logprob is None else _lp(e.sampler_logprob)
+        row += [[[a.token, _lp(a.logprob)] for a in e.sampler_top_logprobs[:alts]], after]
+    return row
+
+
+def _data(entries: list[LogprobEntry], lang: str, alts: int | None, turn: int | None = None, choice: int = 0) -> str:
+    k = max((len(e.top_logprobs) for e in entries), default=0)
+    labels = {name: say(text, lang, k=k, i="{i}", r="{r}") for name, text in LABELS.items()}
+    rows = [_row(e, alts) for e in entries]
+    data = {"k": k, "l": labels, "turn": turn, "c": choice, "t": rows}
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # Escaped for HTML; `$` as \u0024 so that the chat's LaTeX pass finds no $$ pair in it.
+    return escape(text.replace("$", "\\u0024"), quote=False)
+
+
+def heatmap_html(
+    entries: list[LogprobEntry],
+    lang: str = "en",
+    *,
+    titles: bool = True,
+    alts: int | None = None,
+    turn: int | None = None,
+    choice: int = 0,
+    accepted: list[int] | None = None,
+) -> str:
+    """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many; `turn`
+    (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without)."""
+    spans, drafted = [], set(accepted or ())
+    for i, e in enumerate(entries):
+        tip = f' title="{escape(_tip(e))}"' if titles else ""
+        spec = f' {SPEC_CLASS}" style="{SPEC_STYLE}' if i in drafted else ""  # an accepted speculative draft
+        spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}{spec}"{tip}>{_shown(e.token)}</span>')
+    data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts, turn, choice)}</span>'
+    return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{"".join(spans)}{data}</div>'
+
+
+# Accepted speculative drafts (engine/core/speculative.py): underlined. Inline, as the sanitiser keeps `style`.
+SPEC_CLASS = "pg-spec"
+SPEC_STYLE = "text-decoration: underline 2px #0284c7; text-underline-offset: 3px"
+SPEC_NOTE = (
+    "Underlined: {k:,} tokens that were speculative drafts, accepted.",
+    "带下划线：{k:,} 个被接受的推测草稿 token。",
+)
+
+
+def legend_html(lang: str = "en") -> str:
+    chips = "".join(f'<span class="pg-lg pg-p{b}" title="{b * 10}–{b * 10 + 10}%"></span>' for b in range(BUCKETS))
+    label = say(("token probability", "token 概率"), lang)
+    return (
+        f'<div class="pg-legend"><span class="pg-lg-label">{label}</span><span class="pg-lg-end">0%</span>'
+        f'<span class="pg-lg-bar">{chips}</span><span class="pg-lg-end">100%</span></div>'
+    )
+
+
+def _summary(entries: list[LogprobEntry], lang: str) -> str:
+    low = sum(1 for e in entries if e.logprob < math.log(0.5))
+    mean = sum(math.exp(e.logprob) for e in entries) / len(entries)
+    return say(
+        ("{n} tokens · mean p {mean:.1%} · {low} below 50%", "{n} 个 token · 平均 p {mean:.1%} · {low} 个低于 50%"),
+        lang,
+        n=len(entries),
+        mean=mean,
+        low=low,
+    )
+
+
+def tokens_html(
+    entries: list[LogprobEntry],
+    lang: str = "en",
+    *,
+    turn: int | None = None,
+    choice: int = 0,
+    accepted: list[int] | None = None,
+) -> str:
+    if not entries:
+        return (
+            '<div class="pg-empty">'
+            + say(
+                (
+                    "Turn on <b>logprobs</b> (and top_logprobs for alternatives) in "
+                    "Sampling to see each token's probability here.",
+                    "在「采样」中打开 <b>logprobs</b>（以及用于查看候选的 "
+                    "top_logprobs），即可在这里看到每个 token 的概率。",
+                ),
+                lang,
+            )
+            + "</div>"
+        )
+    head = f'<div class="pg-note">{_summary(entries, lang)} · {say(HINT, lang)}</div>'
+    body = heatmap_html(entries, lang, turn=turn, choice=choice, accepted=accepted)
+    if accepted:
+        body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(accepted))}</div>'
+    return head + legend_html(lang) + body
+
+
+def chat_messages(
+    c: ChoiceView, lang: str = "en", *, done: bool | None = None, turn: int | None = None
+) -> list[dict[str, Any]]:
+    """The reply itself as a heatmap in the chat: one collapsed message under the answer, once the reply is final
+    (`done`; by default when the choice has its finish reason), so streaming re-renders carry none of it. A long
+    reply shows its first CHAT_TOKENS tokens with CHAT_ALTS alternatives each, and no native tooltips."""
+    if not c.logprobs or not (c.finish_reason is not None if done is None else done):
+        return []
+    shown = c.logprobs[:CHAT_TOKENS]
+    body = legend_html(lang) + heatmap_html(
+        shown, lang, titles=False, alts=CHAT_ALTS, turn=turn, choice=c.index, accepted=c.accepted
+    )
+    if c.accepted:
+        body += f'<div class="pg-note pg-spec-note">{say(SPEC_NOTE, lang, k=len(c.accepted))}</div>'
+    if len(shown) < len(c.logprobs):
+        body += (
+            '<div class="pg-note">'
+            + say(
+                (
+                    "The first {k:,} of {n:,} tokens; all of them are in ▥ Stats.",
+                    "仅显示前 {k:,} 个 token（共 {n:,} 个）；全部见「▥ 统计」。",
+                ),
+                lang,
+                k=len(shown),
+                n=len(c.logprobs),
+            )
+            + "</div>"
+        )
+    body += f'<div class="pg-note">{say(HINT, lang)}</div>'
+    title = "◈ " + say(("Tokens by probability", "按概率着色的 token"), lang) + " · " + _summary(c.logprobs, lang)
+    return [{"role": "assistant", "content": body, "metadata": {"title": title, "status": "done"}}]
+
+
+def candidates_html(view: ReplyView, lang: str = "en") -> str:
+    if len(view.choices) < 2:
+        return (
+            '<div class="pg-empty">'
+            + say(
+                (
+                    "Set <b>n</b> > 1 (with temperature > 0) to compare candidates here.",
+                    "把 <b>n</b> 设为大于 1（且 temperature > 0），即可在这里比较候选。",
+                ),
+                lang,
+            )
+            + "</div>"
+        )
+    ranked = sorted(view.choices.values(), key=lambda c: -(c.cumulative_logprob or -math.inf))
+    scored = any(c.cumulative_logprob is not None for c in ranked)
+    if scored:
+        head = say(
+            ("{n} candidates, best cumulative logprob first", "{n} 个候选，累计 logprob 最高的在前"),
+            lang,
+            n=len(ranked),
+        )
+    else:
+        head = say(
+            (
+                "{n} candidates · turn on <b>logprobs</b> in Sampling to rank them by cumulative logprob",
+                "{n} 个候选 · 在「采样」中打开 <b>logprobs</b> 即可按累计 logprob 排序",
+            ),
+            lang,
+            n=len(ranked),
+        )
+    cols = []
+    for place, c in enumerate(ranked):
+        lp = c.cumulative_logprob
+        facts = [
+            say(("choice {i}", "候选 {i}"), lang, i=c.index) + (" ★" if place == 0 and lp is not None else ""),
+            say(("{n} tokens", "{n} 个 token"), lang, n=len(c.times_ms)),
+        ]
+        if lp is not None:
+            facts.append(
+                say(
+                    ("cumulative logprob {lp:.2f} ({per:.2f} a token)", "累计 logprob {lp:.2f}（每 token {per:.2f}）"),
+                    lang,
+                    lp=lp,
+                    per=lp / len(c.logprobs),
+                )
+            )
+        facts.append(escape(c.finish_reason or "…"))
+        text = heatmap_html(c.logprobs, lang, choice=c.index) if c.logprobs else escape(c.content)
+        cols.append(
+            f'<div class="pg-cand"><div class="pg-note">{" · ".join(facts)}</div>'
+            f'<div class="pg-cand-text">{text}</div></div>'
+        )
+    return f'<div class="pg-note">{head}</div><div class="pg-cands">' + "".join(cols) + "</div>"

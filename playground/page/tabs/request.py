@@ -1,0 +1,30 @@
+"""The Request tab: the exact body of the selected reply's request (editable, to replay a variant), as curl and
+Python, and the streamed chunks as they came."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.page.i18n import t
+
+
+@dataclass(eq=False)
+class RequestTab:
+    req_json: gr.Code
+    replay: gr.Button
+    replay_out: gr.Markdown
+    curl: gr.Code
+    python: gr.Code
+    raw: gr.Code
+
+
+def request_tab() -> RequestTab:
+    req_json = gr.Code("", language="json", label=t("request_body"), lines=10, interactive=True, elem_id="pg-request")
+    replay = gr.Button(t("replay"), size="sm", elem_id="pg-replay")
+    replay_out = gr.Markdown("", elem_id="pg-replay-out")
+    curl = gr.Code("", language="shell", label=t("curl"), lines=4, elem_id="pg-curl")
+    python = gr.Code("", language="python", label=t("python"), lines=8, elem_id="pg-python")
+    raw = gr.Code("", language="json", label=t("raw"), lines=8, max_lines=20, elem_id="pg-raw")
+    return RequestTab(req_json, replay, replay_out, curl, python, raw)

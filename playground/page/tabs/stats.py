@@ -1,0 +1,27 @@
+"""The Stats tab: the selected reply's statistics, its engine timeline, and its tokens by probability with the
+n>1 candidates; playground/page/ui.py wires what fills them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.page.i18n import t
+
+
+@dataclass(eq=False)
+class StatsTab:
+    stats: gr.HTML
+    timeline: gr.HTML
+    heat: gr.HTML
+    cands: gr.HTML
+
+
+def stats_tab() -> StatsTab:
+    stats = gr.HTML(t("no_reply_html"), elem_id="pg-stats")
+    plot = gr.HTML("", elem_id="pg-timeline")
+    with gr.Accordion(t("tokens"), open=True):
+        heat = gr.HTML("", elem_id="pg-heat")
+        cands = gr.HTML("", elem_id="pg-cands")
+    return StatsTab(stats, plot, heat, cands)
