@@ -272,19 +272,38 @@ def _best(fn: Any, sample: list[Any], x: torch.Tensor, repeat: int) -> float:
 
 
 def calibrate(
-    projections: list[QuantProjection], reference: Any = None, repeat: int = 3, rows: tuple[int, ...] = CALIBRATION_ROWS
+    projections: list[QuantProjection],
+    reference: Any = None,
+    repeat: int = 3,
+    rows: tuple[int, ...] = CALIBRATION_ROWS,
+    cache: Any = None,
 ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
     """Per matrix shape, time the tile kernel, torch's packed one (where it takes the layout) and, when `reference`
     (weight [N, K] float32, bias) -> callable(x) is given, the unquantized path on the dequantized matrices, at each
     row count on two of the model's own matrices; then pick one kernel below SPLIT_ROWS and one from there
     (`kernels_by_rows`): torch's where it beats the tile kernel by TORCH_MARGIN summed over that range's row counts,
     the unquantized path from SPLIT_ROWS where it beats both by FALLBACK_MARGIN at every one of them. Copies that
-    end up unused are dropped. Returns {shape: {rows: {kernel: ms}}}."""
+    end up unused are dropped. With a `cache` (calibration_cache.CalibrationCache), a shape whose choice it keeps
+    is not timed again. Returns {shape: {rows: {kernel: ms}}} for the shapes timed."""
     groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
     for p in projections:
         groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
     report: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
-    for (n, k, _bits, _group), group in groups.items():
+    for (n, k, bits, group_size), group in groups.items():
+        what = {"shape": [n, k], "bits": bits, "group": group_size, "source": group[0].qw.source, "rows": list(rows)}
+        what |= {"repeat": repeat, "reference": reference is not None}
+        kept = _kept(cache.get("quant", what), group, reference) if cache is not None else None
+        if kept is not None:
+            log.info(
+                "quantized %dx%d: %s below %d rows, %s from there (kept from an earlier start)",
+                n,
+                k,
+                kept[0],
+                SPLIT_ROWS,
+                kept[1],
+            )
+            _use(group, kept, reference)
+            continue
         sample = group[:: max(1, len(group) // 2)][:2]
         has_torch = all(p.pack_for_torch() for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None else []
@@ -311,16 +330,9 @@ def calibrate(
             ):
                 best = "fallback"
             chosen.append(best)
-        kernels_by_rows = (chosen[0], chosen[1])
-        for p in group:
-            p.kernels_by_rows = kernels_by_rows
-            if "torch" in kernels_by_rows:
-                if p.packed is None:
-                    p.pack_for_torch()
-            else:
-                p.packed = None
-            if "fallback" in kernels_by_rows and reference is not None:
-                p.fallback = reference(p.qw.dequantize(), p.bias)
+        _use(group, (chosen[0], chosen[1]), reference)
+        if cache is not None:
+            cache.put("quant", what, chosen)
         log.info(
             "quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s",
             n,
@@ -332,6 +344,32 @@ def calibrate(
         )
         report[(n, k)] = table
     return report
+
+
+def _use(group: list[QuantProjection], kernels_by_rows: tuple[str, str], reference: Any) -> None:
+    """Set a shape's kernels, building the copies they need and dropping the others."""
+    for p in group:
+        p.kernels_by_rows = kernels_by_rows
+        if "torch" in kernels_by_rows:
+            if p.packed is None:
+                p.pack_for_torch()
+        else:
+            p.packed = None
+        if "fallback" in kernels_by_rows and reference is not None:
+            p.fallback = reference(p.qw.dequantize(), p.bias)
+
+
+def _kept(decision: Any, group: list[QuantProjection], reference: Any) -> tuple[str, str] | None:
+    """A cached choice these projections can run, or None (then they are timed)."""
+    if not (
+        isinstance(decision, list) and len(decision) == 2 and all(d in ("tile", "torch", "fallback") for d in decision)
+    ):
+        return None
+    if decision[0] == "fallback" or ("fallback" in decision and reference is None):
+        return None
+    if "torch" in decision and not group[0].pack_for_torch():  # this torch cannot pack the layout (any more)
+        return None
+    return (decision[0], decision[1])
 
 
 # ---- the runner's projections ---------------------------------------------------------------------------------------
@@ -348,10 +386,9 @@ def gguf_layers(path: Any, cfg: Any) -> list[list[QuantWeight | None]]:
     """Per layer, the four fused projections (qkv, o, gate_up, down) from the GGUF's own blocks, rows in the HF
     checkpoint's order (llama.cpp's converter permutes q and k for its rotary layout; undone here as transformers'
     GGUF loader does); None where a part's block type has no kernel or the parts differ in layout."""
-    import gguf
+    from engine.core import gguf_tensors
 
-    reader = gguf.GGUFReader(str(path))
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = {t.name: t for t in gguf_tensors.tensors(path)}  # the tensors alone: gguf.GGUFReader took 2-3 s
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     out: list[list[QuantWeight | None]] = []
     skipped: dict[str, int] = {}
@@ -418,10 +455,16 @@ def quantized_projections(
     return new, what
 
 
+CHECK_ROWS = 64  # rows of each matrix _check_close compares, spread over it (every head of q and k has some)
+
+
 def _check_close(qw: QuantWeight, w: torch.Tensor, what: str) -> None:
-    """The GGUF's blocks against the (bf16-rounded) checkpoint made from the same file: never silently wrong rows."""
-    ref = w.float()
-    err = (qw.dequantize() - ref).abs().max().item()
+    """The GGUF's blocks against the (bf16-rounded) checkpoint made from the same file: never silently wrong rows.
+    Compares CHECK_ROWS rows spread over the matrix (rows permuted the wrong way, or a GGUF that is not the
+    checkpoint's, differ in any of them): dequantizing all 120 of SmolLM2's took 1-2 s of every start."""
+    rows = torch.arange(0, qw.n, max(1, qw.n // CHECK_ROWS))
+    ref = w[rows].float()
+    err = (take_rows(qw, rows).dequantize() - ref).abs().max().item()
     if err > 0.01 * ref.abs().max().item() + 1e-6:
         raise QuantError(f"GGUF blocks of {what} do not match the checkpoint made from them (max error {err:.3g})")
 
