@@ -106,6 +106,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     import torch
 
     from engine import models
+    from engine.core.calibration_cache import CalibrationCache
     from engine.core.engine import Engine, EngineLimits
     from engine.core.kv import PAGE
     from engine.core.model_runner import make_runner
@@ -145,6 +146,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         step_tokens=settings.max_batched_tokens + STEP_ROWS,
         quantization=settings.quantization,
         gguf=loaded.gguf,
+        calibration=CalibrationCache(models.cache_root(settings.cache_dir)),  # kernel choices: timed once, kept
     )
     cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
     if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
