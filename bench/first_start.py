@@ -146,8 +146,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def report_restarts(python: str, cwd: Path, env: dict[str, str], port: int, repeat: int, logs: Path) -> None:
-    for quantization in ("auto", "none"):
+def report_restarts(
+    python: str, cwd: Path, env: dict[str, str], port: int, repeat: int, logs: Path, modes: list[str]
+) -> None:
+    for quantization in modes:
         for i in range(repeat):
             r = warm_restart(python, cwd, env, port, quantization, logs / f"warm-{quantization}-{i}.log")
             stages = ", ".join(f"{k} {v:.1f}" for k, v in r.items() if k not in ("total", "cpu", "import torch"))
@@ -162,6 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the clone and the HOME for a look")
     parser.add_argument("--repeat", type=int, default=2, help="warm restarts per --quantization")
+    parser.add_argument("--modes", default="auto,none", help="the --quantization values restarted, comma-separated")
     parser.add_argument(
         "--warm-only", action="store_true", help="restarts of this checkout with this venv and model cache only"
     )
@@ -169,7 +172,7 @@ def main() -> None:
     if args.warm_only:
         logs = Path(tempfile.mkdtemp(prefix="warm-start-"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PLAYGROUND_")}
-        report_restarts(sys.executable, ROOT, env, free_port(), args.repeat, logs)
+        report_restarts(sys.executable, ROOT, env, free_port(), args.repeat, logs, args.modes.split(","))
         print(f"logs: {logs}")
         return
     work = Path(tempfile.mkdtemp(prefix="first-start-"))
@@ -200,7 +203,7 @@ def main() -> None:
     parts = breakdown((work / "first.log").read_text(errors="replace"), wall, wall + healthy - started)
     print("  stages: " + ", ".join(f"{k} {v:.0f}" for k, v in parts.items()))
     print("  (pip install -r requirements.txt, the model's download and its conversion included)")
-    report_restarts(str(clone / ".venv" / "bin" / "python"), clone, env, port, args.repeat, work)
+    report_restarts(str(clone / ".venv" / "bin" / "python"), clone, env, port, args.repeat, work, args.modes.split(","))
     if args.keep:
         print(f"kept: {work}")
     else:
