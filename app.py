@@ -106,6 +106,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
     import torch
 
     from engine import models
+    from engine.core.calibration_cache import CalibrationCache
     from engine.core.engine import Engine, EngineLimits
     from engine.core.kv import PAGE
     from engine.core.model_runner import make_runner
@@ -146,6 +147,7 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> Any:
         quantization=settings.quantization,
         gguf=loaded.gguf,
         kv_cache_dtype=settings.kv_cache_dtype,
+        calibration=CalibrationCache(models.cache_root(settings.cache_dir)),  # kernel choices: timed once, kept
     )
     cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
     if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)

@@ -1,17 +1,32 @@
-"""A newcomer's first start, timed: a fresh clone and an empty HOME run the README's "Run it" command, then a restart.
+"""A newcomer's first start, timed: a fresh clone and an empty HOME run the README's "Run it" command, then restarts.
 
 Clones this repository's HEAD into a temporary folder, points HOME at a new empty directory (pip's cache and the
 model cache start empty; the machine's pip configuration is kept), and runs the README's command exactly
 (`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && .venv/bin/python app.py`) on a free port.
-Reports the seconds to the end of `pip install`, to `/health` 200 and to the first streamed token of a chat; then
-stops the server, starts `app.py` again (the warm restart) and reports its seconds to `/health` 200.
+Reports the seconds to `/health` 200 and to the first streamed token of a chat, with the same stages as below
+(there `imports+pool` holds the venv and `pip install`, `weights` the model's download and conversion); then
+stops the server and restarts `app.py` (warm: the venv, the model cache and the kept kernel choices are there),
+with `--quantization auto` (the default: the GGUF's own Q4_1 blocks) and `none`, each `--repeat` times, and
+reports their seconds to `/health` 200 with a breakdown read from the server's log:
 
-    .venv/bin/python bench/first_start.py [--keep]
+    imports+pool   from the process's start to the load's first line (Python, torch, the engine, the registry)
+    weights        reading the tokenizer and the bf16 checkpoint (transformers' import included)
+    quant          the GGUF's blocks, their check against the checkpoint and the kernel choices (auto only)
+    runner+probes  the rest of the runner and the engine (the roofline's bandwidth probe)
+    health         from the load's end to the first /health 200 (the page is built meanwhile, in parallel)
+
+A timing is only meaningful beside a reference taken in the same run on the same (shared) machine: each restart
+is followed by `python -c "import torch"`'s seconds, and each restart's CPU seconds (user + system, all threads, at
+/health 200) are reported beside its wall seconds: they grow far less with other processes' load.
+
+    .venv/bin/python bench/first_start.py [--keep] [--repeat 2]
+    .venv/bin/python bench/first_start.py --warm-only [--repeat 2]   # restarts of this checkout, its venv and cache
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -19,6 +34,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -68,10 +84,97 @@ def first_token(base: str) -> float:
     raise SystemExit("no token streamed")
 
 
+# The server's log lines that end each stage of a start (app.py, the pool, the runner, the roofline).
+MILESTONES = (
+    ("imports+pool", "INFO playground: device "),
+    ("weights", "INFO engine.core.cpu_kernels: CPU kernels"),
+    ("quant", "INFO engine.core.model_runner: weights: "),
+    ("runner+probes", " loaded in "),
+)
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def breakdown(log_text: str, started: float, healthy: float) -> dict[str, float]:
+    """Seconds per stage from the log's timestamps (wall clock) and the start / health times (`time.time()`)."""
+    out: dict[str, float] = {}
+    last = started
+    for name, marker in MILESTONES:
+        line = next((x for x in log_text.splitlines() if marker in x and STAMP.match(x)), None)
+        if line is None:
+            continue
+        at = datetime.datetime.strptime(STAMP.match(line).group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()  # type: ignore[union-attr]
+        out[name] = at - last
+        last = at
+    out["health"] = healthy - last
+    return out
+
+
+def import_torch_s(python: str) -> float:
+    started = time.perf_counter()
+    subprocess.run([python, "-c", "import torch"], check=True)
+    return time.perf_counter() - started
+
+
+def warm_restart(
+    python: str, cwd: Path, env: dict[str, str], port: int, quantization: str, log: Path
+) -> dict[str, float]:
+    """One restart of `app.py --quantization ...`: its seconds to /health 200, its breakdown and the reference."""
+    with open(log, "wb") as out:
+        wall, started = time.time(), time.perf_counter()
+        proc = subprocess.Popen(
+            [python, "app.py", "--port", str(port), "--quantization", quantization],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        healthy = wait_healthy(f"http://127.0.0.1:{port}", proc, 600)
+        cpu = cpu_seconds(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    total = healthy - started
+    parts = breakdown(log.read_text(encoding="utf-8", errors="replace"), wall, wall + total)
+    return {"total": total, **parts, "cpu": cpu, "import torch": import_torch_s(python)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU seconds so far (user + system, all its threads): on a machine others load, a start's wall
+    seconds grow with their load; its CPU seconds much less."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report_restarts(
+    python: str, cwd: Path, env: dict[str, str], port: int, repeat: int, logs: Path, modes: list[str]
+) -> None:
+    for quantization in modes:
+        for i in range(repeat):
+            r = warm_restart(python, cwd, env, port, quantization, logs / f"warm-{quantization}-{i}.log")
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r.items() if k not in ("total", "cpu", "import torch"))
+            print(
+                f"warm restart --quantization {quantization}: /health 200 at {r['total']:.1f} s ({stages}), "
+                f"{r['cpu']:.1f} CPU s; reference: import torch {r['import torch']:.1f} s",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the clone and the HOME for a look")
+    parser.add_argument("--repeat", type=int, default=2, help="warm restarts per --quantization")
+    parser.add_argument("--modes", default="auto,none", help="the --quantization values restarted, comma-separated")
+    parser.add_argument(
+        "--warm-only", action="store_true", help="restarts of this checkout with this venv and model cache only"
+    )
     args = parser.parse_args()
+    if args.warm_only:
+        logs = Path(tempfile.mkdtemp(prefix="warm-start-"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PLAYGROUND_")}
+        report_restarts(sys.executable, ROOT, env, free_port(), args.repeat, logs, args.modes.split(","))
+        print(f"logs: {logs}")
+        return
     work = Path(tempfile.mkdtemp(prefix="first-start-"))
     clone, home = work / "clone", work / "home"
     home.mkdir()
@@ -85,7 +188,7 @@ def main() -> None:
     env["HOME"] = str(home)
     base = f"http://127.0.0.1:{port}"
     print(f"+ HOME={home} (empty)\n+ {command}")
-    started = time.perf_counter()
+    wall, started = time.time(), time.perf_counter()
     with open(work / "first.log", "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
             ["bash", "-c", command], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -97,22 +200,10 @@ def main() -> None:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(60)
     print(f"first start: /health 200 at {healthy - started:.0f} s, first streamed token at {token - started:.0f} s")
+    parts = breakdown((work / "first.log").read_text(errors="replace"), wall, wall + healthy - started)
+    print("  stages: " + ", ".join(f"{k} {v:.0f}" for k, v in parts.items()))
     print("  (pip install -r requirements.txt, the model's download and its conversion included)")
-    with open(work / "warm.log", "wb") as log:
-        proc = subprocess.Popen(
-            [".venv/bin/python", "app.py", "--port", str(port)],
-            cwd=clone,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    started = time.perf_counter()
-    try:
-        healthy = wait_healthy(base, proc, 300)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
-    print(f"warm restart: /health 200 at {healthy - started:.1f} s")
+    report_restarts(str(clone / ".venv" / "bin" / "python"), clone, env, port, args.repeat, work, args.modes.split(","))
     if args.keep:
         print(f"kept: {work}")
     else:

@@ -71,14 +71,17 @@ def make_runner(
     quantization: str = "none",
     gguf: Any = None,
     kv_cache_dtype: str | None = None,
+    calibration: Any = None,
 ) -> DecoderRunner | HFRunner:
     """The runner for `model`, with KV room for `kv_tokens` tokens; `seqs` (live sequences at most) and
     `step_tokens` (tokens one step writes at most) size a sliding-window pool (window_kv.py) to what the engine can
     hold at once, 0 to as many tokens as the main pool. `quantization` (quant.CHOICES) with the model's GGUF
     (`gguf`, for auto) says how its projections' weights are kept; quant.QuantError where that cannot be.
-    `kv_cache_dtype` (--kv-cache-dtype; None: the activations' dtype) is the pages' dtype (kv.kv_dtype)."""
+    `kv_cache_dtype` (--kv-cache-dtype; None: the activations' dtype) is the pages' dtype (kv.kv_dtype).
+    `calibration` (calibration_cache.CalibrationCache): where the kernel choices timed at load are kept, so a
+    later load applies them untimed; None times at every load."""
     cfg = model.config
-    q = dict(quantization=quantization, gguf=gguf, kv_cache_dtype=kv_cache_dtype)
+    q = dict(quantization=quantization, gguf=gguf, kv_cache_dtype=kv_cache_dtype, calibration=calibration)
     if (
         cfg.model_type in LEAN_MODEL_TYPES
         and not any(hasattr(cfg, k) for k in ("vision_config", "audio_config"))  # multimodal: HF forward
@@ -121,6 +124,7 @@ class DecoderRunner:
         quantization: str = "none",
         gguf: Any = None,
         kv_cache_dtype: str | None = None,
+        calibration: Any = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -152,6 +156,12 @@ class DecoderRunner:
         # The KV pages' dtype (--kv-cache-dtype, kv.kv_dtype): bf16 under float32 activations halves the bytes the
         # pool holds and attention streams; rope_store rounds into the pages, attention widens them as it reads.
         self.kv_dtype = kv_dtype(kv_cache_dtype, str(device), self.dtype, kern is not None)
+        # Kernel choices kept from an earlier load (calibration_cache.py), keyed also by the dtypes and kernel build.
+        self.calibration = (
+            calibration.within(dtype=str(model_dtype), store=str(store), isa=getattr(kern, "isa", None))
+            if calibration is not None
+            else None
+        )
         # The layer's device operations (norms with the residual adds, rotary embedding with the KV write, SiLU
         # gating, attention): the CPU kernels here, the NPU's fused ops, the torch reference elsewhere
         # (engine/core/ops.py; engine/device.py picks).
@@ -203,7 +213,12 @@ class DecoderRunner:
         if self.bf16_matmul:
             with torch.inference_mode():
                 self.bf16_rows = calibrate_bf16(
-                    [p for p in [*(q for layer in self.proj for q in layer), self.lm_head] if isinstance(p, Projection)]
+                    [
+                        p
+                        for p in [*(q for layer in self.proj for q in layer), self.lm_head]
+                        if isinstance(p, Projection)
+                    ],
+                    cache=self.calibration,
                 )
             log.info("bf16 matmul from rows (per matrix shape): %s", self.bf16_rows)
         self.lora: LoraSet | None = None  # LoRA adapters (set_lora); None: the base model only
@@ -233,7 +248,7 @@ class DecoderRunner:
 
         qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)] + [self.lm_head]
         with torch.inference_mode():
-            self.quant_calibration = quant.calibrate(qp, reference)
+            self.quant_calibration = quant.calibrate(qp, reference, cache=self.calibration)
         log.info(
             "weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
             "below %d rows and from there: %s",

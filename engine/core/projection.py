@@ -87,11 +87,12 @@ def _pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
-def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple[int, int], int]:
+def calibrate_bf16(projections: list[Projection], repeat: int = 3, cache: Any = None) -> dict[tuple[int, int], int]:
     """For mixed projections: per matrix shape, the fewest rows from which torch's bf16 matmul beats the kernel at
     every larger row count tried (CALIBRATION_ROWS; beyond the last, bf16 anyway), timed on up to four of the
     model's own matrices of that shape in turn, so they stream from memory as in a step. Sets each projection's
-    `bf16_from`; returns {(out, in): rows}. Takes well under a second."""
+    `bf16_from`; returns {(out, in): rows}. Takes well under a second. With a `cache`
+    (calibration_cache.CalibrationCache), a shape whose choice it keeps is not timed again."""
     import time
 
     groups: dict[tuple[int, int], list[Projection]] = {}
@@ -101,6 +102,13 @@ def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple
             groups.setdefault((rows, cols), []).append(p)
     chosen: dict[tuple[int, int], int] = {}
     for shape, group in groups.items():
+        what = {"shape": list(shape), "rows": list(CALIBRATION_ROWS), "repeat": repeat}
+        kept = cache.get("bf16", what) if cache is not None else None
+        if isinstance(kept, int) and CALIBRATION_ROWS[0] <= kept <= CALIBRATION_ROWS[-1] + 1:
+            for p in group:
+                p.bf16_from = kept
+            chosen[shape] = kept
+            continue
         sample = group[:: max(1, len(group) // 4)][:4]
 
         def best(fn: Any, x: torch.Tensor, sample: list[Projection] = sample) -> float:
@@ -124,4 +132,6 @@ def calibrate_bf16(projections: list[Projection], repeat: int = 3) -> dict[tuple
         for p in group:
             p.bf16_from = start_at
         chosen[shape] = start_at
+        if cache is not None:
+            cache.put("bf16", what, start_at)
     return chosen

@@ -408,6 +408,7 @@ def calibrate(
     reference: Any = None,
     repeat: int = 3,
     rows: tuple[int, ...] = CALIBRATION_ROWS,
+    cache: Any = None,
     *,
     int8_activations: bool = False,
 ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
@@ -418,12 +419,28 @@ def calibrate(
     the unquantized path from SPLIT_ROWS where it beats both by FALLBACK_MARGIN at every one of them, and with
     `int8_activations` the same for `w8a8` (off by default: per-row int8 activations cost SmolLM2 top-1 agreement,
     87.5% at int4 and 91.7% at int8 against 99.3% with float32 activations, KL 0.06, 6 prompts x 24 tokens, from
-    its activation outliers). Copies that end up unused are dropped. Returns {shape: {rows: {kernel: ms}}}."""
+    its activation outliers). Copies that end up unused are dropped. With a `cache`
+    (calibration_cache.CalibrationCache), a shape whose choice it keeps is not timed again. Returns
+    {shape: {rows: {kernel: ms}}} for the shapes timed."""
     groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
     for p in projections:
         groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
     report: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
-    for (n, k, _bits, _group), group in groups.items():
+    for (n, k, bits, group_size), group in groups.items():
+        what = {"shape": [n, k], "bits": bits, "group": group_size, "source": group[0].qw.source, "rows": list(rows)}
+        what |= {"repeat": repeat, "reference": reference is not None, "int8_activations": int8_activations}
+        kept = _kept(cache.get("quant", what), group, reference) if cache is not None else None
+        if kept is not None:
+            log.info(
+                "quantized %dx%d: %s below %d rows, %s from there (kept from an earlier start)",
+                n,
+                k,
+                kept[0],
+                SPLIT_ROWS,
+                kept[1],
+            )
+            _use(group, kept, reference)
+            continue
         sample = group[:: max(1, len(group) // 2)][:2]
         copies = all(p.copies_ok for p in sample)
         has_torch = copies and all(p.pack_for_torch() for p in sample)
@@ -458,21 +475,9 @@ def calibrate(
                 }
                 best = min(wins, key=wins.__getitem__) if wins else best
             chosen.append(best)
-        kernels_by_rows = (chosen[0], chosen[1])
-        for p in group:
-            p.kernels_by_rows = kernels_by_rows
-            if "torch" in kernels_by_rows:
-                if p.packed is None:
-                    p.pack_for_torch()
-            else:
-                p.packed = None
-            if "fallback" in kernels_by_rows and reference is not None:
-                p.fallback = reference(p.qw.dequantize(), p.bias)
-            if "w8a8" in kernels_by_rows:
-                if p.int8 is None:
-                    p.pack_int8()
-            else:
-                p.int8 = None
+        _use(group, (chosen[0], chosen[1]), reference)
+        if cache is not None:
+            cache.put("quant", what, chosen)
         log.info(
             "quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s",
             n,
@@ -512,10 +517,9 @@ def quantized_head(model: Any, mode: str, kernels: Any, gguf_path: Any = None) -
     tied = head.weight.data_ptr() == embed.weight.data_ptr()
     own: dict[str, QuantWeight] = {}
     if mode == "gguf":
-        import gguf
+        from engine.core import gguf_tensors
 
-        reader = gguf.GGUFReader(str(gguf_path))
-        for t in reader.tensors:
+        for t in gguf_tensors.tensors(gguf_path):  # the tensors alone: gguf.GGUFReader parses the vocabulary too
             if t.name in ("token_embd.weight", "output.weight"):
                 qw = from_gguf(t.tensor_type.name, t.data, int(t.shape[0]))
                 if qw is not None and qw.bits == 8 and not qw.minv.numel():
@@ -541,6 +545,41 @@ def quantized_head(model: Any, mode: str, kernels: Any, gguf_path: Any = None) -
     return projection, table
 
 
+def _use(group: list[QuantProjection], kernels_by_rows: tuple[str, str], reference: Any) -> None:
+    """Set a shape's kernels, building the copies they need and dropping the others."""
+    for p in group:
+        p.kernels_by_rows = kernels_by_rows
+        if "torch" in kernels_by_rows:
+            if p.packed is None:
+                p.pack_for_torch()
+        else:
+            p.packed = None
+        if "fallback" in kernels_by_rows and reference is not None:
+            p.fallback = reference(p.qw.dequantize(), p.bias)
+        if "w8a8" in kernels_by_rows:
+            if p.int8 is None:
+                p.pack_int8()
+        else:
+            p.int8 = None
+
+
+def _kept(decision: Any, group: list[QuantProjection], reference: Any) -> tuple[str, str] | None:
+    """A cached choice these projections can run, or None (then they are timed)."""
+    if not (
+        isinstance(decision, list)
+        and len(decision) == 2
+        and all(d in ("tile", "torch", "fallback", "w8a8") for d in decision)
+    ):
+        return None
+    if decision[0] == "fallback" or ("fallback" in decision and reference is None):
+        return None
+    if "torch" in decision and not group[0].pack_for_torch():  # this torch cannot pack the layout (any more)
+        return None
+    if "w8a8" in decision and not group[0].pack_int8():  # no int8 dot products here (any more)
+        return None
+    return (decision[0], decision[1])
+
+
 # ---- the runner's projections ---------------------------------------------------------------------------------------
 
 GGUF_NAMES = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
@@ -557,10 +596,9 @@ def gguf_layers(path: Any, cfg: Any) -> list[list[QuantWeight | None]]:
     """Per layer, the four fused projections (qkv, o, gate_up, down) from the GGUF's own blocks, rows in the HF
     checkpoint's order (llama.cpp's converter permutes q and k for its rotary layout; undone here as transformers'
     GGUF loader does); None where a part's block type has no kernel or the parts differ in layout."""
-    import gguf
+    from engine.core import gguf_tensors
 
-    reader = gguf.GGUFReader(str(path))
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = {t.name: t for t in gguf_tensors.tensors(path)}  # the tensors alone: gguf.GGUFReader took 2-3 s
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     out: list[list[QuantWeight | None]] = []
     skipped: dict[str, int] = {}
@@ -627,10 +665,16 @@ def quantized_projections(
     return new, what
 
 
+CHECK_ROWS = 64  # rows of each matrix _check_close compares, spread over it (every head of q and k has some)
+
+
 def _check_close(qw: QuantWeight, w: torch.Tensor, what: str) -> None:
-    """The GGUF's blocks against the (bf16-rounded) checkpoint made from the same file: never silently wrong rows."""
-    ref = w.float()
-    err = (qw.dequantize() - ref).abs().max().item()
+    """The GGUF's blocks against the (bf16-rounded) checkpoint made from the same file: never silently wrong rows.
+    Compares CHECK_ROWS rows spread over the matrix (rows permuted the wrong way, or a GGUF that is not the
+    checkpoint's, differ in any of them): dequantizing all 120 of SmolLM2's took 1-2 s of every start."""
+    rows = torch.arange(0, qw.n, max(1, qw.n // CHECK_ROWS))
+    ref = w[rows].float()
+    err = (take_rows(qw, rows).dequantize() - ref).abs().max().item()
     if err > 0.01 * ref.abs().max().item() + 1e-6:
         raise QuantError(f"GGUF blocks of {what} do not match the checkpoint made from them (max error {err:.3g})")
 
