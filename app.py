@@ -267,8 +267,8 @@ def new_pool(settings: cfg.Settings) -> Any:
 
     from engine import model_registry as registry
     from engine import models
-    from engine.http.auth import is_admin
     from engine.serving.model_pool import ModelPool
+    from engine.serving.rights import is_admin
 
     def loader(candidate: Any, report: Any) -> Any:
         first = candidate.source == settings.model
@@ -365,7 +365,8 @@ def create_application(settings: cfg.Settings, state: AppState, policy: Any = No
     policy = policy or RequestPolicy(settings, state.get, models=state.pool)
     app = create_app(settings, policy)
     if settings.mcp:
-        from engine.http.auth import PrefixGuard, bearer_client, bearer_token, is_admin, server_secrets
+        from engine.http.auth import PrefixGuard, bearer_client, bearer_token, server_secrets
+        from engine.serving.rights import is_admin
         from playground import mcp_tool
 
         def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
