@@ -131,6 +131,16 @@ def test_secrets_are_compared_only_by_the_rights_module(path: Path) -> None:
         assert "compare_digest" not in path.read_text(), f"{rel} compares secrets itself: use engine/serving/rights.py"
 
 
+# app.py only wires (flags, settings, the pool, the API and the page, the process-wide switches): what it wires lives
+# in modules of their own (engine/serving/factory.py, model_catalog.py, engine/http/server_lifecycle.py, ...), so it
+# defines no class and stays short enough to read at once.
+def test_the_composition_root_only_wires() -> None:
+    source = (ROOT / "app.py").read_text()
+    classes = [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]
+    assert not classes, f"app.py defines {classes}: a class belongs in the layer it serves"
+    assert len(source.splitlines()) <= 200, "app.py grew past 200 lines: move what is not wiring out of it"
+
+
 # engine/device.py is the one module that imports a device library and knows which backends exist; the NPU's ops
 # table (engine/core/npu_ops.py) is handed torch_npu by it and names its functions, and nothing else does.
 BACKEND_OPS = {"engine/core/npu_ops.py": {"torch_npu"}}
