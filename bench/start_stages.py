@@ -41,10 +41,10 @@ def main() -> None:
     from transformers.models.llama import modeling_llama  # noqa: F401
 
     mark("import transformers (Auto*, llama)")
-    state = app.AppState(app.new_pool(settings))
+    pool = app.new_pool(settings)
     candidates = app.model_candidates(settings)
     mark("pool and registry (model_candidates)")
-    app.create_application(settings, state)
+    app.create_application(settings, app.policy_for(settings, pool=pool))
     mark("the API and the page")
     service = app.build_service(settings.replace(served_model_name=candidates[0].id))
     mark("build_service (weights, runner, engine)")

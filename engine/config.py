@@ -205,7 +205,7 @@ def parse_bool(raw: str) -> bool:
 
 
 # The one table of how a flag's or a variable's text becomes a field's type, keyed by the field's annotation
-# (`bool | None` reads as bool). A flag of type bool is a switch with a `--no-` form instead (app.build_parser).
+# (`bool | None` reads as bool). A flag of type bool is a switch with a `--no-` form instead (engine/cli.py build_parser).
 PARSERS: dict[Any, Callable[[str], Any]] = {bool: parse_bool, int: int, str: str, list[str]: split_list}
 WHAT = {bool: "a boolean", int: "an integer"}
 

@@ -182,7 +182,8 @@ def test_client_key_hashes_credentials() -> None:
 
 def test_a_space_needs_credentials_or_the_explicit_override(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     """Case 14: SPACE_ID alone is no override (issue 31): a Space is a public bind like any other."""
-    from app import check_exposure, settings_from
+    from engine.cli import settings_from
+    from engine.http.exposure import check_exposure
 
     monkeypatch.setenv("SPACE_ID", "user/space")
     with pytest.raises(SystemExit, match="insecure-public"):

@@ -120,7 +120,7 @@ def test_mcp_is_off_by_default(live: LiveServer) -> None:
 
 
 def test_mcp_on_a_public_bind_needs_credentials(settings: Any) -> None:
-    from app import check_exposure
+    from engine.http.exposure import check_exposure
 
     with pytest.raises(SystemExit, match="--mcp"):
         check_exposure(settings.replace(mcp=True, host="0.0.0.0", insecure_public=True))

@@ -237,7 +237,7 @@ def test_timeout_while_queued_is_503(settings: Any, service: Any) -> None:
 
 
 def test_drain_finishes_short_requests_and_ends_long_ones_cleanly(settings: Any, service: Any) -> None:
-    from app import drain
+    from engine.http.server_lifecycle import drain
 
     with served(settings, service, ui=False) as (http, app):
         long = LongStream(str(http.base_url), max_tokens=2000).start()

@@ -235,7 +235,7 @@ def test_aksk_alone_turns_v1_auth_on(settings: Any, service: Any) -> None:
 
 
 def test_flag_env_and_file_forms(keyfile: Path) -> None:
-    from app import build_parser, settings_from
+    from engine.cli import build_parser, settings_from
 
     s = settings_from(["--pangu-aksk", f"A1:s1, @{keyfile}"], environ={"PLAYGROUND_PANGU_AKSK": "ignored:x"})
     assert aksk.load_pairs(s.pangu_aksk) == {"A1": "s1", FILE_AK: FILE_SK}

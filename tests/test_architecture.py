@@ -104,6 +104,43 @@ def test_product_code_is_checked() -> None:
         assert len(sources(folder)) >= 3, folder
 
 
+# Outside engine/, the product reaches the engine only through serving's public API (engine/serving/operations.py for
+# the operator's actions): an attribute chain such as `get_service().engine` or `service.engine.step_log` is
+# invisible to the import rules above, so any `.engine` attribute is refused here. bench/ and tests/ measure and test
+# the core itself and may reach it.
+def engine_attributes(tree: ast.AST) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "engine"]
+
+
+@pytest.mark.parametrize("path", [p for p in product_sources() if not p.is_relative_to(ROOT / "engine")], ids=str)
+def test_only_the_engine_reaches_behind_a_service(path: Path) -> None:
+    lines = engine_attributes(ast.parse(path.read_text()))
+    assert not lines, f"{path.relative_to(ROOT)} reaches `.engine` on lines {lines}: use engine/serving's API"
+
+
+# A secret is compared in one place (constant time over every configured value): the keys by engine/serving/rights.py,
+# which the API, the page and the pool all ask, and AK/SK signatures by engine/http/aksk.py. A second copy of the
+# comparison (the page's admin check once was one) drifts from the first.
+COMPARES_SECRETS = {"engine/serving/rights.py", "engine/http/aksk.py"}
+
+
+@pytest.mark.parametrize("path", product_sources(), ids=str)
+def test_secrets_are_compared_only_by_the_rights_module(path: Path) -> None:
+    rel = str(path.relative_to(ROOT))
+    if rel not in COMPARES_SECRETS:
+        assert "compare_digest" not in path.read_text(), f"{rel} compares secrets itself: use engine/serving/rights.py"
+
+
+# app.py only wires (flags, settings, the pool, the API and the page, the process-wide switches): what it wires lives
+# in modules of their own (engine/serving/factory.py, model_catalog.py, engine/http/server_lifecycle.py, ...), so it
+# defines no class and stays short enough to read at once.
+def test_the_composition_root_only_wires() -> None:
+    source = (ROOT / "app.py").read_text()
+    classes = [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]
+    assert not classes, f"app.py defines {classes}: a class belongs in the layer it serves"
+    assert len(source.splitlines()) <= 200, "app.py grew past 200 lines: move what is not wiring out of it"
+
+
 # engine/device.py is the one module that imports a device library and knows which backends exist; the NPU's ops
 # table (engine/core/npu_ops.py) is handed torch_npu by it and names its functions, and nothing else does.
 BACKEND_OPS = {"engine/core/npu_ops.py": {"torch_npu"}}
@@ -186,6 +223,8 @@ def test_notebook_cells_stay_thin(path: Path) -> None:
     bad = {m for m in found if m.split(".")[0] not in allowed or m.startswith("playground.page")}
     assert not bad, f"{path.name} imports {bad}: logic belongs in playground/notebooks"
     assert not [n for n in NOT_IN_NOTEBOOKS if n in source], f"{path.name} works around the service"
+    tree = compile(source, "cell", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    assert not engine_attributes(tree), f"{path.name} reaches `.engine` behind the service"
 
 
 # playground/ by role: client/ is what the page, the notebooks, MCP and bench/ share (no Gradio, no ipywidgets, and

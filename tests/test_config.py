@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from app import build_parser, check_exposure, settings_from
 from engine import config as cfg
+from engine.cli import build_parser, settings_from
+from engine.http.exposure import check_exposure
 
 
 def test_every_spec_knob_has_a_flag_and_an_env_var() -> None:

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app import build_parser, settings_from
 from engine import config as cfg
+from engine.cli import build_parser, settings_from
 
 BOOLS = {
     "graph_capture",

@@ -89,9 +89,10 @@ def test_the_memory_estimate_counts_the_kv_element_size() -> None:
 
 
 def test_the_server_plans_the_kv_dtype_its_runner_picks() -> None:
-    from app import planned_kv_dtype, settings_from
+    from app import settings_from
     from engine import device as devices
     from engine.core import cpu_kernels
+    from engine.serving.model_catalog import planned_kv_dtype
 
     place = devices.Placement("cpu", "fp32")
     auto = planned_kv_dtype(settings_from([], environ={}), place)

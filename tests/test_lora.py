@@ -100,8 +100,9 @@ def test_an_adapter_that_does_not_fit_the_base_model_is_refused(tmp_path: Path) 
 
 
 def test_a_model_on_the_hf_forward_refuses_adapters(tmp_path: Path) -> None:
-    from app import load_adapters, settings_from
+    from engine.cli import settings_from
     from engine.core.model_runner import HFRunner
+    from engine.serving.factory import load_adapters
 
     settings = settings_from(["--lora-adapters", f"a={write_adapter(tmp_path / 'a')}"], environ={})
     with pytest.raises(LoraError, match="need the lean runner"):

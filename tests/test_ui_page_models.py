@@ -91,7 +91,7 @@ FACTS = (
 def test_the_facts_offered_before_a_fetch_are_what_the_files_say(settings: Any, tiny_qwen_dir: Path) -> None:
     """The tiny Qwen3 and SmolLM2 as the picker lists them before they are on disk, and as their files say once
     they are (Gemma 3 270M: tests/test_gemma3_270m.py)."""
-    from app import demo_qwen_candidate
+    from demo_models.offer import demo_qwen_candidate
     from engine import model_registry, models
 
     qwen = demo_qwen_candidate()

@@ -4,11 +4,12 @@ A sequence's keys and values live in pages of PAGE tokens. `PagePool` is Decoder
 [layers, pages, PAGE, kv_heads, head_dim] tensor for keys and one for values, and a free list. `KVBudget` is what
 the scheduler admits, grows and preempts against: a number of tokens, whichever runner holds them (pool pages for
 DecoderRunner, a DynamicCache for HFRunner), with the prefix cache beside it. PAGE is also the prefix cache's
-block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages (app.py).
+block, so a cached block is one page, and it sizes the pool's slack for partly filled last pages (engine/serving/factory.py).
 
 PAGE is the default: the page size is a property of the device (engine/device.py `page_size`: 128 tokens on an
 Ascend NPU, whose paged-attention kernels want it, PAGE elsewhere), which DecoderRunner hands to its pool
-(`PagePool.page`) and the prefix cache its block (app.py); a sliding-window pool (window_kv.py) keeps PAGE.
+(`PagePool.page`) and the prefix cache its block (engine/serving/factory.py); a sliding-window pool (window_kv.py)
+keeps PAGE.
 
 The pages' element type is `kv_dtype`'s choice for `--kv-cache-dtype`: the activations' dtype, or bf16 under
 float32 activations (half the bytes a long context's attention streams and the pool holds, what vLLM stores).

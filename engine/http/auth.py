@@ -11,8 +11,7 @@ logged and never echoed. The Gradio page accepts the same secrets as its passwor
 from __future__ import annotations
 
 import hashlib
-import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -22,19 +21,7 @@ from engine.config import Settings
 from engine.http import aksk
 from engine.http.error_bodies import error_response
 from engine.protocol.errors import AuthError
-
-
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
-
-
-def matches(value: str, allowed: Iterable[str]) -> bool:
-    """Whether `value` is one of `allowed`, taking the same time whichever (or whether any) matches."""
-    candidate = _digest(value)
-    found = False
-    for secret in allowed:
-        found |= hmac.compare_digest(candidate, _digest(secret))
-    return found
+from engine.serving.rights import any_credentials, matches  # the rights, over the settings alone
 
 
 def check_bearer(headers: Mapping[str, str], keys: list[str], *, required: bool = False) -> str | None:
@@ -108,10 +95,6 @@ class PanguV1Auth:
         )
 
 
-def any_credentials(settings: Settings) -> bool:
-    return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
-
-
 GUARDED_ROUTES = (
     "/v1/chat/completions",
     "/api/v2/chat/completions",
@@ -146,14 +129,6 @@ def server_secrets(settings: Settings) -> list[str]:
     """Every credential the server accepts on some route: API keys, Pangu tokens and app codes, AK/SK secrets."""
     secret_keys = aksk.load_pairs(settings.pangu_aksk).values()
     return [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
-
-
-def is_admin(credential: str | None, settings: Settings) -> bool:
-    """Whether a caller with this (already checked) credential may do an administrator's action: anyone while no
-    credentials and no admin keys are configured, else only an admin key (`--admin-keys`)."""
-    if not settings.admin_keys and not any_credentials(settings):
-        return True
-    return credential is not None and matches(credential, settings.admin_keys)
 
 
 def ui_auth(settings: Settings) -> PageLogins | None:

@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.config import Settings
-from engine.http.auth import cache_scope, client_key, is_admin
+from engine.http.auth import cache_scope, client_key
 from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.http.sse import EventWriter, V1Events
 from engine.http.wire import V1StreamWriter, response_json
@@ -28,6 +28,7 @@ from engine.protocol.errors import ApiError, IncompleteGenerationError, PayloadT
 from engine.protocol.request import ChatCompletionRequest, Route, parse_chat_request
 from engine.serving.fold import fold
 from engine.serving.policy import CallContext, PolicedRun, RequestPolicy
+from engine.serving.rights import is_admin
 
 log = logging.getLogger(__name__)
 PANGU_V1_PATH = "/v1/{project_id}/deployments/{deployment_id}/chat/completions"

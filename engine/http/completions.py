@@ -18,7 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from engine.config import Settings
-from engine.http.auth import cache_scope, client_key, is_admin
+from engine.http.auth import cache_scope, client_key
 from engine.http.chat import _Stream, _unless_disconnected, decode_json, fold_unless_disconnected, read_body
 from engine.http.error_bodies import error_body
 from engine.http.sse import sse
@@ -28,6 +28,7 @@ from engine.protocol.errors import ApiError, IncompleteGenerationError
 from engine.protocol.response import ChatCompletionChunk, LogprobEntry
 from engine.serving.completions import CompletionStream, Prompt, prompts_for
 from engine.serving.policy import CallContext, RequestPolicy
+from engine.serving.rights import is_admin
 
 log = logging.getLogger(__name__)
 COMPLETIONS_PATH = "/v1/completions"

@@ -90,7 +90,8 @@ def test_app_codes_alone_the_code_still_works(app_codes_only: httpx.Client) -> N
 
 
 def test_public_bind_with_open_routes_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app import check_exposure, settings_from
+    from engine.cli import settings_from
+    from engine.http.exposure import check_exposure
 
     monkeypatch.setenv("SPACE_ID", "someone/space")  # a Space is no exception: only the named flag is
     with pytest.raises(SystemExit, match="insecure-public"):

@@ -16,12 +16,8 @@ other backend does not ("not available from this backend")."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import html
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +25,13 @@ from typing import Any
 import gradio as gr
 import httpx
 
+from engine.serving.operations import NoAdminKey, NotAdmin, ServerOperations
 from engine.serving.policy import RequestPolicy
+from engine.serving.rights import admin_needed
 from playground.page.i18n import say, t
 from playground.page.session import Session
 
 TICK_S = 2.0
-RESET_TIMEOUT_S = 60
 STEPS_WINDOW_S = 30.0  # the strip's reach back (the step log holds minutes on a CPU: engine/core/step_log.py)
 STRIP_BINS = 150  # the strip's columns: 0.2 s each, however many steps ran (one rect per column, not per step)
 REMOTE_TIMEOUT_S = 5.0
@@ -90,27 +87,6 @@ ROWS = {
 }
 
 
-def needs_admin(settings: Any) -> bool:
-    """Whether the reset takes an admin key: the server has credentials of any kind (as engine/http/auth.py's
-    `any_credentials`), or admin keys."""
-    return bool(
-        settings.api_keys
-        or settings.pangu_auth_tokens
-        or settings.pangu_app_codes
-        or settings.pangu_aksk
-        or settings.admin_keys
-    )
-
-
-def is_admin(key: str, admin_keys: list[str]) -> bool:
-    """`key` is one of `admin_keys`, compared in constant time over every one (as engine/http/auth.py `matches`)."""
-    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
-    found = False
-    for secret in admin_keys:
-        found |= hmac.compare_digest(digest, hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest())
-    return found
-
-
 def _bar(used: int, total: int) -> str:
     pct = 100 * used / total if total else 0.0
     return f'<div class="pg-srv-bar"><span style="width:{min(100.0, pct):.1f}%"></span></div>'
@@ -123,23 +99,10 @@ def _row(key: str, value: str, lang: str, bar: str = "") -> str:
     )
 
 
-def local_steps(policy: RequestPolicy, seconds: float = STEPS_WINDOW_S, svc: Any = None) -> dict[str, Any] | None:
-    """The embedded engine's step records of the last `seconds`, in `GET /server/steps`' shape (the same records'
-    `as_json`, read from the service's engine, not over HTTP); None while the model loads. `svc`: the service to
-    read (a session's picked model), else the policy's current one."""
-    svc = svc if svc is not None else policy.get_service()
-    if svc is None:
-        return None
-    engine = svc.engine
-    log, roof, now = engine.step_log, engine.roofline, time.perf_counter()
-    if log is None:
-        return {"enabled": False, "steps": [], "roofline": None}
-    return {
-        "enabled": True,
-        "seconds": seconds,
-        "roofline": roof.as_json() if roof is not None else None,
-        "steps": [r.as_json(now) for r in log.recent(seconds, now)],
-    }
+def local_steps(ops: ServerOperations, svc: Any, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | None:
+    """The embedded engine's step records of the last `seconds`, as `GET /server/steps` lists them (read through
+    the server's operations, not over HTTP); None while the model loads. `svc`: the service a session talks to."""
+    return ops.steps(seconds, service=svc) if svc is not None else None
 
 
 async def remote_steps(backend: Any, seconds: float = STEPS_WINDOW_S) -> dict[str, Any] | str:
@@ -317,6 +280,7 @@ class ServerHandlers:
 
     def __init__(self, policy: RequestPolicy, service_of: Callable[[Session], Any] | None = None) -> None:
         self.policy = policy
+        self.ops = ServerOperations(policy)  # the same actions and admin check as the API's /server/* routes
         self.service_of = service_of  # the service a session talks to (its picked model); None: the current one
 
     def service(self, session: Session | None) -> Any:
@@ -325,13 +289,9 @@ class ServerHandlers:
         return self.policy.get_service()
 
     def snapshot(self, session: Session | None = None) -> dict[str, Any] | None:
-        """As `GET /server/state` answers (engine/http/server_routes.py server_state), None while loading."""
+        """As `GET /server/state` answers, None while loading."""
         svc = self.service(session)
-        if svc is None:
-            return None
-        state = svc.engine.snapshot()
-        state["requests"] |= {"in_flight": self.policy.admission.in_flight}
-        return state
+        return self.ops.state(svc) if svc is not None else None
 
     async def view(self, session: Session) -> str:
         """The numbers, and under them the strip of recent steps (a remote backend's from its /server/steps)."""
@@ -341,25 +301,24 @@ class ServerHandlers:
             steps = steps_html(await remote_steps(backend), lang, url=getattr(backend, "url", None))
             return render(None, lang, True) + steps
         svc = self.service(session)
-        return render(self.snapshot(session), lang) + steps_html(local_steps(self.policy, svc=svc), lang)
+        return render(self.snapshot(session), lang) + steps_html(local_steps(self.ops, svc), lang)
 
     async def reset(self, key: str, session: Session) -> tuple[str, str]:
         """Empty the prefix cache (the engine does it between two steps): the note, and the view after it."""
-        lang, settings = session.lang, self.policy.settings
+        lang = session.lang
         svc = self.service(session)
         if session.remote:
             return say(NOT_REMOTE, lang), await self.view(session)
         if svc is None:
             return say(LOADING, lang), await self.view(session)
-        if needs_admin(settings):
-            if not settings.admin_keys:
-                return say(NO_ADMIN, lang), await self.view(session)
-            if not is_admin((key or "").strip(), settings.admin_keys):
-                return say(NOT_ADMIN, lang), await self.view(session)
-        if svc.engine.prefix_cache is None:
-            return say(NO_CACHE, lang), await self.view(session)
-        dropped = await asyncio.wait_for(asyncio.wrap_future(svc.engine.reset_prefix_cache()), RESET_TIMEOUT_S)
-        return say(DONE, lang, blocks=dropped), await self.view(session)
+        try:
+            done = await self.ops.reset_prefix_cache((key or "").strip(), svc)
+        except NoAdminKey:
+            return say(NO_ADMIN, lang), await self.view(session)
+        except NotAdmin:
+            return say(NOT_ADMIN, lang), await self.view(session)
+        note = say(DONE, lang, blocks=done["blocks_dropped"]) if done["reset"] else say(NO_CACHE, lang)
+        return note, await self.view(session)
 
 
 @dataclass(eq=False)
@@ -389,7 +348,7 @@ class ServerTab:
 def build(policy: RequestPolicy) -> ServerTab:
     """The tab's components (inside `with gr.Tab(...)`): the numbers, the key box when the reset needs one, the
     button and its note."""
-    admin = needs_admin(policy.settings)
+    admin = admin_needed(policy.settings)
     tab = gr.context.Context.block
     gr.Markdown(t("server_help"))
     view = gr.HTML(render(None, "en"), elem_id="pg-server")
