@@ -247,10 +247,16 @@ def model_candidates(settings: cfg.Settings) -> list[Any]:
         resolved = models.resolve_model_dir(source, cache)[0] if first else None  # a .gguf converts once
         return registry.describe(source, model_id, resolved, settings.tool_call_parser)
 
+    def described(source: str) -> Any:  # SOURCE@PRECISION: a precision entry of SOURCE (issue 32)
+        base, precision = registry.split_precision(source)
+        found = describe(base, registry.default_id(base))
+        return registry.variant(found, precision) if precision else found
+
     first = describe(settings.model, settings.served_model_name or registry.default_id(settings.model), first=True)
     more = [s for s in registry.sources(settings.models, settings.models_dir) if s != settings.model]
-    found = [first, *(describe(s, registry.default_id(s)) for s in more)]
-    taken = {c.id for c in found} | {c.source.lower() for c in found if models.bundled_dir(c.source, cache)}
+    found = [first, *(described(s) for s in more)]
+    bundled = [c for c in found if models.bundled_dir(c.source, cache) and not c.precision]
+    taken = {c.id for c in found} | {c.source.lower() for c in bundled}
     for source in ["", *models.BUNDLED]:
         name = registry.default_id(source)
         if name not in taken and source.lower() not in taken:
@@ -271,7 +277,7 @@ def new_pool(settings: cfg.Settings) -> Any:
     from engine.serving.model_pool import ModelPool
 
     def loader(candidate: Any, report: Any) -> Any:
-        first = candidate.source == settings.model
+        first = candidate.source == settings.model and not candidate.precision
         cache, source, step = models.cache_root(settings.cache_dir), candidate.source, report
         if source == DEMO_QWEN_SOURCE:
             from demo_models.cache import FOLDER
@@ -284,12 +290,16 @@ def new_pool(settings: cfg.Settings) -> Any:
             models.resolve_model_dir(source, cache, lambda f, s: report(0.6 * f, s))
             step = lambda f, s: report(0.6 + 0.4 * f, s)  # noqa: E731
         own = settings.replace(
-            model=source, served_model_name=candidate.id, lora_adapters=settings.lora_adapters if first else []
+            model=source,
+            served_model_name=candidate.id,
+            lora_adapters=settings.lora_adapters if first else [],
+            **registry.PRECISIONS.get(candidate.precision, {}),  # a precision entry's --quantization / --dtype
         )
         service = build_service(own, step)
         if step is not report:  # on disk now: the registry reads its files instead of the published facts
             resolved = models.resolve_model_dir(source, cache)[0]
-            pool.describe(registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser))
+            fresh = registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser)
+            pool.describe(dataclasses.replace(fresh, precision=candidate.precision))
         return service
 
     itemsize = torch.empty((), dtype=devices.placement(settings.device, settings.dtype).dtype).element_size()
