@@ -22,6 +22,7 @@ from playground import (
     layout,
     persist,
     prompt_view,
+    quality_panel,
     server_panel,
     textmode,
     xray,
@@ -114,6 +115,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         backend.wire(h, session, header.html, header_html)
         server.wire(policy, session, h.service)
         grid_view.wire(h, session)
+        quality_panel.wire(h, stats, conv, session, header.admin_key)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves,
         # and after each change of the conversation.

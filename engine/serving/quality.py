@@ -41,6 +41,10 @@ class TokenQuality:
     kl: float  # KL(reference ‖ served) at this token's position, in nats
     top: int  # the served model's most likely token there
     reference_top: int  # the reference's
+    logprob: float = 0.0  # the reply token's, teacher-forced on the served model
+    reference_logprob: float = 0.0  # and on the reference
+    piece: str = ""  # the reply token's text
+    reference_piece: str = ""  # the reference's top-1 token's text
 
     @property
     def differs(self) -> bool:
@@ -90,7 +94,17 @@ class Quality:
             "mean_kl": self.mean_kl,
             "summary": self.summary(),
             "tokens": [
-                {"kl": t.kl, "differs": t.differs, "top": t.top, "reference_top": t.reference_top} for t in self.tokens
+                {
+                    "kl": t.kl,
+                    "differs": t.differs,
+                    "top": t.top,
+                    "reference_top": t.reference_top,
+                    "logprob": t.logprob,
+                    "reference_logprob": t.reference_logprob,
+                    "piece": t.piece,
+                    "reference_piece": t.reference_piece,
+                }
+                for t in self.tokens
             ],
         }
 
@@ -180,7 +194,13 @@ async def compare(
     ref, mine = await asyncio.gather(rows(reference, ids, first), rows(served, ids, first))
     kl = (ref.exp() * (ref - mine)).sum(-1).clamp_min(0.0)  # float32 rounding can dip a hair below zero
     tops, ref_tops = mine.argmax(-1).tolist(), ref.argmax(-1).tolist()
-    out.tokens = [TokenQuality(float(k), int(t), int(r)) for k, t, r in zip(kl.tolist(), tops, ref_tops)]
+    at = torch.tensor(scored)[:, None]
+    lps, ref_lps = mine.gather(1, at)[:, 0].tolist(), ref.gather(1, at)[:, 0].tolist()
+    piece = lambda t: served.formatter.token(t, False)[0]  # noqa: E731
+    out.tokens = [
+        TokenQuality(float(k), int(t), int(r), lp, rlp, piece(tok), piece(r))
+        for k, t, r, lp, rlp, tok in zip(kl.tolist(), tops, ref_tops, lps, ref_lps, scored)
+    ]
     return out
 
 
@@ -241,3 +261,24 @@ async def _reference(policy: Any, ctx: Any, served: ChatService, name: str) -> C
     if loaded is None:
         raise ServiceUnavailableError(f"The reference model {name[:64]!r} did not load; see the server log.")
     return loaded
+
+
+async def measure_request(
+    policy: Any, ctx: Any, body: dict[str, Any], reply_ids: list[int], reference: str | None = None
+) -> Quality:
+    """`measure` of a chat reply from the body that produced it: its prompt ids rendered as the chat rendered them
+    (engine/serving/tokenize.py render_chat, on the served model)."""
+    from engine.protocol.request import parse_chat_request
+    from engine.serving.tokenize import render_chat
+
+    if not isinstance(body.get("messages"), list):
+        raise RequestValidationError("The quality meter measures chat replies (a body with messages).")
+    req = parse_chat_request(body)
+    model = str(req.model)
+    pool = policy.models
+    owner = pool.owner_of(model) if pool is not None else None
+    served = pool.get(owner) if pool is not None and owner is not None else policy.service()
+    _, _, prompt_ids, media = await render_chat(served, req, req.add_generation_prompt, req.continue_final_message)
+    if media:
+        raise RequestValidationError("The quality meter measures text prompts; this one has media.")
+    return await measure(policy, ctx, model, prompt_ids, reply_ids, reference)
