@@ -297,6 +297,7 @@ def quality_html(report: dict[str, Any], lang: str = "en") -> str:
         spans.append(f'<span class="pg-tok pg-p{kl_bucket(t["kl"])}"{style}>{_shown(t["piece"])}</span>')
     labels = {name: say(text, lang, k=0, i="{i}", r="{r}") for name, text in LABELS.items()}
     labels |= {name: say(text, lang, ref=ref, p="{p}", kl="{kl}", tok="{tok}") for name, text in QUALITY_LABELS.items()}
+    labels["noalts"] = say(("teacher-forced on the served model", "在所服务的模型上逐 token 重算"), lang)
     data = {
         "k": 0,
         "l": labels,
