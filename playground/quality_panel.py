@@ -61,8 +61,8 @@ def wire(h: Any, tab: Any, conv: gr.State, session: gr.State, admin_key: gr.Text
         return await measure(h, conv, session, admin_key, request)
 
     tab.quality.click(
-        lambda: _note(say(MEASURING, "en", ref=REFERENCE)),
-        None,
+        lambda sess: _note(say(MEASURING, sess.lang, ref=REFERENCE)),
+        session,
         tab.quality_note,
         api_name=False,
         queue=False,

@@ -81,3 +81,16 @@ def test_precision_entries_are_parsed_from_models_values() -> None:
     )
     assert quality.reference_id("SmolLM2-135M-Instruct@int4") == quality.reference_id("SmolLM2-135M-Instruct")
     assert quality.reference_id("x@int4") == "x@fp32"
+
+
+@pytest.mark.unit
+def test_the_kl_heatmap_colours_by_kl_and_outlines_a_differing_top1() -> None:
+    from playground import heatmap
+
+    assert [heatmap.kl_bucket(k) for k in (0.0, 1e-4, 0.05, 5.0)] == [9, 8, 3, 0]
+    token = {"kl": 0.05, "differs": True, "piece": "Red", "reference_piece": "Blue", "logprob": -0.1}
+    report = {"summary": "top-1 agreement 50.0% · mean KL 0.025 against fp32", "reference_precision": "fp32"}
+    page = heatmap.quality_html(report | {"tokens": [token | {"reference_logprob": -2.0}]})
+    assert "pg-p3" in page and heatmap.DIFFERS_STYLE in page and '"q":[[0.05,true,"Blue",-2.0]]' in page
+    assert "top-1 agreement 50.0%" in page
+    assert "pg-heatmap" not in heatmap.quality_html(report | {"tokens": []})  # a summary alone, no empty heatmap

@@ -4,7 +4,9 @@ A reply's tokens are teacher-forced through the served model and through a full-
 (one prefill of prompt + reply each, `SamplingParams.prompt_rows_from`: the engine keeps the log-softmax row that
 predicts each reply token). Per token: the KL divergence KL(reference ‖ served) = Σ p_ref (log p_ref − log p_served)
 of the two distributions at that position, and whether their top-1 tokens differ. Both sides are recomputed the
-same way (a prefill), so the meter compares the two models, not a decode step with a prefill.
+same way (a prefill), so the meter compares the two models, not a decode step with a prefill. A quantized model's
+prefill runs the kernel its calibration picked for 16 rows and more (engine/core/quant.py SPLIT_ROWS), which may
+differ from its decode kernel in float rounding (bf16 activations), never in the weights it multiplies.
 
 The reference is the same model's `@fp32` precision entry (engine/model_registry.py PRECISIONS), offered to the
 pool on first use and loaded like any model (an administrator's action once credentials are set). A served model
