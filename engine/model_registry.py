@@ -15,7 +15,7 @@ import json
 import math
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,9 @@ class Candidate:
     # Not on disk yet (a bundled model before its first use): what loading it downloads first, and the facts above
     # come from what its publisher says (`describe_static`), not from its files.
     download_bytes: int = 0
+    # A precision entry (`--models SOURCE@int4`): the same model served at another precision (PRECISIONS), its id
+    # the base id + "@" + precision; "" for the model as the server's flags serve it.
+    precision: str = ""
 
     def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0, kv_element: int = 0) -> int:
         """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pools (the
@@ -72,7 +75,8 @@ class Candidate:
             "reasoning": self.reasoning,
             "tools": self.tools,
         }
-        return out | ({"download_bytes": self.download_bytes} if self.download_bytes else {})
+        out |= {"download_bytes": self.download_bytes} if self.download_bytes else {}
+        return out | ({"precision": self.precision} if self.precision else {})
 
 
 def _safetensors_parameters(path: Path) -> int:
@@ -91,7 +95,7 @@ def _kv_per_token(cfg: dict[str, Any], layers: int | None = None) -> int:
     return layers * 2 * kv_heads * head_dim * 2
 
 
-def _window_kv(cfg: dict[str, Any]) -> dict[str, int]:
+def _window_kv(cfg: dict[str, Any]) -> dict[str, Any]:
     """Candidate.window and window_bytes_per_token of a config whose `layer_types` name sliding layers."""
     kinds = (cfg.get("layer_types") or [])[: int(cfg.get("num_hidden_layers") or 0)]
     sliding = sum(1 for t in kinds if t == "sliding_attention")
@@ -276,6 +280,35 @@ def sources(models: Iterable[str], models_dir: str) -> list[str]:
         seen = {str(Path(s).expanduser().resolve()) for s in found if s}
         found += [str(p) for p in sorted(root.iterdir()) if is_candidate(p) and str(p.resolve()) not in seen]
     return found
+
+
+# A model's precision entries (issue 32): `--model` / `--models` SOURCE@PRECISION serves SOURCE with these settings
+# instead of the server's `--quantization` / `--dtype`, as a pool entry of its own, so A/B, the prompt grid, the
+# equivalence check and the quality meter (engine/serving/quality.py) compare precisions directly.
+PRECISIONS: dict[str, dict[str, str]] = {
+    "none": {"quantization": "none"},  # dequantized, at the server's dtype
+    "fp32": {"quantization": "none", "dtype": "fp32"},  # the quality meter's reference
+    "bf16": {"quantization": "none", "dtype": "bf16"},
+    "int8": {"quantization": "int8"},
+    "int4": {"quantization": "int4"},
+}
+
+
+def split_precision(source: str) -> tuple[str, str]:
+    """(base source, precision) of a `--models` value: "gemma-3-270m@int4" -> ("gemma-3-270m", "int4"); the bundled
+    default by its id ("SmolLM2-135M-Instruct@bf16") or by nothing ("@bf16"); a path that exists as written is
+    never split."""
+    base, at, precision = source.rpartition("@")
+    if not at or precision not in PRECISIONS or Path(source).expanduser().exists():
+        return source, ""
+    return ("" if base.lower() == DEFAULT_NAME.lower() and not Path(base).exists() else base), precision
+
+
+def variant(base: Candidate, precision: str) -> Candidate:
+    """`base` served at `precision` (PRECISIONS), as an entry of its own."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return replace(base, id=f"{base.id}@{precision}", precision=precision)
 
 
 def unique(candidates: list[Candidate]) -> list[Candidate]:

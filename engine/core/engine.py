@@ -365,6 +365,9 @@ class Engine:
         ids = torch.tensor(targets, device=lp.device)
         chosen = lp.gather(1, ids[:, None])
         ranks = (lp > chosen).sum(dim=1) + 1
+        keep = r.req.params.prompt_rows_from
+        if keep is not None and start + len(targets) >= keep:  # rows whose targets lie at `keep` or after
+            r.stats.prompt_rows.append(lp[max(0, keep - start - 1) :].cpu())
         top = torch.topk(lp, k, dim=-1) if k else None
         for j, tok in enumerate(targets):
             best = list(zip(top.indices[j].tolist(), top.values[j].tolist())) if top is not None else []

@@ -45,6 +45,9 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob, rank and this many top others
+    # With prompt_logprobs: keep the whole log-softmax row predicting each prompt token from this index on
+    # (RequestStats.prompt_rows): the teacher-forced distributions the quality meter compares (serving/quality.py).
+    prompt_rows_from: int | None = None
     sampler_logprobs: bool = False  # also record the top candidates after the samplers (TokenLogprob.processed)
     think_ids: tuple[int, int] | None = None  # (<think>, </think>) ids when the reasoning split is active
     thinking_budget: int | None = None  # reasoning tokens before `think_stop_ids` is forced
@@ -134,6 +137,8 @@ class RequestStats:
     # With `prompt_logprobs`: one entry per prompt token, None for the first (nothing precedes it); filled by the
     # engine thread while the prompt is prefilled, complete before the first token is handed out.
     prompt_logprobs: list[PromptTokenLogprob | None] | None = None
+    # With `prompt_rows_from`: float32 [tokens, vocab] log-softmax rows on the CPU, a block per prompt chunk.
+    prompt_rows: list[Any] = field(default_factory=list)
 
 
 @dataclass

@@ -5,6 +5,7 @@ pool's loader, which fetches, converts or builds a model on its first pick and b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,16 @@ def model_candidates(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) 
         resolved = models.resolve_model_dir(source, cache)[0] if first else None  # a .gguf converts once
         return registry.describe(source, model_id, resolved, settings.tool_call_parser)
 
+    def described(source: str) -> Candidate:  # SOURCE@PRECISION: a precision entry of SOURCE (issue 32)
+        base, precision = registry.split_precision(source)
+        found = describe(base, registry.default_id(base))
+        return registry.variant(found, precision) if precision else found
+
     first = describe(settings.model, settings.served_model_name or registry.default_id(settings.model), first=True)
     more = [s for s in registry.sources(settings.models, settings.models_dir) if s != settings.model]
-    found = [first, *(describe(s, registry.default_id(s)) for s in more)]
-    taken = {c.id for c in found} | {c.source.lower() for c in found if models.bundled_dir(c.source, cache)}
+    found = [first, *(described(s) for s in more)]
+    bundled = [c for c in found if models.bundled_dir(c.source, cache) and not c.precision]
+    taken = {c.id for c in found} | {c.source.lower() for c in bundled}
     for source in ["", *models.BUNDLED]:
         name = registry.default_id(source)
         if name not in taken and source.lower() not in taken:
@@ -102,7 +109,7 @@ def new_pool(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> Model
     builders = {extra.source: extra.build for extra in extras}
 
     def loader(candidate: Candidate, report: Report) -> ChatService:
-        first = candidate.source == settings.model
+        first = candidate.source == settings.model and not candidate.precision
         cache, source, step = models.cache_root(settings.cache_dir), candidate.source, report
         if source in builders:
             source = str(builders[source](cache, report))
@@ -111,12 +118,16 @@ def new_pool(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> Model
             models.resolve_model_dir(source, cache, lambda f, s: report(0.6 * f, s))
             step = lambda f, s: report(0.6 + 0.4 * f, s)  # noqa: E731
         own = settings.replace(
-            model=source, served_model_name=candidate.id, lora_adapters=settings.lora_adapters if first else []
+            model=source,
+            served_model_name=candidate.id,
+            lora_adapters=settings.lora_adapters if first else [],
+            **registry.PRECISIONS.get(candidate.precision, {}),  # a precision entry's --quantization / --dtype
         )
         service = build_service(own, step)
         if step is not report:  # on disk now: the registry reads its files instead of the published facts
             resolved = models.resolve_model_dir(source, cache)[0]
-            pool.describe(registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser))
+            fresh = registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser)
+            pool.describe(dataclasses.replace(fresh, precision=candidate.precision))
         return service
 
     place = devices.placement(settings.device, settings.dtype)

@@ -118,6 +118,12 @@ class ModelPool:
             if candidate.id in self.candidates:
                 self.candidates[candidate.id] = candidate
 
+    def offer(self, candidate: Candidate) -> None:
+        """One more candidate, after the others (the quality meter's full-precision reference of a model, made on
+        first use when the server was not started with it); a candidate already offered stays as it is."""
+        with self._lock:
+            self.candidates.setdefault(candidate.id, candidate)
+
     def add(self, model_id: str, service: ChatService) -> None:
         """A model already loaded (the first, built at start)."""
         if service.served_name != model_id:  # requests name the id: a service under another name would refuse them

@@ -144,6 +144,17 @@ class ChatBackend(ABC):
     def branch(self, result: ChatResult, pos: int, alt: int = 0, choice: int = 0) -> ChatResult:
         return run_sync(self.abranch(result, pos, alt, choice))
 
+    async def aquality(self, result: ChatResult, reference: str | None = None, ctx: CallContext | None = None) -> Any:
+        """The quality meter of a chat result (engine/serving/quality.py): its reply teacher-forced through
+        `reference` (default: the model's full-precision `@fp32` entry, loaded on first use); a Quality with per
+        token `kl` and `differs`, `agreement`, `mean_kl` and `summary()`. Embedded engine only."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot read a remote server's logits; use the embedded engine"
+        )
+
+    def quality(self, result: ChatResult, reference: str | None = None) -> Any:
+        return run_sync(self.aquality(result, reference))
+
 
 class LocalBackend(ChatBackend):
     """The in-process ChatService (the same object the API routes call), through a request policy as the API's
@@ -187,6 +198,14 @@ class LocalBackend(ChatBackend):
         prompts = await asyncio.to_thread(prompts_for, creq, self.policy.service_for(creq, ctx))
         first = await self.policy.run(prompts[0].request, ctx)
         return CompletionStream(self.policy, ctx, prompts, creq.n, first, None), body
+
+    async def aquality(self, result: ChatResult, reference: str | None = None, ctx: CallContext | None = None) -> Any:
+        from engine.serving.quality import measure_request
+
+        ctx = ctx or CallContext(self.CALLER, self.CALLER, "v1", "notebook", may_load=True)
+        report = await measure_request(self.policy, ctx, result.request or {}, result.token_ids, reference)
+        result.view.quality = report.as_json()  # the page's and widgets' view of the result carries it too
+        return report
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The same code POST /tokenize runs (engine/serving/tokenize.py), on the loaded service."""

@@ -173,6 +173,7 @@ class ReplyStats:
     backend: str = "embedded"
     not_provided: list[str] = field(default_factory=list)  # the statistics this backend's stream does not carry
     speculative: dict[str, int] | None = None  # usage.speculative: drafted and accepted tokens, when it ran
+    quality: str | None = None  # the quality meter's summary, once measured (engine/serving/quality.py)
 
 
 @dataclass
@@ -190,6 +191,7 @@ class ReplyView:
     progress: list[PromptProgressInfo] = field(default_factory=list)  # the prompt's prefill, chunk by chunk
     branched: dict[str, Any] | None = None  # a branch from a token (playground/client/branch.py): {at, was, now}
     prompt_logprobs: list[Any] | None = None  # vLLM's, when asked for (text mode): the first chunk's
+    quality: dict[str, Any] | None = None  # the quality meter's report (Quality.as_json), once asked for
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.id = self.id or chunk.id
@@ -245,6 +247,7 @@ class ReplyView:
             if len(t) > 1 and t[-1] > t[0]:
                 s.decode_tps = (len(t) - 1) / ((t[-1] - t[0]) / 1000)
         s.finish_reason = c.finish_reason or ("stopped" if self.stopped else "error" if self.error else None)
+        s.quality = self.quality["summary"] if self.quality and index == 0 else None
         if self.media:
             s.media_tokens = sum(int(m.get("tokens") or 0) for m in self.media)
         if t and not c.engine_timeline:  # arrival times only: say what is missing rather than guess it

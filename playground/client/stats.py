@@ -48,6 +48,13 @@ NAMES: dict[str, tuple[str, tuple[str, str]]] = {
         ("n-gram drafts accepted / drafted (speculative decoding)", "被接受的多元组草稿 / 草稿总数（推测解码）"),
     ),
     "finish reason": ("结束原因", ("stop, length, tool_calls, …", "stop、length、tool_calls、…")),
+    "quality": (
+        "质量",
+        (
+            "the reply teacher-forced through a full-precision copy: top-1 agreement and mean KL per token",
+            "将回复逐 token 送入全精度副本：top-1 一致率与每 token 平均 KL",
+        ),
+    ),
     "engine timeline": ("引擎时间线", ("", "")),
     "token ids": ("token id", ("", "")),
 }
@@ -100,6 +107,7 @@ def _values(s: ReplyStats, lang: str) -> list[tuple[str, str]]:
         ("batch size (max)", _n(s.max_batch)),
         *_speculative(s),
         ("finish reason", s.finish_reason or (say(STREAMING, lang) if s.streaming else "–")),
+        *([("quality", s.quality)] if s.quality else []),
     ]
 
 

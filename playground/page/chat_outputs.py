@@ -92,6 +92,8 @@ class ChatOutputs:
             if text and reply.prompt_logprobs:  # the prompt's own heatmap first, then the continuation's
                 k = int((turn.request or {}).get("prompt_logprobs") or textmode.PROMPT_LOGPROBS)
                 heat = textmode.prompt_heatmap_html(reply.prompt_logprobs, lang, k) + textmode.reply_title(lang) + heat
+            if reply.quality:  # the quality meter's KL colour mode first (playground/page/tabs/quality_panel.py)
+                heat = heatmap.quality_html(reply.quality, lang) + heat
             out |= {
                 self.heat: heat,
                 self.cands: heatmap.candidates_html(reply, lang),

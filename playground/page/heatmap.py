@@ -265,3 +265,57 @@ def candidates_html(view: ReplyView, lang: str = "en") -> str:
             f'<div class="pg-cand-text">{text}</div></div>'
         )
     return f'<div class="pg-note">{head}</div><div class="pg-cands">' + "".join(cols) + "</div>"
+
+
+# The quality meter's colour mode (engine/serving/quality.py): each token coloured by KL(reference ‖ served) at its
+# position, on the probability scale's colours turned round (clear: the two models agree; red: they part), a
+# token whose top-1 differs from the reference's outlined. KL edges per colour step, in nats.
+KL_EDGES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
+DIFFERS_STYLE = "outline: 2px solid #7c3aed; outline-offset: -1px"
+QUALITY_LABELS = {
+    "q": ("{ref}: p {p} · KL {kl}", "{ref}：p {p} · KL {kl}"),
+    "same": ("top-1 the same as {ref}'s", "top-1 与 {ref} 相同"),
+    "differs": ("top-1 differs: {ref} picks {tok}", "top-1 不同：{ref} 选 {tok}"),
+}
+
+
+def kl_bucket(kl: float) -> int:
+    return BUCKETS - 1 - sum(1 for edge in KL_EDGES if kl >= edge)
+
+
+def quality_html(report: dict[str, Any], lang: str = "en") -> str:
+    """The reply coloured by the quality meter's KL per token, its legend and summary; the popover (tokens.js) says
+    each token's KL, its probability on the reference and whether the reference's top-1 is another token."""
+    summary = escape(str(report.get("summary", "")))
+    tokens = report.get("tokens") or []
+    if not tokens:
+        return f'<div class="pg-note pg-quality-note">{summary}</div>'
+    ref = str(report.get("reference_precision") or "fp32")
+    spans = []
+    for t in tokens:
+        style = f' style="{DIFFERS_STYLE}"' if t["differs"] else ""
+        spans.append(f'<span class="pg-tok pg-p{kl_bucket(t["kl"])}"{style}>{_shown(t["piece"])}</span>')
+    labels = {name: say(text, lang, k=0, i="{i}", r="{r}") for name, text in LABELS.items()}
+    labels |= {name: say(text, lang, ref=ref, p="{p}", kl="{kl}", tok="{tok}") for name, text in QUALITY_LABELS.items()}
+    labels["noalts"] = say(("teacher-forced on the served model", "在所服务的模型上逐 token 重算"), lang)
+    data = {
+        "k": 0,
+        "l": labels,
+        "turn": None,
+        "c": 0,
+        "t": [[t["piece"], _lp(t["logprob"]), 0, []] for t in tokens],
+        "q": [[round(t["kl"], 6), t["differs"], t["reference_piece"], _lp(t["reference_logprob"])] for t in tokens],
+    }
+    text = escape(json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("$", "\\u0024"), quote=False)
+    chips = "".join(f'<span class="pg-lg pg-p{kl_bucket(e)}" title="KL ≥ {e:g}"></span>' for e in (0.0, *KL_EDGES))
+    legend = (
+        f'<div class="pg-legend"><span class="pg-lg-label">{say(("KL against", "KL，对照"), lang)} {escape(ref)}'
+        f'</span><span class="pg-lg-end">0</span><span class="pg-lg-bar">{chips}</span><span class="pg-lg-end">≥ 1'
+        f"</span></div>"
+    )
+    outlined = say(("outlined: top-1 differs", "加框：top-1 不同"), lang)
+    return (
+        f'<div class="pg-note pg-quality-note">{summary} · {outlined}</div>{legend}'
+        f'<div class="pg-heat pg-heatmap pg-quality" tabindex="0" role="group">{"".join(spans)}'
+        f'<span class="pg-tokdata" hidden>{text}</span></div>'
+    )

@@ -26,7 +26,7 @@ from playground.page.header_models import wire_model_picker
 from playground.page.i18n import I18N, lang_of, say, t
 from playground.page.layout import ChatColumn, Header
 from playground.page.session import Session
-from playground.page.tabs import backend_panel, grid_panel, prompt_view, server_panel, xray
+from playground.page.tabs import backend_panel, grid_panel, prompt_view, quality_panel, server_panel, xray
 from playground.page.tabs.compare import CompareHandlers, ab_ready, ab_tab
 from playground.page.tabs.request import RequestTab, request_tab
 from playground.page.tabs.sampling_panel import SamplingTab, sampling_tab
@@ -108,6 +108,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
         backend.wire(h, session, header.html, header_html)
         server.wire(policy, session, h.service)
         grid_view.wire(h, session)
+        quality_panel.wire(h, stats, conv, session, header.admin_key)
         prompt.wire(h, chat.box, chat.pending, common, sampling.knobs, prompt_item)
         # How much of the context window the next request takes: as the message is typed, as max_tokens moves, as
         # Chat | Text switches (Text counts the raw prompt it sends), and after each change of the conversation.

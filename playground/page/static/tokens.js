@@ -148,6 +148,12 @@
     const sub = el('div', 'pg-tokpop-sub',
       [fill(l.token, {i: i + 1}), 'logprob ' + lp.toFixed(3), where].join(' · '));
     p.append(head, sub);
+    const q = d.q && d.q[i];  // the quality meter's: [KL, top-1 differs, reference's top-1, reference's logprob]
+    if (q) {
+      p.append(el('div', 'pg-tokpop-q', fill(l.q, {p: pct(q[3]), kl: q[0] < 1e-3 ? q[0].toExponential(1) : q[0].toPrecision(2)})));
+      p.append(el('div', 'pg-tokpop-q' + (q[1] ? ' pg-tokpop-differs' : ''),
+        q[1] ? fill(l.differs, {tok: JSON.stringify(q[2])}) : l.same));
+    }
     if (!two) {
       if (alts.length) p.append(modelList(d, i));
       return;

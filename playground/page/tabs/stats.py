@@ -16,12 +16,17 @@ class StatsTab:
     timeline: gr.HTML
     heat: gr.HTML
     cands: gr.HTML
+    quality: gr.Button  # the quality meter of the selected reply (playground/page/quality_panel.py)
+    quality_note: gr.HTML
 
 
 def stats_tab() -> StatsTab:
     stats = gr.HTML(t("no_reply_html"), elem_id="pg-stats")
     plot = gr.HTML("", elem_id="pg-timeline")
+    with gr.Row():
+        quality = gr.Button("⚖ Quality vs fp32", size="sm", elem_id="pg-quality-go", scale=0)
+        quality_note = gr.HTML("", elem_id="pg-quality-note")
     with gr.Accordion(t("tokens"), open=True):
         heat = gr.HTML("", elem_id="pg-heat")
         cands = gr.HTML("", elem_id="pg-cands")
-    return StatsTab(stats, plot, heat, cands)
+    return StatsTab(stats, plot, heat, cands, quality, quality_note)
