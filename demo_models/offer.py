@@ -59,10 +59,10 @@ def qwen3_parameters(c: dict[str, Any]) -> int:
 def build_demo_qwen(cache: Path, report: Report) -> Path:
     """Train the tiny Qwen3 into the cache's demo-models/ (once; later picks find it there): its directory."""
     from demo_models.cache import FOLDER
-    from demo_models.tiny_qwen import build_tiny_qwen_apart
+    from demo_models.tiny_qwen import build_tiny_qwen
 
     report(0.0, "building the tiny demo Qwen3 (once; two to three minutes on 2 cores)")
-    return Path(build_tiny_qwen_apart(cache / FOLDER))
+    return Path(build_tiny_qwen(cache / FOLDER))
 
 
 TINY_QWEN = ExtraModel(DEMO_QWEN, DEMO_QWEN_SOURCE, demo_qwen_candidate, build_demo_qwen)

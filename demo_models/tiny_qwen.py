@@ -395,22 +395,16 @@ NAME = "tiny-qwen3"  # the directory's name, so the id it is served as without -
 
 
 def build_tiny_qwen(cache_dir: Path | None = None) -> Path:
-    """The model directory, built on first use (two to three minutes on two cores) and reused afterwards: NAME
-    inside a directory named by the source key, so a changed recipe builds anew and the model keeps its name."""
-    return built(tiny_qwen_dir(cache_dir or default_cache_dir()), _build)
+    """The model directory, built on first use (two to four minutes on two cores) and reused afterwards: NAME
+    inside a directory named by the source key, so a changed recipe builds anew and the model keeps its name.
 
-
-def tiny_qwen_dir(cache_dir: Path) -> Path:
-    """Where build_tiny_qwen(cache_dir) puts (or finds) the model, without building it."""
-    return cache_dir / f"tiny-qwen3-{source_key(SOURCES)}" / NAME
-
-
-def build_tiny_qwen_apart(cache_dir: Path) -> Path:
-    """build_tiny_qwen in a child process: a server builds the demo on a page's first pick without its training
-    (about 3.5 GB at its peak, torch's thread count set to one) touching the process that serves other pages."""
+    The build runs in a child process (`python -m demo_models.tiny_qwen DIR`): its training sets torch's thread
+    count to one and peaks at about 3.5 GB, neither of which may touch the caller (a server's process, a notebook's
+    kernel, a test session)."""
     import subprocess
     import sys
 
+    cache_dir = cache_dir or default_cache_dir()
     out = tiny_qwen_dir(cache_dir)
     if not (out / "config.json").is_file():
         cmd = [sys.executable, "-m", "demo_models.tiny_qwen", str(cache_dir)]
@@ -418,37 +412,41 @@ def build_tiny_qwen_apart(cache_dir: Path) -> Path:
     return out
 
 
+def tiny_qwen_dir(cache_dir: Path) -> Path:
+    """Where build_tiny_qwen(cache_dir) puts (or finds) the model, without building it."""
+    return cache_dir / f"tiny-qwen3-{source_key(SOURCES)}" / NAME
+
+
 def _build(out: Path) -> None:
+    """Train and save the model into `out` (atomically); run only as this module's own process (`__main__`)."""
     import torch
 
-    threads = torch.get_num_threads()
-    # One thread: the same float sums whatever the core count, so the same weights on every machine; CPU kernels
-    # are otherwise deterministic (torch.use_deterministic_algorithms would add nothing here but a 6 s import).
-    torch.set_num_threads(1)
-    # fork_rng: seeding must not change the caller's random state (a test session's, a notebook's).
-    # enable_grad: training needs gradients whatever mode the caller is in (a notebook cell, an inference_mode
-    # block); the mode is set for this block only, never for the process.
-    try:
-        with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad():
-            tokenizer = build_tokenizer(CHAT_TEMPLATE, CONTEXT)
-            groups: list[list[_Sample]] = []
-            for group in TRAINING:
-                groups.append([])
-                for example in group:
-                    prompt = tokenizer(render_prompt(tokenizer, example), add_special_tokens=False)["input_ids"]
-                    reply = tokenizer(example.reply, add_special_tokens=False)["input_ids"]
-                    groups[-1].append(_Sample(prompt + reply, len(prompt)))
-            model = train(groups)
-            model.generation_config.eos_token_id = [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
-            model.generation_config.pad_token_id = SPECIAL_IDS[PAD]
-            save_atomically(out, model, tokenizer)
-    finally:
-        torch.set_num_threads(threads)
+    # fork_rng: seeding leaves the process's random state as it was. enable_grad: training needs gradients whatever
+    # mode torch is in; the mode is set for this block only.
+    with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad():
+        tokenizer = build_tokenizer(CHAT_TEMPLATE, CONTEXT)
+        groups: list[list[_Sample]] = []
+        for group in TRAINING:
+            groups.append([])
+            for example in group:
+                prompt = tokenizer(render_prompt(tokenizer, example), add_special_tokens=False)["input_ids"]
+                reply = tokenizer(example.reply, add_special_tokens=False)["input_ids"]
+                groups[-1].append(_Sample(prompt + reply, len(prompt)))
+        model = train(groups)
+        model.generation_config.eos_token_id = [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
+        model.generation_config.pad_token_id = SPECIAL_IDS[PAD]
+        save_atomically(out, model, tokenizer)
 
 
 if __name__ == "__main__":  # python -m demo_models.tiny_qwen [DIR]: build (or find) the model and print where it is
     import sys
     import time
 
+    import torch
+
+    # This process is the build's own composition root: one thread, so the same float sums whatever the core count
+    # and the same weights on every machine (torch's CPU kernels are otherwise deterministic).
+    torch.set_num_threads(1)
     began = time.monotonic()
-    print(build_tiny_qwen(Path(sys.argv[1]) if len(sys.argv) > 1 else None), f"{time.monotonic() - began:.1f}s")
+    where = built(tiny_qwen_dir(Path(sys.argv[1]) if len(sys.argv) > 1 else default_cache_dir()), _build)
+    print(where, f"{time.monotonic() - began:.1f}s")
