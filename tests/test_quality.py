@@ -85,7 +85,7 @@ def test_precision_entries_are_parsed_from_models_values() -> None:
 
 @pytest.mark.unit
 def test_the_kl_heatmap_colours_by_kl_and_outlines_a_differing_top1() -> None:
-    from playground import heatmap
+    from playground.page import heatmap
 
     assert [heatmap.kl_bucket(k) for k in (0.0, 1e-4, 0.05, 5.0)] == [9, 8, 3, 0]
     token = {"kl": 0.05, "differs": True, "piece": "Red", "reference_piece": "Blue", "logprob": -0.1}
