@@ -24,6 +24,9 @@ so running them side by side costs the measured one nothing but memory.
 parallel slots: every request takes one lock (`llama_cpp/server/app.py`, `get_llama_proxy`), so its C16 is its
 single stream served one request after another; the figure is printed to show that, not as a batching peer.
 The CPU's flags, the memory bandwidth and the load average before and after are printed with the table.
+On a CPU with AMX (amx_int8) llama.cpp runs with its extra buffer types off (`use_extra_bufts = False`: no AMX, no
+repacked weights), because llama-cpp-python 0.3.36's ggml segfaults in `ggml_backend_amx_mul_mat` there (seen on
+this project's 2-core Xeon VM); its label says so.
 """
 
 from __future__ import annotations
@@ -54,6 +57,21 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"smollm2": ("", "SmolLM2-135M-Instruct"), "gemma": ("gemma-3-270m", "gemma-3-270m")}
 # End-of-generation tokens llama.cpp stops on (llama_vocab_is_eog) besides the GGUF's eos / eot ids, by their text
 EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>", "<|eot_id|>", "<|end|>", "</s>")
+# llama-cpp-python's server with llama.cpp's "extra buffer types" off (no AMX / repacked weights): on this project's
+# AMX machines (amx_int8, in a VM) llama-cpp-python 0.3.36's vendored ggml segfaults in ggml_backend_amx_mul_mat at the
+# first decode. Its server has no flag for it, so the model parameters' default is patched before it starts.
+NO_EXTRA_BUFTS = """
+import runpy, sys
+import llama_cpp.llama_cpp as C
+default = C.llama_model_default_params
+def params():
+    p = default()
+    p.use_extra_bufts = False
+    return p
+C.llama_model_default_params = params
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
 FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
 
 
@@ -63,6 +81,7 @@ class Server:
     url: str
     model: str
     extra_body: dict = field(default_factory=dict)
+    log: Path | None = None  # the server's output
     c1: list[dict] = field(default_factory=list)  # one loadgen level row per round
     c16: list[dict] = field(default_factory=list)
 
@@ -151,7 +170,10 @@ def level(server: Server, args: argparse.Namespace, concurrency: int, requests: 
         headers={},
         extra_body=server.extra_body,
     )
-    row = run_level(ns, concurrency)
+    try:
+        row = run_level(ns, concurrency)
+    except httpx.HTTPError as e:
+        raise SystemExit(f"{server.label}: {e!r}\n{server.log.read_text()[-3000:] if server.log else ''}") from e
     if row["failed"] or row["tokens_per_request"] != [args.max_tokens]:
         raise SystemExit(f"{server.label}: not every request gave {args.max_tokens} tokens: {row}")
     return row
@@ -169,10 +191,10 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
     servers: list[Server] = []
     with contextlib.ExitStack() as stack:
         port = free_port()
+        amx = "amx_int8" in cpu_flags()
         llama_cmd = [
             str(Path(args.llamacpp_venv).expanduser() / "bin" / "python"),
-            "-m",
-            "llama_cpp.server",
+            *(["-c", NO_EXTRA_BUFTS] if amx else ["-m", "llama_cpp.server"]),
             "--model",
             str(gguf),
             "--model_alias",
@@ -187,17 +209,20 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
             "False",
         ]
         url = f"http://127.0.0.1:{port}"
-        stack.enter_context(started(llama_cmd, url, logs / f"llamacpp-{model_key}.log"))
-        servers.append(Server("llama.cpp", url, name, {"logit_bias": bias}))
+        log = logs / f"llamacpp-{model_key}.log"
+        stack.enter_context(started(llama_cmd, url, log))
+        label = "llama.cpp" + (" (no extra buffer types: AMX crashes)" if amx else "")
+        servers.append(Server(label, url, name, {"logit_bias": bias}, log))
         for entry in args.ours.split(","):
             mode, _, ngram = entry.partition("+ngram")
             port = free_port()
             cmd = [sys.executable, "app.py", "--no-ui", "--port", str(port), "--quantization", mode]
             cmd += ["--speculative-ngram", ngram or "0"] + (["--model", app_model] if app_model else [])
             url = f"http://127.0.0.1:{port}"
-            stack.enter_context(started(cmd, url, logs / f"ours-{entry}-{model_key}.log"))
+            log = logs / f"ours-{entry}-{model_key}.log"
+            stack.enter_context(started(cmd, url, log))
             label = f"ours --quantization {mode}" + (f" --speculative-ngram {ngram}" if ngram else "")
-            servers.append(Server(label, url, name))
+            servers.append(Server(label, url, name, log=log))
         for s in servers:  # warm-up: first requests pay one-off costs (calibration, caches)
             level(s, args, 1, 2)
         for r in range(args.rounds):

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,9 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL, sse_events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from peer_llamacpp import NO_EXTRA_BUFTS  # bench/ is not a package: its folder is on the path above
 
 VENV = os.environ.get("PLAYGROUND_LLAMACPP_VENV", "")
 PYTHON = Path(VENV).expanduser() / "bin" / "python"
@@ -78,11 +82,14 @@ def free_port() -> int:
 def llamacpp(live: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-cpp-python's server on the GGUF the live server was converted from, under the same model name."""
     from engine import models
+    from engine.core.cpu_kernels import cpu_flags
 
     gguf = models.gguf_source(live.settings.model, models.cache_root(live.settings.cache_dir))
     assert gguf is not None, "the live server's model has no GGUF on disk"
     port = free_port()
-    cmd = [PYTHON, "-m", "llama_cpp.server", "--model", gguf, "--model_alias", MODEL, "--port", port]
+    amx = "amx_int8" in cpu_flags()  # llama.cpp's AMX path segfaults on this project's AMX VMs: bench/peer_llamacpp.py
+    launch = ["-c", NO_EXTRA_BUFTS] if amx else ["-m", "llama_cpp.server"]
+    cmd = [PYTHON, *launch, "--model", gguf, "--model_alias", MODEL, "--port", port]
     cmd += ["--n_threads", "2", "--n_ctx", "2048", "--interrupt_requests", "False"]
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
     with open(log, "w") as out:
