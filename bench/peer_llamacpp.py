@@ -14,7 +14,8 @@ ship a Q4_K_M GGUF; both fetched into the cache as the app fetches them) it star
     server as it starts by default (greedy requests drafted by prompt lookup, up to 4 tokens a step).
 Then `--rounds` rounds, the servers' order rotating each round, each server one streaming chat request at a time
 (`loadgen.py`'s request: a fixed question, the same each time, greedy, `--max-tokens` tokens with EOS suppressed:
-`ignore_eos` for ours, a logit_bias of -100 on the GGUF's end-of-generation tokens for llama.cpp, which has no `ignore_eos`). Per
+`ignore_eos` for ours, a logit_bias of -100 on the GGUF's end-of-generation tokens for llama.cpp, which has no `ignore_eos`, and
+`repeat_penalty: 1.0` there, its server's default being 1.1 even for greedy requests). Per
 server: decode tokens/s ((tokens - 1) / the time from the first token to the last), the median gap between
 streamed tokens (ITL) and TTFT, medians over the rounds; and ours / llama.cpp as the median of the rounds' paired
 ratios, so a neighbour's burst hits both sides of a ratio alike. Idle servers sleep (OpenMP workers are passive),
@@ -212,7 +213,7 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
         log = logs / f"llamacpp-{model_key}.log"
         stack.enter_context(started(llama_cmd, url, log))
         label = "llama.cpp" + (" (no extra buffer types: AMX crashes)" if amx else "")
-        servers.append(Server(label, url, name, {"logit_bias": bias}, log))
+        servers.append(Server(label, url, name, {"logit_bias": bias, "repeat_penalty": 1.0}, log))
         for entry in args.ours.split(","):
             mode, _, ngram = entry.partition("+ngram")
             port = free_port()
