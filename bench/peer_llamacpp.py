@@ -53,6 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen import memory_bandwidth_gbs, run_level  # bench/ is not a package: its folder is on the path above
 
+# The environment as given, before anything imports `engine`, whose __init__ sets OMP_WAIT_POLICY=PASSIVE and
+# GOMP_SPINCOUNT=20000 for our process: llama.cpp's OpenMP threads must run with their own defaults, since a passive
+# wait at each of its hundreds of barriers a token made it 10x slower here (2.5 tokens/s) whenever a core was busy.
+PEER_ENV = dict(os.environ)
+
 ROOT = Path(__file__).resolve().parent.parent
 # --model for app.py ("" = the default, bundled SmolLM2) and the name both servers serve it under
 MODELS = {"smollm2": ("", "SmolLM2-135M-Instruct"), "gemma": ("gemma-3-270m", "gemma-3-270m")}
@@ -136,10 +141,10 @@ def ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def started(cmd: list[str], url: str, log: Path, deadline_s: float = 900) -> Iterator[None]:
+def started(cmd: list[str], url: str, log: Path, deadline_s: float = 900, env: dict | None = None) -> Iterator[None]:
     """`cmd` running (its output in `log`) until the block ends, from the moment it is `ready`."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     try:
         end = time.monotonic() + deadline_s
         while True:
@@ -211,7 +216,7 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
         ]
         url = f"http://127.0.0.1:{port}"
         log = logs / f"llamacpp-{model_key}.log"
-        stack.enter_context(started(llama_cmd, url, log))
+        stack.enter_context(started(llama_cmd, url, log, env=PEER_ENV))
         label = "llama.cpp" + (" (no extra buffer types: AMX crashes)" if amx else "")
         servers.append(Server(label, url, name, {"logit_bias": bias, "repeat_penalty": 1.0}, log))
         for entry in args.ours.split(","):

@@ -94,7 +94,9 @@ def llamacpp(live: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
     cmd += ["--n_threads", "2", "--n_ctx", "2048", "--interrupt_requests", "False"]
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(x) for x in cmd], stdout=out, stderr=subprocess.STDOUT)
+        # llama.cpp's OpenMP with its own defaults, not the passive wait `import engine` set for ours
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        proc = subprocess.Popen([str(x) for x in cmd], stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
