@@ -62,6 +62,7 @@ class Result:
     itl: list[float] = field(default_factory=list)
     tokens: int = 0
     ok: bool = True
+    span: float = 0.0  # seconds from the first streamed token to the last
 
 
 def pct(values: list[float], q: float) -> float:
@@ -80,10 +81,11 @@ async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) 
         "stream": True,
         "ignore_eos": True,
         "stream_options": {"include_usage": True},
+        **getattr(args, "extra_body", {}),  # what a peer needs beyond these (llama.cpp: a logit_bias on EOS)
     }
     res = Result()
     start = time.perf_counter()
-    last, chunks = None, 0
+    last, first, chunks, finish = None, None, 0, None
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         if resp.status_code != 200:
             await resp.aread()
@@ -95,18 +97,22 @@ async def one(client: httpx.AsyncClient, args: argparse.Namespace, prompt: str) 
             if chunk.get("usage") and not chunk.get("choices"):
                 res.tokens = chunk["usage"]["completion_tokens"]
                 continue
-            delta = (chunk.get("choices") or [{}])[0].get("delta", {})
+            choice = (chunk.get("choices") or [{}])[0]
+            finish = choice.get("finish_reason") or finish
+            delta = choice.get("delta", {})
             if not delta.get("content"):
                 continue
             now = time.perf_counter()
             chunks += 1
             if last is None:
-                res.ttft = now - start
+                res.ttft, first = now - start, now
             else:
                 res.itl.append(now - last)
             last = now
-    if not res.tokens:  # a server that ignores include_usage (llama.cpp): count content chunks, one token each
-        res.tokens = chunks
+    if not res.tokens:  # a server that ignores include_usage (llama.cpp): max_tokens if it ran to the length limit,
+        # else its content chunks, one token each (a chunk may hold more: text held back for a stop string)
+        res.tokens = args.max_tokens if finish == "length" else chunks
+    res.span = (last - first) if last is not None and first is not None else 0.0
     return res
 
 
@@ -139,6 +145,9 @@ async def level(args: argparse.Namespace, concurrency: int) -> dict:
         "itl_p99_ms": round(pct(itl, 99) * 1000, 1),
         "output_tok_s": round(sum(r.tokens for r in good) / wall, 1),
         "single_stream_tok_s": round(statistics.median([len(r.itl) / sum(r.itl) for r in good if r.itl] or [0.0]), 1),
+        # the same by tokens rather than chunks: (tokens - 1) / (last token's arrival - first's), per request
+        "decode_tok_s": round(statistics.median([(r.tokens - 1) / r.span for r in good if r.span > 0] or [0.0]), 1),
+        "tokens_per_request": sorted({r.tokens for r in good}),
     }
 
 
@@ -220,6 +229,12 @@ def add_load_args(ap: argparse.ArgumentParser, concurrency: str, max_tokens: int
         help="each request a distinct text of about N tokens (default: short questions)",
     )
     ap.add_argument("--api-key")
+    ap.add_argument(
+        "--extra-body",
+        type=json.loads,
+        default={},
+        help='JSON merged into every request body, e.g. llama.cpp\'s EOS suppression: \'{"logit_bias": {"2": -100}}\'',
+    )
 
 
 def main() -> None:
