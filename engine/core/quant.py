@@ -450,7 +450,6 @@ def calibrate(
         if not (has_torch or has_int8 or refs):  # the tile kernel is the only one: nothing to time
             for p in group:
                 p.kernels_by_rows, p.int8 = ("tile", "tile"), None
-            report[(n, k)] = table
             continue
         inputs = torch.Generator().manual_seed(0)  # its own: the process's random state is the caller's
         for r in rows:
