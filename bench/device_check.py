@@ -10,11 +10,11 @@ replays decode steps through NPUGraph against eager decoding. On an NPU the JSON
 version and the page size (128).
 
 Made to run from a plain checkout in under 8 minutes on one GPU with no network; `--device cpu --short` is the
-seconds-long form CI runs (tests/test_device_check.py) so the script cannot rot. Four sections, one table, one JSON
+seconds-long form CI runs (tests/bench/test_device_check.py) so the script cannot rot. Four sections, one table, one JSON
 (--json, default bench/results/device_check.json):
 
 - logits: `DecoderRunner.forward` against the HF forward of the same random model on the device, as
-  tests/test_model_runner.py checks it (re-done here: bench code imports nothing from tests/): a prompt chunk
+  tests/engine/core/test_model_runner.py checks it (re-done here: bench code imports nothing from tests/): a prompt chunk
   packed beside a whole prompt, the rest of the chunk, ragged decode, a prompt beside a decode row, a fork. A tiny
   float32 Qwen3 to 2e-3 absolute, and a Qwen3-0.6B-wide model (2 layers, 4,096-row vocabulary) in bf16 against
   its float32 forward to 3% of the logits' largest magnitude (measured: 0.02-0.03 against ~2.5 through the
@@ -145,7 +145,7 @@ PEAK_GBS: tuple[tuple[str, float], ...] = (
     ("T4", 320.0),
 )
 
-ATOL = 2e-3  # float32 runner against the float32 HF forward (tests/test_model_runner.py)
+ATOL = 2e-3  # float32 runner against the float32 HF forward (tests/engine/core/test_model_runner.py)
 BF16_REL = 0.03  # bf16 runner against the float32 forward: max error under 3% of the logits' largest magnitude
 
 
@@ -230,7 +230,7 @@ def hf_last(model: Any, ids: list[int], device: str) -> Any:
 
 
 def runner_cases(runner: Any, reference: Any, device: str) -> list[dict[str, Any]]:
-    """The steps of tests/test_model_runner.py check_runner, each with its largest error against the HF forward
+    """The steps of tests/engine/core/test_model_runner.py check_runner, each with its largest error against the HF forward
     of the whole sequence so far (`reference`, float32)."""
     import torch
 

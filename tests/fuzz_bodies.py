@@ -1,4 +1,4 @@
-"""Hypothesis strategies for chat-completion requests, shared by tests/test_api_fuzz.py and bench/fuzz_api.py.
+"""Hypothesis strategies for chat-completion requests, shared by tests/engine/http/test_api_fuzz.py and bench/fuzz_api.py.
 
 A generated request is (route, body bytes). A third of the bodies use only in-range values (most are valid and
 run on the engine), a third put every field of §2.2 near and past its limits or give it the wrong JSON type, and

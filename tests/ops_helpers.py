@@ -29,7 +29,7 @@ def small_service(service: Any, settings: Any, **limits: Any) -> Iterator[Any]:
     """A second ChatService on the session's model with its own engine and tight limits (max_queue=2, ...)."""
     from engine.core.engine import Engine, EngineLimits
     from engine.serving.service import ChatService
-    from tests.test_engine import pool_tokens
+    from tests.engine.core.test_engine import pool_tokens
 
     core = service.engine
     lim = EngineLimits(max_model_len=service.model.context_length, **limits)

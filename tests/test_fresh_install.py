@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+LAYER = "fresh"  # what this module's own fixtures or bodies need (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "SmolLM2-135M-Instruct"
 PIP_TIMEOUT_S = 1200  # torch comes from the machine's disk, the rest from pip's cache; a cold cache downloads it

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+LAYER = "api"  # what this module's own fixtures or bodies need (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = r"""

@@ -16,7 +16,7 @@ grows with max_model_len: graphs there suit short contexts until CUDA gets a pag
 
 What a graph is comes from engine/device.py `graph_api(device)` (`GraphApi`: a new graph object, a capture of a
 function into it, which warms up first where the device wants it); the seam itself imports no device library, so
-that a test can hand it a fake graph that records and replays eagerly (tests/test_graph_seam.py). `refresh`, when
+that a test can hand it a fake graph that records and replays eagerly (tests/engine/core/test_graph_seam.py). `refresh`, when
 given, runs after the lengths are written and before each replay: for attention kernels that read the lengths
 from the host (the NPU's paged attention takes them as a host tensor), the place to update the captured task's
 arguments; the torch reference and CUDA read them from the static device buffer and need none.

@@ -46,7 +46,7 @@ Version rule: every fused op needs torch_npu >= 2.1.0 (`MIN_VERSION`); an older 
 reference for every operation, one log line each.
 
 What was and was not run on a real NPU: nothing here has run on Ascend hardware; no NPU was available while it was
-written. tests/test_npu_ops.py and tests/test_npu_ops_signatures.py check it against a FAKE torch_npu
+written. tests/engine/core/test_npu_ops.py and tests/engine/core/test_npu_ops_signatures.py check it against a FAKE torch_npu
 (tests/fake_torch_npu/fake_fused_npu.py: plain torch on the CPU with the documented names, argument order, dtypes
 and layouts, asserting them): which function each operation chose, the fallbacks, the arguments passed, the guards,
 that every result equals the torch reference's, and that a DecoderRunner on this table gives HF's logits. Not

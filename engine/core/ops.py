@@ -1,7 +1,7 @@
 """The device operations of a decoder layer, one table per backend: where backends differ, and nowhere else.
 
 `TorchOps` is the reference: plain torch, runs on any device, and is what every other implementation is tested
-against (tests/test_device_ops.py). A backend subclasses it and overrides the operations it does better; each
+against (tests/engine/core/test_device_ops.py). A backend subclasses it and overrides the operations it does better; each
 table says which implementation it chose for each operation (`chosen`), so a start-up log line and a test can
 tell. engine/device.py `device_ops` picks the table for a device; the runner (model_runner.py) only calls it.
 

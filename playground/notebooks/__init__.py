@@ -1,7 +1,7 @@
 """What the notebooks in notebooks/ call: a backend seam, chat, widgets, sweeps, latency anatomy, and the messages
 of audio, tool and tool-result turns.
 
-Cells stay thin; everything here is tested in tests/test_notebook_helpers.py. Like the Gradio page, this layer
+Cells stay thin; everything here is tested in tests/notebooks/test_notebook_helpers.py. Like the Gradio page, this layer
 builds the request the API parses and renders only the service's chunks.
 
 Imports are lazy (PEP 562): a name pulls in only its own module, so a helper that needs no ipywidgets (or anything

@@ -22,7 +22,7 @@ Update = dict[Any, Any]
 class ChatOutputs:
     """The components every chat event (chat, regenerate, edit, tool_result, undo, clear, select) lists as its
     outputs, in this order: gradio_client returns them by index, State and layout blocks left out (the order
-    tests/test_ui.py's CHATBOT, BOX, CHECK, ... count on)."""
+    tests/playground/test_ui.py's CHATBOT, BOX, CHECK, ... count on)."""
 
     chatbot: gr.Chatbot
     conv: gr.State

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL, LiveServer, serving
-from tests.test_ui import CHECK
+from tests.playground.test_ui import CHECK
 
 KEY = "page-identity-key-41c7"
 LIMIT = "Too many concurrent requests from this client: the limit is 1."

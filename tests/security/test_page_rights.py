@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.engine.http.test_api_mcp import mcp_session
 from tests.models_fixture import SECOND, SECOND_ID, models_server
 from tests.security.test_page_identity import page_client
-from tests.test_api_mcp import mcp_session
 
 USER, BOSS = "user-key-5d1f", "boss-key-8a2c"
 

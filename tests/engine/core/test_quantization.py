@@ -1,0 +1,310 @@
+"""Quantized weights (engine/core/quant.py): the packed kernels against the dequantized reference on ragged shapes,
+each GGUF block type decoded against the `gguf` package's own dequantization, and the bundled model served at int4,
+int8 and its own Q4_1 blocks through the real engine."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.core import cpu_kernels, quant
+from tests.conftest import MODEL
+
+
+@pytest.fixture(scope="module", params=list(cpu_kernels.ISAS))
+def K(request: pytest.FixtureRequest) -> cpu_kernels.CpuKernels:
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("no g++ on the path")
+    try:
+        return cpu_kernels.load(request.param)
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+
+
+# K not a multiple of the group (nor of 32), odd N, row counts either side of the tiles (TR/TC) and of the 64-row
+# blocks; a bias.
+@pytest.mark.parametrize("rows", [1, 7, 65])
+@pytest.mark.parametrize(("n", "k"), [(1, 32), (7, 40), (33, 200), (17, 576)])
+@pytest.mark.parametrize(("bits", "group"), [(4, 32), (4, 64), (4, 128), (8, 0), (8, 32)])
+def test_tile_kernel_matches_the_dequantized_matrix(K, rows: int, n: int, k: int, bits: int, group: int) -> None:
+    g = torch.Generator().manual_seed(rows * 7919 + n * 31 + k + bits)
+    w = torch.randn(n, k, generator=g)
+    qw = quant.quantize(w, bits, group)
+    assert qw.k == k and qw.kp % qw.group == 0
+    bias = torch.randn(n, generator=g)
+    x = torch.randn(rows, k, generator=g)
+    p = quant.QuantProjection(qw, bias, K)
+    torch.testing.assert_close(p.tile(x), F.linear(x, qw.dequantize(), bias), atol=2e-4, rtol=1e-4)
+    # and quantization itself is close to the matrix: half a step of its group
+    step = qw.scale.repeat_interleave(qw.group, 1)[:, :k]
+    assert ((qw.dequantize() - w).abs() <= step / 2 + 1e-5).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "bits", "group"), [(16, 64, 4, 32), (48, 200, 4, 64), (33, 576, 4, 128), (17, 40, 8, 0), (32, 576, 8, 0)]
+)
+def test_torch_packed_kernels_match_the_dequantized_matrix(n: int, k: int, bits: int, group: int) -> None:
+    g = torch.Generator().manual_seed(n + k)
+    qw = quant.quantize(torch.randn(n, k, generator=g), bits, group)
+    p = quant.QuantProjection(qw, None, None)
+    if not p.pack_for_torch():
+        pytest.skip("this torch has no packed CPU kernel for the layout")
+    x = torch.randn(5, k, generator=g)
+    ref = F.linear(x.bfloat16().float(), qw.dequantize())  # the op rounds activations and scales to bf16
+    torch.testing.assert_close(p.torch_matmul(x), ref, atol=0.05 * ref.abs().max().item(), rtol=0.02)
+
+
+def _gguf_tensor(type_name: str, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random weights quantized by the gguf package itself: (raw blocks [n, bytes], its dequantization)."""
+    from gguf import GGMLQuantizationType, quants
+
+    qtype = GGMLQuantizationType[type_name]
+    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    blocks_of = {"Q4_K": (144, 0), "Q5_K": (176, 0), "Q6_K": (210, 208), "Q2_K": (84, 80)}
+    if type_name in blocks_of:  # gguf has no K-quant quantizer: random blocks with sane super-block scales
+        size, at = blocks_of[type_name]
+        rng = np.random.default_rng(seed)
+        blocks = rng.integers(0, 256, (n, k // 256, size), dtype=np.uint8)
+        scales = [0.01] if type_name == "Q6_K" else [0.01, 0.02]  # d (and dmin)
+        blocks[..., at : at + 2 * len(scales)] = np.frombuffer(np.float16(scales).tobytes(), np.uint8)
+        raw = blocks.reshape(n, -1)
+    else:
+        raw = quants.quantize(w, qtype)
+    return raw, quants.dequantize(raw, qtype)
+
+
+GGUF_TYPES = [("Q4_0", 64), ("Q4_1", 96), ("Q8_0", 160), ("Q4_K", 512), ("Q5_0", 96), ("Q5_K", 512), ("Q6_K", 768)]
+
+
+@pytest.mark.parametrize(("type_name", "k"), GGUF_TYPES)
+def test_gguf_blocks_decode_as_gguf_dequantizes_them(type_name: str, k: int) -> None:
+    raw, expected = _gguf_tensor(type_name, 7, k, seed=k)
+    qw = quant.from_gguf(type_name, raw, k)
+    assert qw is not None and qw.source == type_name
+    assert qw.bits == (4 if type_name in ("Q4_0", "Q4_1", "Q4_K") else 8)
+    np.testing.assert_allclose(qw.dequantize().numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 65])
+@pytest.mark.parametrize(("type_name", "k"), GGUF_TYPES)
+def test_tile_kernel_runs_each_gguf_block_type(K, rows: int, type_name: str, k: int) -> None:
+    """The kernel on each block type's own layout (half or float32 scales, offsets or none, Q6_K's groups of 16),
+    against gguf's dequantization, 33 rows (not a multiple of the tiles)."""
+    raw, expected = _gguf_tensor(type_name, 33, k, seed=rows + k)
+    qw = quant.from_gguf(type_name, raw, k)
+    assert qw is not None
+    bias = torch.randn(33, generator=torch.Generator().manual_seed(rows))
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    ref = F.linear(x, torch.from_numpy(expected), bias)
+    torch.testing.assert_close(quant.QuantProjection(qw, bias, K).tile(x), ref, atol=1e-3, rtol=1e-4)
+
+
+def test_gguf_types_without_a_kernel_fall_back() -> None:
+    raw, _ = _gguf_tensor("Q2_K", 3, 256, seed=1)
+    assert quant.from_gguf("Q2_K", raw, 256) is None
+
+
+# ---- the bundled model, served quantized ------------------------------------------------------------------------------
+
+
+def _prompts(service: Any) -> list[list[int]]:
+    from tests.engine.core.test_model_runner import GREEDY_PROMPTS
+
+    tok = service.engine.tokenizer
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in GREEDY_PROMPTS
+    ]
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def _runner(service: Any, quantization: str) -> Any:
+    from engine import models
+    from engine.core.model_runner import DecoderRunner
+
+    if service.engine.runner.kern is None:
+        pytest.skip("no CPU kernels here: quantized weights need them")
+    gguf = models.gguf_source(service.settings.model, models.cache_root(service.settings.cache_dir))
+    if quantization == "auto" and gguf is None:
+        pytest.skip("the bundled GGUF is not on disk")
+    model = copy.deepcopy(service.engine.runner.model).float()  # as loaded: float32
+    return DecoderRunner(model, "cpu", kv_tokens=4096, quantization=quantization, gguf=gguf)
+
+
+@pytest.mark.parametrize("quantization", ["int4", "int8", "auto"])
+def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, quantization: str) -> None:
+    """int4 / int8 at load and the GGUF's own Q4_1 blocks (auto): each prompt alone (C1) and the four together
+    (C4) give the same greedy tokens, and the projections really are quantized, at a fraction of the bytes."""
+    from tests.engine.core.test_model_runner import greedy
+
+    runner = _runner(service, quantization)
+    expected = {"int4": "int4 x120", "int8": "int8 x120", "auto": "Q4_1 x120"}[quantization]
+    assert runner.quantization == expected
+    assert (
+        runner.weights_label
+        == {"int4": "int4 · quantized at load", "int8": "int8 · quantized at load", "auto": "Q4_1 · int4 kernels"}[
+            quantization
+        ]
+    )
+    qp = [p for layer in runner.proj for p in layer]
+    assert all(isinstance(p, quant.QuantProjection) for p in qp)
+    params = sum(p.qw.n * p.qw.k for p in qp)
+    # int8: a byte a weight and a float32 scale and offset per 32; int4 and Q4_1: half a byte, half scales and mins
+    assert sum(p.qw.nbytes for p in qp) <= params * (1.25 if quantization == "int8" else 0.625)
+    # the embedding and the tied output head quantized too (int8 in groups of 32, or the GGUF's own Q8_0 blocks)
+    head = runner.lm_head
+    assert isinstance(head, quant.QuantProjection) and runner.embed_tokens.qw is head.qw
+    assert head.qw.bits == 8 and head.qw.nbytes <= head.qw.n * head.qw.k * 1.07
+    prompts = _prompts(service)
+    together = greedy(runner, prompts, 10)
+    alone = [greedy(runner, [p], 10)[0] for p in prompts]
+    assert together == alone
+    # and they are the model's answers: teacher-forced on the unquantized runner's greedy tokens, the same top-1
+    reference = greedy(service.engine.runner, prompts, 10)
+    agree, kl = top1_agreement(service.engine.runner, runner, prompts, reference)
+    # of 40 tokens (one near-tie flips 2.5%); the bench's 16 prompts x 64 tokens hold them to 95% / 99% / 99.5%
+    assert agree >= 0.95 and kl < {"int4": 1e-3, "int8": 1e-2, "auto": 2e-4}[quantization], (agree, kl)
+
+
+def teacher_forced(runner: Any, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """Log-probabilities [len(tokens), vocab] of each of `tokens` after the prompt and the tokens before it."""
+    from engine.core.kv import KVCache
+    from engine.core.runner import Segment
+
+    cache = KVCache()
+    with torch.inference_mode():
+        seg = Segment(cache, prompt + tokens[:-1], all_logits=True)
+        logits = runner.forward([seg])[len(prompt) - 1 :]
+    runner.release(cache)
+    return torch.log_softmax(logits.float(), -1)
+
+
+def top1_agreement(ref: Any, test: Any, prompts: list[list[int]], outs: list[list[int]]) -> tuple[float, float]:
+    """Share of positions where both runners' top-1 tokens agree, and mean KL(ref || test), teacher-forced."""
+    same = total = 0
+    kl = 0.0
+    for p, o in zip(prompts, outs):
+        a, b = teacher_forced(ref, p, o), teacher_forced(test, p, o)
+        same += int((a.argmax(-1) == b.argmax(-1)).sum())
+        total += len(o)
+        kl += float((a.exp() * (a - b)).sum(-1).sum())
+    return same / total, kl / total
+
+
+def test_the_api_serves_int4(settings) -> None:
+    from tests.conftest import built_and_served
+
+    server = built_and_served(settings.replace(quantization="int4"))
+    live = next(server)
+    try:
+        assert live.service.engine.runner.quantization == "int4 x120"
+        with live.client() as http:
+            card = http.get(f"/v1/models/{MODEL}").json()
+            assert card["quantization"] == "int4 x120"
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Name a colour."}],
+                "max_tokens": 6,
+                "temperature": 0,
+            }
+            r = http.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] >= 1 and r.json()["choices"][0]["message"]["content"]
+            r = http.post("/v1/chat/completions", json={**body, "stream": True})
+            assert r.status_code == 200 and "data: [DONE]" in r.text
+            r = http.post("/v1/chat/completions", json={**body, "max_tokens": -1})
+            assert r.status_code in (400, 422) and "max_tokens" in r.text
+        from playground.page.capabilities import header_html
+
+        assert "int4 · quantized at load" in header_html(live.service)  # the page's header says it too
+    finally:
+        server.close()
+
+
+def test_a_bad_quantization_is_a_clear_error() -> None:
+    from app import settings_from
+
+    with pytest.raises(SystemExit):
+        settings_from(["--quantization", "int3"])
+    with pytest.raises(ValueError, match="PLAYGROUND_QUANTIZATION must be one of auto, none, int8, int4"):
+        settings_from([], environ={"PLAYGROUND_QUANTIZATION": "fp4"})
+    with pytest.raises(quant.QuantError, match="AVX2 and FMA.*on this cuda only auto and none are supported"):
+        quant.plan("int4", "cuda", None, True, None, "llama")
+    with pytest.raises(quant.QuantError, match="lean runner"):
+        quant.plan("int8", "cpu", object(), False, None, "whisper")
+    assert quant.plan("auto", "cuda", None, True, "x.gguf", "llama") == "none"  # auto never fails
+
+
+def test_an_hf_forward_model_refuses_int4() -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from engine.core.model_runner import make_runner
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
+    with pytest.raises(quant.QuantError, match="use auto or none"):
+        make_runner(model, "cpu", quantization="int4")
+    make_runner(model, "cpu", quantization="auto")  # served as it is
+
+
+def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
+    """A shape whose unquantized path measures faster at many rows runs it from SPLIT_ROWS (a bf16 copy, counted in
+    the bytes), and a quantized kernel below; one whose reference is slower keeps no copy."""
+    g = torch.Generator().manual_seed(3)
+    qw = quant.quantize(torch.randn(64, 96, generator=g), 4, 32)
+    fast = [quant.QuantProjection(qw, None, K)]
+
+    class Instant:  # the "unquantized path": faster than any kernel, and recognisable
+        def __init__(self, w: torch.Tensor, bias: Any) -> None:
+            self.weight, self.packed = w.to(torch.bfloat16), None
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((x.shape[0], 64), 7.0)
+
+    quant.calibrate(fast, Instant, repeat=1)
+    p = fast[0]
+    assert p.kernels_by_rows[1] == "fallback" and p.kernels_by_rows[0] != "fallback"
+    assert p.nbytes > qw.nbytes + 64 * 96  # the copy counts
+    assert (p(torch.randn(quant.SPLIT_ROWS, 96)) == 7).all()
+    x = torch.randn(4, 96)
+    ref = F.linear(x, qw.dequantize())  # the tile kernel, or torch's (bf16 activations) where it won
+    torch.testing.assert_close(p(x), ref, atol=0.05 * ref.abs().max().item(), rtol=0.02)
+
+    def slow(w: torch.Tensor, bias: Any) -> Any:
+        return lambda x: (time.sleep(0.002), F.linear(x, w))[1]
+
+    other = [quant.QuantProjection(qw, None, K)]
+    quant.calibrate(other, slow, repeat=1)
+    assert other[0].fallback is None and "fallback" not in other[0].kernels_by_rows
+
+
+@pytest.mark.parametrize("rows", [1, 16, 65])
+@pytest.mark.parametrize(("n", "k"), [(7, 40), (33, 200), (17, 576)])
+@pytest.mark.parametrize(("bits", "group"), [(4, 32), (8, 0), (8, 32)])
+def test_w8a8_matches_the_dequantized_matrix(rows: int, n: int, k: int, bits: int, group: int) -> None:
+    """int8 activations x int8 weights (torch._int_mm, where the CPU has VNNI or AMX): within the rounding of
+    per-row int8 activations and per-channel int8 weights of the dequantized matrix, bias added in float32."""
+    if not quant.w8a8_supported():
+        pytest.skip("no VNNI / AMX int8 on this CPU, or no torch._int_mm")
+    g = torch.Generator().manual_seed(rows + n * 13 + k)
+    qw = quant.quantize(torch.randn(n, k, generator=g), bits, group)
+    bias = torch.randn(n, generator=g)
+    p = quant.QuantProjection(qw, bias, cpu_kernels.kernels())
+    assert p.pack_int8()
+    if bits == 8 and group == 0:  # already per-channel int8: no second copy
+        assert p.int8 is not None and p.int8[0].data_ptr() == qw.q.data_ptr() and p.nbytes == qw.nbytes
+    x = torch.randn(rows, k, generator=g)
+    ref = F.linear(x, qw.dequantize(), bias)
+    out = p.w8a8(x)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    err = (out - ref).norm() / (ref - bias).norm()
+    assert err < 0.02, err
+    if rows >= quant.SPLIT_ROWS:
+        p.kernels_by_rows = ("tile", "w8a8")  # what calibration sets where it wins from SPLIT_ROWS
+        torch.testing.assert_close(p(x), out)
