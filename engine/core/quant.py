@@ -307,6 +307,8 @@ class QuantProjection:
         return self.torch_matmul(x) if kernel == "torch" else self.tile(x)
 
     def tile(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.qw.k:  # the kernel reads kp columns a row: a narrower x would be read past its end
+            raise ValueError(f"x has {x.shape[-1]} columns, the weight {self.qw.k}")
         x = x.float()
         if self.qw.kp != self.qw.k:
             x = F.pad(x, (0, self.qw.kp - self.qw.k))
