@@ -94,6 +94,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "b_model": ("B's model (another loaded model or a LoRA adapter)", "B 的模型（另一个已加载的模型或 LoRA 适配器）"),
     "model_pick": ("Model", "模型"),
     "drawer": ("☰ Panels", "☰ 面板"),
+    "quality_go": ("⚖ Quality vs fp32", "⚖ 与 fp32 比较质量"),
     "switch_key": ("Admin key (to switch)", "管理员密钥（切换用）"),
     "run_ab": ("Run A/B", "运行 A/B"),
     "request_body": ("the exact request body (edit it to replay a variant)", "完整请求体（可编辑后重放）"),

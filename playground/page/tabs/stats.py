@@ -24,7 +24,7 @@ def stats_tab() -> StatsTab:
     stats = gr.HTML(t("no_reply_html"), elem_id="pg-stats")
     plot = gr.HTML("", elem_id="pg-timeline")
     with gr.Row():
-        quality = gr.Button("⚖ Quality vs fp32", size="sm", elem_id="pg-quality-go", scale=0)
+        quality = gr.Button(t("quality_go"), size="sm", elem_id="pg-quality-go", scale=0)
         quality_note = gr.HTML("", elem_id="pg-quality-note")
     with gr.Accordion(t("tokens"), open=True):
         heat = gr.HTML("", elem_id="pg-heat")

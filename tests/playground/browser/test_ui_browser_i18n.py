@@ -41,7 +41,7 @@ ALLOWED_GROUPS = (
     ("token id", "a token and its id: Chinese LLM documentation keeps both words"),
     ("TTFT", "time to first token, the abbreviation the statistics' Chinese name spells out"),
     ("KV", "the key/value cache, as Chinese inference documentation writes it (KV 缓存)"),
-    ("SmolLM2-135M-Instruct cpu cuda float32 bfloat16", "the model's name, its device and dtype"),
+    ("SmolLM2-135M-Instruct cpu cuda float32 bfloat16 fp32", "the model's name, its device and dtype"),
     ("LLM Playground", "the product's name"),
     ("MindIE vLLM vLLM-Ascend OpenAI Whisper Qwen2-VL Gradio", "another product's name"),
     ("Enter Shift", "a key's name, as printed on the keyboard"),
