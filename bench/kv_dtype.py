@@ -97,7 +97,8 @@ def main() -> None:
     from engine.core import cpu_kernels
     from engine.core.model_runner import KVCache, Segment, make_runner
 
-    torch.set_num_threads(args.threads)  # this script is its own composition root
+    # This script is its own composition root: the thread count and grad mode are set here, on purpose.
+    torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     batches = [int(b) for b in args.batch.split(",")]
     contexts = [int(c) for c in args.context.split(",")]
