@@ -4,7 +4,8 @@ Behind what chat is behind: the Bearer keys (auth.py, closed once any credential
 per-client limit and draining, counted with the client's chat requests: a template render is as much work as a
 chat's, issue 31), the body cap (413 as soon as it is exceeded, chat.py
 `read_body`), the same JSON decoding and, for a chat form, the chat request's own validation (422 with the /v1
-error body). The work is engine/serving/tokenize.py's; 503 while the model loads.
+error body). The work is engine/serving/tokenize.py's, on the loaded model the body names (the current one when it
+names none); 503 while that model loads.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy, body_limit:
         flight = policy.admission.enter(client_key(credential, host))
         try:
             req = parse_tokenize_request(decode_json(await read_body(request, body_limit)))
-            return JSONResponse(await tokens.tokenize(policy.service(), req))
+            return JSONResponse(await tokens.tokenize(policy.loaded_service(req.model), req))
         finally:
             flight.close()
 
@@ -40,4 +41,4 @@ def install(app: FastAPI, settings: Settings, policy: RequestPolicy, body_limit:
     async def detokenize(request: Request) -> JSONResponse:
         api_bearer(request.headers, settings)
         req = parse_detokenize_request(decode_json(await read_body(request, body_limit)))
-        return JSONResponse(await tokens.detokenize(policy.service(), req))
+        return JSONResponse(await tokens.detokenize(policy.loaded_service(req.model), req))

@@ -77,6 +77,19 @@ class RequestPolicy:
             raise ServiceUnavailableError("The model is loading.")
         return svc
 
+    def loaded_service(self, model: str | None) -> ChatService:
+        """The service of the loaded model `model` names, for the routes that never load one (/tokenize,
+        /detokenize); None or a name no model has: the current service (whose model check says "Model not found");
+        a model of the pool that is not loaded: 503."""
+        if self.models is not None and model:
+            owner = self.models.owner_of(model)
+            svc = self.models.get(owner) if owner is not None else None
+            if svc is not None:
+                return svc
+            if model in self.models.candidates:
+                raise ServiceUnavailableError(f"Model {model[:64]!r} is not loaded.")
+        return self.service()
+
     def service_for(self, req: ChatCompletionRequest | CompletionRequest, ctx: CallContext) -> ChatService:
         """The service of the model `req` names (Pangu V1 names none: the current one). A model that can be loaded
         but is not raises 503 (and starts loading when `ctx.may_load`); an unknown name gets the current service,

@@ -241,14 +241,11 @@ class ModelBackend(LocalBackend):
         return self.name
 
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        from engine.protocol.errors import ServiceUnavailableError
+        """POST /tokenize's work on this model (503 while it is not loaded), as the route picks it."""
         from engine.protocol.tokenize import parse_tokenize_request
         from engine.serving.tokenize import tokenize
 
-        service = self.service
-        if service is None:
-            raise ServiceUnavailableError(f"Model {self.name[:64]!r} is not loaded.")
-        return await tokenize(service, parse_tokenize_request(body))
+        return await tokenize(self.policy.loaded_service(self.name), parse_tokenize_request(body))
 
     def __repr__(self) -> str:
         return f"ModelBackend(model={self.name!r})"

@@ -99,6 +99,23 @@ def test_a_request_for_a_loadable_model_loads_it_and_gets_503_until_it_is_ready(
         assert c.post("/v1/chat/completions", json=body(MODEL)).json()["model"] == MODEL
 
 
+def test_tokenize_and_detokenize_answer_for_the_loaded_model_the_body_names(guarded: LiveServer) -> None:
+    """They counted on the current model whatever the body named: a second model's name was "Model not found"."""
+    with guarded.client(headers=bearer(BOSS)) as c:
+        c.post("/v1/chat/completions", json=body(SECOND_ID))  # loads it (503 while it loads)
+        assert wait_loaded(c, SECOND_ID)["status"] == "loaded"
+        text = {"prompt": "The capital of France is", "return_token_strs": True}
+        second = c.post("/tokenize", json={"model": SECOND_ID, **text})
+        first = c.post("/tokenize", json={"model": MODEL, **text})
+        assert second.status_code == first.status_code == 200, (second.text, first.text)
+        assert second.json()["tokens"] != first.json()["tokens"]  # the Qwen vocabulary, not SmolLM2's
+        back = c.post("/detokenize", json={"model": SECOND_ID, "tokens": second.json()["tokens"]})
+        assert back.status_code == 200 and back.json()["prompt"] == text["prompt"], back.text
+        assert_v1_error(c.post("/tokenize", json={"model": GEMMA, **text}), 503, f"Model '{GEMMA}' is not loaded.")
+        assert c.get(f"/v1/models/{GEMMA}").json()["status"] == "loadable"  # counting never loads a model
+        assert_v1_error(c.post("/tokenize", json={"model": "papaya", **text}), 422, "Model not found: 'papaya'.")
+
+
 def test_an_unknown_model_is_model_not_found(guarded: LiveServer) -> None:
     with guarded.client(headers=bearer(BOSS)) as c:
         assert_v1_error(c.post("/v1/chat/completions", json=body("papaya")), 422, "Model not found: 'papaya'.")

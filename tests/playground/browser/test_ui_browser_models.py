@@ -88,7 +88,11 @@ def test_the_header_switches_to_the_second_model_and_back(browser: Any, tight: L
     send(page, GEMMA.question)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
     sync_api.expect(page.locator("#pg-chat")).to_contain_text(GEMMA.answer)
-    # the second model's window, measured again after the reply (a /tokenize through its 262k vocabulary)
+    # A base model starts in Text mode, which sends the box's raw text alone: with the box empty after the reply
+    # there is nothing to measure. The next text is measured against the second model's window (a /tokenize
+    # through its 262k vocabulary).
+    sync_api.expect(page.locator("#pg-context")).to_have_text("")  # whitespace only
+    page.locator("#pg-input textarea").press_sequentially("The capital of Italy is", delay=10)  # `input` events
     sync_api.expect(page.locator("#pg-context")).to_contain_text(GEMMA.context, timeout=30_000)
     shot(page, "models-3-second-answers", full_page=False)
     open_tab(page, "Server")  # Gemma's engine: its sliding layers' pool beside the main one
