@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from engine.core.types import PromptTokenLogprob, TokenLogprob
-from engine.protocol.response import ChoiceLogprobs, LogprobEntry, TopLogprob
+from engine.protocol.response import LogprobEntry, TopLogprob
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -96,12 +96,3 @@ class TokenFormatter:
             TopLogprob(token=t, logprob=lp, bytes=b)
             for t, b, lp in ((*self.token(i, skip_special), lp) for i, lp in pairs)
         ]
-
-
-def merge(a: ChoiceLogprobs | None, b: ChoiceLogprobs | None) -> ChoiceLogprobs | None:
-    if b is None:
-        return a
-    if a is None:
-        return ChoiceLogprobs(content=list(b.content))
-    a.content.extend(b.content)
-    return a

@@ -1,6 +1,7 @@
-"""The one fold: chunks -> one reply (per choice its answer, reasoning, tool calls, logprobs and per-token timings)
-and its statistics. The page renders it (chat, stats, timeline, tokens); the notebooks' ChatResult reads it. Neither
-folds a chunk itself, so they cannot disagree.
+"""The page's reply model: chunks -> one reply (per choice its answer, reasoning, tool calls, logprobs and per-token
+timings) and its statistics. Each choice is the service's own fold of its deltas (engine/serving/fold.py, `ChoiceFold`,
+which the API's non-stream response is built from) extended with the timeline. The page renders it (chat, stats,
+timeline, tokens); the notebooks' ChatResult reads it. Neither folds a chunk itself, so they cannot disagree.
 
 Everything comes from the `ChatCompletionChunk`s as the backend yields them; nothing is re-parsed or estimated, and
 a number the backend did not give is None (the page says "not provided"). The embedded engine puts its per-token
@@ -15,37 +16,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.protocol.response import (
-    ChatCompletionChunk,
-    ChunkChoice,
-    LogprobEntry,
-    PromptProgressInfo,
-    TokenTimeline,
-    ToolCallItem,
-    Usage,
-)
-from engine.serving.fold import merge_tool_call
+from engine.protocol.response import ChatCompletionChunk, ChunkChoice, PromptProgressInfo, TokenTimeline, Usage
+from engine.serving.fold import ChoiceFold
 from engine.serving.step_times import decode_times
 
 RAW_CHUNKS_KEPT = 400  # the raw view shows the tail of a long stream
 
 
 @dataclass
-class ChoiceView:
-    index: int
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[ToolCallItem] = field(default_factory=list)
-    logprobs: list[LogprobEntry] = field(default_factory=list)
+class ChoiceView(ChoiceFold):
+    """The service's fold of one choice (engine/serving/fold.py: its text, reasoning, tool calls, logprobs and finish
+    reason) and what the page shows besides: the engine's per-token timeline and the choice's usage."""
+
     token_ids: list[int] = field(default_factory=list)
     times_ms: list[float] = field(default_factory=list)  # when each token was ready, since the request was accepted
     batch_sizes: list[int] = field(default_factory=list)  # batch size of the step that made each token
     queue_waits_us: list[int] = field(default_factory=list)  # wait before the step that made each token
     prepare_ms: float | None = None  # accepted -> handed to the engine (media, template, tokens)
-    finish_reason: str | None = None
     usage: Usage | None = None  # from the choice's closing chunk
     answer_at: int | None = None  # tokens before the first answer text or tool call (the reasoning boundary)
-    reasoning_part: bool = False  # a reasoning part came at all (a notebook's `reasoning` is None otherwise)
     engine_timeline: bool = False  # the engine's per-token facts came: ids, batch sizes, waits, preparation
     # The scheduler x-ray (playground/page/tabs/xray.py): per token its step as StepRecord.view gives it (the peers
     # without this request, whose short id is `xray_id`); empty where the backend gives no step records.
@@ -59,9 +48,6 @@ class ChoiceView:
     ) -> None:
         """One chunk of this choice; `replaces`: a moderation interception, whose text replaces what was said."""
         d = c.delta
-        if d.reasoning_content is not None:
-            self.reasoning_part = True
-            self.reasoning += d.reasoning_content
         if self.answer_at is None and (d.content or d.tool_calls):
             self.answer_at = self._before_answer
         if timeline is not None:
@@ -78,15 +64,9 @@ class ChoiceView:
                 self.prepare_ms = timeline.prepare_ms
             if self.answer_at is None:
                 self._before_answer += len(timeline.token_ids)
-        self.content = (d.content or "") if replaces else self.content + (d.content or "")
-        for call in d.tool_calls or []:
-            merge_tool_call(self.tool_calls, call)
-        if c.logprobs is not None:
-            self.logprobs += c.logprobs.content
-        if c.finish_reason is not None:
-            self.finish_reason = c.finish_reason
-            if usage is not None:
-                self.close(usage)
+        self.add_delta(c, replaces)
+        if c.finish_reason is not None and usage is not None:
+            self.close(usage)
 
     def close(self, usage: Usage) -> None:
         """The choice's usage; without the engine's timeline (a remote stream), its perf-stat lists if sent."""
