@@ -217,20 +217,3 @@ def rows_html(rows: list[tuple[str, str]]) -> str:
         return ""
     body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table><tr><th>statistic</th><th>value</th></tr>{body}</table>"
-
-
-def heatmap_html(entries: list[LogprobEntry]) -> str:
-    """The reply with each token shaded by its probability: red = unlikely, green = near certain.
-
-    Hovering a token shows its probability and the alternatives the engine reported (`top_logprobs`).
-    """
-    spans = []
-    for e in entries:
-        p = math.exp(e.logprob)
-        alternatives = ", ".join(f"{t.token!r} {math.exp(t.logprob):.2f}" for t in e.top_logprobs)
-        tip = f"p = {p:.3f}" + (f" | top: {alternatives}" if alternatives else "")
-        shown = html.escape(e.token).replace("\n", "↵\n")
-        spans.append(
-            f'<span title="{html.escape(tip, quote=True)}" style="background: hsl({120 * p:.0f}, 75%, 82%)">{shown}</span>'
-        )
-    return f'<div style="white-space: pre-wrap; line-height: 1.6">{"".join(spans)}</div>'

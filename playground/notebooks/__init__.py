@@ -25,7 +25,8 @@ _HOMES = {
         "timeline_frame",
     ),
     "messages": ("audio_part", "tool_result_message", "user_message"),
-    "playground.client.result": ("ChatResult", "ToolCall", "heatmap_html"),
+    "playground.client.heatmap": ("heatmap_html",),
+    "playground.client.result": ("ChatResult", "ToolCall"),
     "sweeps": ("asweep", "distinct_n", "diversity", "expand_grid", "plot_sweep", "sweep"),
     "widgets": ("ChatPanel", "ParameterExplorer"),
 }

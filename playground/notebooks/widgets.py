@@ -14,7 +14,8 @@ from typing import Any
 import ipywidgets as w
 
 from engine.protocol.errors import ApiError
-from playground.client.result import ChatResult, heatmap_html, text_html
+from playground.client.heatmap import heatmap_html
+from playground.client.result import ChatResult, text_html
 from playground.notebooks.backend import ChatBackend, Messages, as_messages
 
 STREAM_PARAMS = {"temperature": 0.7, "max_tokens": 128}

@@ -4,9 +4,9 @@ log-probabilities.
 
 One markup serves the Stats panel (a gr.HTML) and the chat (a Chatbot message, which Gradio sanitizes: it keeps
 class, style, title, tabindex, role and hidden but drops every data-* and aria-* attribute). So a heatmap is a
-`.pg-heatmap` box of `<span class="pg-tok pg-pN">` tokens (N: the probability's tenth, coloured by tokens.css)
-followed by one hidden `.pg-tokdata` span holding the numbers as JSON: {"k": top-k, "l": the popover's labels in
-the session's language, "turn": the conversation turn the reply is (null: unknown, so no "continue with this"
+`.pg-heatmap` box of `<span class="pg-tok pg-pN">` tokens (N: the probability's tenth; the spans and their colours
+are the notebooks' too: playground/client/heatmap.py) followed by one hidden `.pg-tokdata` span holding the numbers
+as JSON: {"k": top-k, "l": the popover's labels in the session's language, "turn": the conversation turn the reply is (null: unknown, so no "continue with this"
 buttons), "c": its choice index, "t": [[token, logprob, rank of the chosen token among the alternatives (1-based,
 0: not among them), [[alternative, logprob], ...]], ...]}. A request with `sampler_logprobs` adds to each token its
 candidates after the samplers and the chosen token's logprob there (null: forced, not sampled): [..., [[candidate,
@@ -21,10 +21,10 @@ from html import escape
 from typing import Any
 
 from engine.protocol.response import LogprobEntry
+from playground.client.heatmap import BUCKETS, token_span, token_spans
 from playground.client.reply import ChoiceView, ReplyView
 from playground.page.i18n import say
 
-BUCKETS = 10  # colour classes pg-p0 (p < 10%) .. pg-p9 (p >= 90%), in tokens.css
 CHAT_TOKENS = 600  # the chat's heatmap shows a long reply's first tokens only; the Stats panel shows them all
 CHAT_ALTS = 5  # and at most this many alternatives per token
 FLOOR = -9999.0  # a logprob of -inf, as JSON has no infinity
@@ -51,29 +51,8 @@ LABELS = {
 }
 
 
-def bucket(p: float) -> int:
-    return min(BUCKETS - 1, max(0, int(p * BUCKETS)))
-
-
 def _lp(x: float) -> float:
     return round(x, 4) if math.isfinite(x) else FLOOR
-
-
-def _shown(token: str) -> str:
-    if not token:
-        return '<span class="pg-special">∅</span>'
-    return escape(token).replace("\r", "").replace("\n", "↵<br>")
-
-
-def _tip(e: LogprobEntry) -> str:
-    """The native tooltip (the Stats panel's, for a page without the script: tokens.js takes it off on hover), with
-    the first CHAT_ALTS alternatives."""
-    alts = "\n".join(f"{a.token!r}  {math.exp(a.logprob):.1%}" for a in e.top_logprobs[:CHAT_ALTS])
-    more = len(e.top_logprobs) - CHAT_ALTS
-    tip = f"{e.token!r}  p={math.exp(e.logprob):.1%}  logprob={e.logprob:.3f}"
-    if e.sampler_logprob is not None:
-        tip += f"  ·  after samplers p={math.exp(e.sampler_logprob):.1%}"
-    return tip + (f"\n— top alternatives —\n{alts}" if alts else "") + (f"\n+{more}" if more > 0 else "")
 
 
 def rank(e: LogprobEntry) -> int:
@@ -109,20 +88,15 @@ def heatmap_html(
     choice: int = 0,
     accepted: list[int] | None = None,
 ) -> str:
-    """The tokens in their colours plus their data; `titles`: native tooltips too; `alts`: keep that many; `turn`
-    (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without)."""
-    spans, drafted = [], set(accepted or ())
-    for i, e in enumerate(entries):
-        tip = f' title="{escape(_tip(e))}"' if titles else ""
-        spec = f' {SPEC_CLASS}" style="{SPEC_STYLE}' if i in drafted else ""  # an accepted speculative draft
-        spans.append(f'<span class="pg-tok pg-p{bucket(math.exp(e.logprob))}{spec}"{tip}>{_shown(e.token)}</span>')
+    """The tokens in their colours (playground/client/heatmap.py) plus their data; `titles`: native tooltips too (the
+    Stats panel's, for a page without the script: tokens.js takes them off on hover); `alts`: keep that many; `turn`
+    (the conversation turn of the reply) and `choice`: what a "continue with this" button names (none without);
+    `accepted`: the tokens that were accepted speculative drafts, underlined."""
+    spans = token_spans(entries, titles=titles, accepted=accepted)
     data = f'<span class="pg-tokdata" hidden>{_data(entries, lang, alts, turn, choice)}</span>'
-    return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{"".join(spans)}{data}</div>'
+    return f'<div class="pg-heat pg-heatmap" tabindex="0" role="group">{spans}{data}</div>'
 
 
-# Accepted speculative drafts (engine/core/speculative.py): underlined. Inline, as the sanitiser keeps `style`.
-SPEC_CLASS = "pg-spec"
-SPEC_STYLE = "text-decoration: underline 2px #0284c7; text-underline-offset: 3px"
 SPEC_NOTE = (
     "Underlined: {k:,} tokens that were speculative drafts, accepted.",
     "带下划线：{k:,} 个被接受的推测草稿 token。",
@@ -291,10 +265,7 @@ def quality_html(report: dict[str, Any], lang: str = "en") -> str:
     if not tokens:
         return f'<div class="pg-note pg-quality-note">{summary}</div>'
     ref = str(report.get("reference_precision") or "fp32")
-    spans = []
-    for t in tokens:
-        style = f' style="{DIFFERS_STYLE}"' if t["differs"] else ""
-        spans.append(f'<span class="pg-tok pg-p{kl_bucket(t["kl"])}"{style}>{_shown(t["piece"])}</span>')
+    spans = [token_span(kl_bucket(t["kl"]), t["piece"], style=DIFFERS_STYLE if t["differs"] else "") for t in tokens]
     labels = {name: say(text, lang, k=0, i="{i}", r="{r}") for name, text in LABELS.items()}
     labels |= {name: say(text, lang, ref=ref, p="{p}", kl="{kl}", tok="{tok}") for name, text in QUALITY_LABELS.items()}
     labels["noalts"] = say(("teacher-forced on the served model", "在所服务的模型上逐 token 重算"), lang)

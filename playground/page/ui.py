@@ -15,6 +15,7 @@ import gradio as gr
 
 from engine.serving.policy import RequestPolicy
 from playground.client import controls
+from playground.client.heatmap import colour_css
 from playground.page import examples, layout, persist, textmode
 from playground.page.attach_panel import AttachHandlers
 from playground.page.capabilities import attach_note, header_html, model_notes
@@ -34,9 +35,16 @@ from playground.page.tabs.stats import StatsTab, stats_tab
 from playground.page.tabs.tools import ToolsTab, tools_tab
 
 STATIC = Path(__file__).parent / "static"
-# The page's style and scripts: style.css first, then each panel's own sheet and script (playground/page/static/).
+# The page's style and scripts: style.css first, then each panel's own sheet and script (playground/page/static/),
+# then the token heatmap's colour classes (playground/client/heatmap.py: the notebooks' colours too).
 CSS = "\n".join(
-    p.read_text(encoding="utf-8") for p in sorted(STATIC.glob("*.css"), key=lambda p: (p.name != "style.css", p.name))
+    [
+        *(
+            p.read_text(encoding="utf-8")
+            for p in sorted(STATIC.glob("*.css"), key=lambda p: (p.name != "style.css", p.name))
+        ),
+        colour_css(),
+    ]
 )
 HEAD = "".join(f"<script>\n{p.read_text(encoding='utf-8')}\n</script>" for p in sorted(STATIC.glob("*.js")))
 

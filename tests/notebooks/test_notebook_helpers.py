@@ -111,7 +111,7 @@ def test_logprobs_feed_the_heatmap(local: LocalBackend) -> None:
     assert len(result.logprobs) == result.completion_tokens and "".join(result.tokens) == result.reply
     assert result.min_logprob <= result.mean_logprob <= 0
     html = heatmap_html(result.logprobs)
-    assert html.count("<span") == result.completion_tokens and "top: " in html
+    assert html.count("<span") == result.completion_tokens and "top alternatives" in html
 
 
 def test_a_branch_continues_a_reply_from_a_token_on_either_backend(live: Any, local: LocalBackend) -> None:
@@ -130,12 +130,13 @@ def test_a_branch_continues_a_reply_from_a_token_on_either_backend(live: Any, lo
 
 def test_heatmap_escapes_and_shades_by_probability() -> None:
     from engine.protocol.response import LogprobEntry
+    from playground.client.heatmap import COLOURS
 
     html = heatmap_html(
         [LogprobEntry(token="<b>", logprob=0.0, bytes=[]), LogprobEntry(token="\n", logprob=-50, bytes=[])]
     )
     assert "&lt;b&gt;" in html and "<b>" not in html
-    assert "hsl(120," in html and "hsl(0," in html and "↵" in html
+    assert f"background:{COLOURS[9]}" in html and f"background:{COLOURS[0]}" in html and "↵" in html
 
 
 # ---- remote backend ---------------------------------------------------------------------------------------------

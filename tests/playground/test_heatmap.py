@@ -1,5 +1,6 @@
-"""The token heatmap's markup (playground/page/heatmap.py): the numbers tokens.js reads, the colour classes tokens.css
-defines, the chat's copy of it, the candidate cards, in English and Chinese."""
+"""The token heatmap's markup (playground/page/heatmap.py): the numbers tokens.js reads, the colour classes the page's
+style defines (playground/client/heatmap.py), the chat's copy of it, the candidate cards, in English and Chinese; and
+the notebooks' self-contained heatmap, the same tokens with their colours inline."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ import html
 import json
 import math
 import re
-from pathlib import Path
 
 from engine.protocol.response import ChatCompletionChunk, ChoiceLogprobs, ChunkChoice, Delta, LogprobEntry, TopLogprob
+from playground.client import heatmap as tokens
 from playground.client.reply import ChoiceView, ReplyView
 from playground.page import heatmap
-
-CSS = (Path(heatmap.__file__).parent / "static" / "tokens.css").read_text(encoding="utf-8")
 
 
 def entry(token: str, p: float, *alts: tuple[str, float]) -> LogprobEntry:
@@ -45,9 +44,22 @@ def test_each_token_carries_its_probability_class_and_alternatives_with_the_chos
 
 
 def test_every_probability_class_has_a_colour_and_buckets_cover_zero_to_one() -> None:
-    for b in range(heatmap.BUCKETS):
+    from playground.page.ui import CSS
+
+    for b in range(tokens.BUCKETS):
         assert re.search(rf"\.pg-p{b} {{background:hsla\(", CSS), b
-    assert [heatmap.bucket(p) for p in (0.0, 0.0999, 0.1, 0.5, 0.95, 1.0)] == [0, 0, 1, 5, 9, 9]
+    assert [tokens.bucket(p) for p in (0.0, 0.0999, 0.1, 0.5, 0.95, 1.0)] == [0, 0, 1, 5, 9, 9]
+
+
+def test_the_notebooks_heatmap_is_the_pages_tokens_with_their_colours_inline() -> None:
+    entries = [entry("Paris", 0.905, ("Paris", 0.905), ("Rome", 0.082)), entry("\n", 0.3), entry("<b>", 0.04)]
+    page, book = heatmap.heatmap_html(entries), tokens.heatmap_html(entries)
+    classes = r'class="(pg-tok [^"]*)"'
+    assert re.findall(classes, book) == re.findall(classes, page) == ["pg-tok pg-p9", "pg-tok pg-p3", "pg-tok pg-p0"]
+    assert re.findall(r'title="([^"]*)"', book) == re.findall(r'title="([^"]*)"', page)
+    colours = re.findall(r'style="background:([^"]*)"', book)
+    assert colours == [tokens.COLOURS[9], tokens.COLOURS[3], tokens.COLOURS[0]]
+    assert "pg-tokdata" not in book and "white-space: pre-wrap" in book and "&lt;b&gt;" in book
 
 
 def test_markup_is_escaped_and_keeps_no_latex_pair_or_infinity() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from engine.protocol.response import LogprobEntry, TopLogprob
+from playground.client.heatmap import colour_css
 from playground.client.reply import ChoiceView
 from playground.page import heatmap
 from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, send, set_number, shot, sync_api
@@ -176,7 +177,7 @@ def offline_page(browser: Any, markup: str, lang: str = "en") -> Any:
     """The heatmap markup with the page's own tokens.js / tokens.css and a hidden #pg-action box like ui.py's,
     which records the input events it gets."""
     page = browser.new_page(viewport={"width": 900, "height": 600})
-    style = (PLAYGROUND / "tokens.css").read_text(encoding="utf-8")
+    style = (PLAYGROUND / "tokens.css").read_text(encoding="utf-8") + colour_css()
     page.set_content(
         f'<html lang="{lang}"><head><style>{style}</style></head><body style="font-family:sans-serif">'
         f'<div id="pg-action" hidden><textarea></textarea></div>'
