@@ -23,78 +23,241 @@ class Knob:
     kind: str  # slider | int | check | text | lines | choice | dropdown | code | pattern
     default: Any  # what the control starts at
     absent: Any  # the value that means "not sent" (the spec's default)
-    help: str
+    help: tuple[str, str]  # (English, Chinese): its range and meaning; field names and values as the API spells them
     lo: float | None = None
     hi: float | None = None
     step: float | None = None
     choices: tuple[str, ...] = ()
-    label: str = ""
+    label: tuple[str, str] | None = None  # (English, Chinese) of a UI-only knob's label; else the field's name
 
 
 SAMPLING = (
-    Knob("temperature", "slider", 0.7, None, "0 = greedy. Range [0, 2]; API default 1.", 0.0, 2.0, 0.05),
-    Knob("top_p", "slider", 1.0, 1.0, "Nucleus sampling; 1 = off. Range (1e-6, 1].", 0.01, 1.0, 0.01),
-    Knob("top_k", "int", -1, -1, "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].", -1, 2147483647),
+    Knob(
+        "temperature",
+        "slider",
+        0.7,
+        None,
+        ("0 = greedy. Range [0, 2]; API default 1.", "0 = 贪心。范围 [0, 2]；API 默认 1。"),
+        0.0,
+        2.0,
+        0.05,
+    ),
+    Knob(
+        "top_p",
+        "slider",
+        1.0,
+        1.0,
+        ("Nucleus sampling; 1 = off. Range (1e-6, 1].", "核采样；1 = 关闭。范围 (1e-6, 1]。"),
+        0.01,
+        1.0,
+        0.01,
+    ),
+    Knob(
+        "top_k",
+        "int",
+        -1,
+        -1,
+        (
+            "Keep the k likeliest; -1 or 0 = off. Range -1, 0, [1, 2³¹−1].",
+            "只保留概率最高的 k 个；-1 或 0 = 关闭。范围 -1、0、[1, 2³¹−1]。",
+        ),
+        -1,
+        2147483647,
+    ),
     Knob(
         "min_p",
         "slider",
         0.0,
         0.0,
-        "Keep tokens at least min_p × the top token's probability; 0 = off. [0, 1].",
+        (
+            "Keep tokens at least min_p × the top token's probability; 0 = off. [0, 1].",
+            "只保留概率不低于最高者的 min_p 倍的 token；0 = 关闭。范围 [0, 1]。",
+        ),
         0.0,
         1.0,
         0.01,
     ),
-    Knob("presence_penalty", "slider", 0.0, 0.0, "Discourage tokens already used; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
-    Knob("frequency_penalty", "slider", 0.0, 0.0, "Grows with a token's count; 0 = off. [-2, 2].", -2.0, 2.0, 0.1),
+    Knob(
+        "presence_penalty",
+        "slider",
+        0.0,
+        0.0,
+        ("Discourage tokens already used; 0 = off. [-2, 2].", "抑制已出现过的 token；0 = 关闭。[-2, 2]。"),
+        -2.0,
+        2.0,
+        0.1,
+    ),
+    Knob(
+        "frequency_penalty",
+        "slider",
+        0.0,
+        0.0,
+        ("Grows with a token's count; 0 = off. [-2, 2].", "随 token 出现次数增大；0 = 关闭。[-2, 2]。"),
+        -2.0,
+        2.0,
+        0.1,
+    ),
     Knob(
         "repetition_penalty",
         "slider",
         1.0,
         1.0,
-        "On tokens seen in prompt or output; 1 = off. (0, 2].",
+        (
+            "On tokens seen in prompt or output; 1 = off. (0, 2].",
+            "作用于提示或输出中出现过的 token；1 = 关闭。(0, 2]。",
+        ),
         0.05,
         2.0,
         0.05,
     ),
-    Knob("seed", "text", "", "", "Empty = random; the same seed reproduces a reply. Range [0, 2⁶⁴−1]."),
+    Knob(
+        "seed",
+        "text",
+        "",
+        "",
+        (
+            "Empty = random; the same seed reproduces a reply. Range [0, 2⁶⁴−1].",
+            "留空 = 随机；相同的 seed 复现同一回复。范围 [0, 2⁶⁴−1]。",
+        ),
+    ),
 )
 
 LENGTH = (
-    Knob("max_tokens", "slider", 256, None, "Reasoning included; capped by the server. Range [1, 2³¹−1].", 1, 2048, 1),
-    Knob("stop", "lines", "", "", "Stop strings, one per line (1..1024 chars); not with beam search."),
-    Knob("stop_token_ids", "text", "", "", "Comma-separated token ids; ids outside [0, 2³¹−1] are ignored."),
-    Knob("include_stop_str_in_output", "check", False, False, "Keep the matched stop at the end of the reply."),
-    Knob("ignore_eos", "check", False, False, "Generate past end-of-sequence, up to max_tokens."),
-    Knob("skip_special_tokens", "check", True, True, "Drop special tokens from the text."),
+    Knob(
+        "max_tokens",
+        "slider",
+        256,
+        None,
+        (
+            "Reasoning included; capped by the server. Range [1, 2³¹−1].",
+            "包括推理部分；受服务器上限约束。范围 [1, 2³¹−1]。",
+        ),
+        1,
+        2048,
+        1,
+    ),
+    Knob(
+        "stop",
+        "lines",
+        "",
+        "",
+        (
+            "Stop strings, one per line (1..1024 chars); not with beam search.",
+            "停止字符串，每行一个（1..1024 个字符）；不能与束搜索同用。",
+        ),
+    ),
+    Knob(
+        "stop_token_ids",
+        "text",
+        "",
+        "",
+        (
+            "Comma-separated token ids; ids outside [0, 2³¹−1] are ignored.",
+            "逗号分隔的 token id；超出 [0, 2³¹−1] 的 id 被忽略。",
+        ),
+    ),
+    Knob(
+        "include_stop_str_in_output",
+        "check",
+        False,
+        False,
+        ("Keep the matched stop at the end of the reply.", "在回复末尾保留匹配到的停止字符串。"),
+    ),
+    Knob(
+        "ignore_eos",
+        "check",
+        False,
+        False,
+        ("Generate past end-of-sequence, up to max_tokens.", "越过序列结束符继续生成，直到 max_tokens。"),
+    ),
+    Knob(
+        "skip_special_tokens", "check", True, True, ("Drop special tokens from the text.", "从文本中去掉特殊 token。")
+    ),
 )
 
 CANDIDATES = (
-    Knob("n", "int", 1, 1, "Replies; > 1 needs temperature > 0, no tools. Range [1, 8192] and ≤ max_n.", 1, 8192),
-    Knob("best_of", "int", 0, 0, "0 = n; streaming needs best_of = n. Range [1, 128].", 0, 128),
-    Knob("use_beam_search", "check", False, False, "Width max(n, best_of); no stop strings; max_tokens ≤ 128."),
-    Knob("logprobs", "check", False, False, "Each token's log-probability (the heatmap). Not with tools."),
-    Knob("top_logprobs", "slider", 0, 0, "Alternatives per token (needs logprobs). Range [0, 20].", 0, 20, 1),
+    Knob(
+        "n",
+        "int",
+        1,
+        1,
+        (
+            "Replies; > 1 needs temperature > 0, no tools. Range [1, 8192] and ≤ max_n.",
+            "回复条数；> 1 需要 temperature > 0 且不带工具。范围 [1, 8192] 且 ≤ max_n。",
+        ),
+        1,
+        8192,
+    ),
+    Knob(
+        "best_of",
+        "int",
+        0,
+        0,
+        ("0 = n; streaming needs best_of = n. Range [1, 128].", "0 = n；流式输出要求 best_of = n。范围 [1, 128]。"),
+        0,
+        128,
+    ),
+    Knob(
+        "use_beam_search",
+        "check",
+        False,
+        False,
+        (
+            "Width max(n, best_of); no stop strings; max_tokens ≤ 128.",
+            "束宽 max(n, best_of)；不能有停止字符串；max_tokens ≤ 128。",
+        ),
+    ),
+    Knob(
+        "logprobs",
+        "check",
+        False,
+        False,
+        (
+            "Each token's log-probability (the heatmap). Not with tools.",
+            "每个 token 的对数概率（热力图）。不能与工具同用。",
+        ),
+    ),
+    Knob(
+        "top_logprobs",
+        "slider",
+        0,
+        0,
+        (
+            "Alternatives per token (needs logprobs). Range [0, 20].",
+            "每个 token 的候选数（需要 logprobs）。范围 [0, 20]。",
+        ),
+        0,
+        20,
+        1,
+    ),
     Knob(
         "sampler_logprobs",
         "check",
         False,
         False,
-        "Extension: each token's candidates also after the samplers "
-        "(logit_bias, penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs "
-        "logprobs and top_logprobs ≥ 1.",
-        label="sampler_logprobs_label",
+        (
+            "Extension: each token's candidates also after the samplers "
+            "(logit_bias, penalties, constraints, temperature, top-k, top-p), beside the model's in the heatmap. Needs "
+            "logprobs and top_logprobs ≥ 1.",
+            "扩展字段：热力图中在模型的候选旁边，再列出经过采样器（logit_bias、惩罚、约束、temperature、top_k、top_p）之后的"
+            "候选。需要 logprobs 且 top_logprobs ≥ 1。",
+        ),
+        label=("samplers before/after", "采样器前后对比"),
     ),
     Knob(
         "speculative",
         "choice",
         "server default",
         "server default",
-        "Extension: speculative decoding by prompt "
-        "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
-        "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
+        (
+            "Extension: speculative decoding by prompt "
+            "lookup (n-gram drafts); greedy replies are the same, accepted drafts are underlined in the heatmap. Server "
+            "default: greedy requests draft (--speculative-ngram), sampled ones do not.",
+            "扩展字段：提示查找（多元组草稿）推测解码；贪心回复不变，被接受的草稿在热力图中加下划线。"
+            "服务器默认：贪心请求起草，采样请求不起草（由服务器启动参数决定）。",
+        ),
         choices=("server default", "on", "off"),
-        label="speculative_label",
+        label=("speculative (n-gram drafts)", "推测解码（多元组草稿）"),
     ),
 )
 
@@ -105,27 +268,37 @@ FORMAT = (
         "dropdown",
         "none",
         "none",
-        "Extension (vLLM's structured_outputs): the reply is kept inside a JSON "
-        "schema, one of a list of choices, a regex (matched fully) or a grammar (Lark or GBNF), by constrained "
-        "decoding. One kind per request (not with response_format).",
+        (
+            "Extension (vLLM's structured_outputs): the reply is kept inside a JSON "
+            "schema, one of a list of choices, a regex (matched fully) or a grammar (Lark or GBNF), by constrained "
+            "decoding. One kind per request (not with response_format).",
+            "扩展字段（vLLM 的 structured_outputs）：用约束解码把回复限制在 JSON schema、若干选项之一、正则表达式"
+            "（完整匹配）或文法（Lark 或 GBNF）之内。每个请求只能有一种（不能与 response_format 同用）。",
+        ),
         choices=FORMATS,
-        label="format_label",
+        label=("Format", "格式"),
     ),
     Knob(
         "format_pattern",
         "pattern",
         "",
         "",
-        "For Format: the JSON schema, the choices one per line, the regex or the grammar.",
-        label="format_pattern_label",
+        (
+            "For Format: the JSON schema, the choices one per line, the regex or the grammar.",
+            "用于「输出格式」：JSON schema、每行一个选项、正则表达式或文法。",
+        ),
+        label=("pattern", "模式"),
     ),
     Knob(
         "response_format",
         "choice",
         "text",
         "text",
-        "json_object = any JSON object; json_schema = JSON matching the "
-        "schema below. Enforced by constrained decoding.",
+        (
+            "json_object = any JSON object; json_schema = JSON matching the "
+            "schema below. Enforced by constrained decoding.",
+            "json_object = 任意 JSON 对象；json_schema = 符合下方 schema 的 JSON。由约束解码保证。",
+        ),
         choices=("text", "json_object", "json_schema"),
     ),
     Knob(
@@ -133,8 +306,12 @@ FORMAT = (
         "code",
         "",
         "",
-        'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
-        "number, boolean, array, object, null).",
+        (
+            'For json_schema: {"name": "...", "schema": {...}} (types string, integer, '
+            "number, boolean, array, object, null).",
+            '用于 json_schema：{"name": "...", "schema": {...}}（类型 string、integer、number、boolean、array、'
+            "object、null）。",
+        ),
     ),
 )
 
@@ -144,16 +321,22 @@ THINKING = (
         "choice",
         "model default",
         "model default",
-        "chat_template_kwargs.enable_thinking: a reasoning model's thinking mode.",
+        (
+            "chat_template_kwargs.enable_thinking: a reasoning model's thinking mode.",
+            "chat_template_kwargs.enable_thinking：推理模型的思考模式。",
+        ),
         choices=("model default", "on", "off"),
-        label="thinking",
+        label=("thinking", "思考模式"),
     ),
     Knob(
         "thinking_budget",
         "int",
         0,
         0,
-        "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. Range [1, 2³¹−1].",
+        (
+            "chat_template_kwargs.thinking_budget: most reasoning tokens; 0 = none. Range [1, 2³¹−1].",
+            "chat_template_kwargs.thinking_budget：推理 token 的上限；0 = 不限。范围 [1, 2³¹−1]。",
+        ),
         0,
         2147483647,
     ),

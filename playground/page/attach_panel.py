@@ -11,8 +11,29 @@ import gradio as gr
 
 from playground.page import attachments, capabilities
 from playground.page.attachments import BASE64, URL
-from playground.page.i18n import choices, say, t
+from playground.page.i18n import choices, labels, say, t
 from playground.page.session import Session
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "attach": ("⊕ Attach image · audio · video · URL", "⊕ 附加图像 · 音频 · 视频 · URL"),
+        "send_as": ("send uploads as", "上传文件的发送方式"),
+        "send_as_base64": ("base64 (data URL / input_audio)", "base64 编码（data URL / input_audio）"),
+        "send_as_url": ("URL (pasted URL; file:// path of an upload)", "URL（粘贴的 URL；上传文件的 file:// 路径）"),
+        "attach_image": ("image", "图像"),
+        "attach_audio": ("audio", "音频"),
+        "video_types": ("video (.mp4 .avi .wmv)", "视频（.mp4 .avi .wmv）"),
+        "attach_url": ("media URL", "媒体 URL"),
+        "attach_url_placeholder": (
+            "https://host/cat.png or file:///data/clip.mp4 (sent as a URL)",
+            "https://host/cat.png 或 file:///data/clip.mp4（以 URL 发送）",
+        ),
+        "attach_url_add": ("Attach URL", "附加 URL"),
+        "attach_clear": ("✕ Remove all", "✕ 全部移除"),
+    },
+)
 
 SEND_AS = {BASE64: "send_as_base64", URL: "send_as_url"}  # the radio's value -> its shown label's key
 VIDEO_TYPES = [".mp4", ".avi", ".wmv"]

@@ -14,7 +14,23 @@ from typing import Any
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from playground.client import tools_panel
-from playground.page.i18n import TEXTS, say
+from playground.page.i18n import labels, say
+
+# The header and the attach line while the model loads: translated in the browser until the page knows the model
+# (layout.py, attach_panel.py), then rendered here in the session's language.
+TEXTS = labels(
+    __name__,
+    {
+        "header_loading": (
+            '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">model loading…</span></div>',
+            '<div class="pg-header"><h1>LLM Playground</h1><span class="pg-badge">模型加载中…</span></div>',
+        ),
+        "attach_loading": (
+            '<div class="pg-caps">The model is loading…</div>',
+            '<div class="pg-caps">模型加载中…</div>',
+        ),
+    },
+)
 
 KINDS = ("image", "video", "audio")
 TAKES, TRANSCRIBES, REFUSES = "takes", "transcribes", "refuses"

@@ -12,8 +12,9 @@ from playground.client import snippets, stats
 from playground.client.reply import ReplyView
 from playground.page import attachments, heatmap, textmode, timeline
 from playground.page.conversation import Conversation, Turn, display
-from playground.page.i18n import TEXTS, say
+from playground.page.i18n import say
 from playground.page.tabs import xray
+from playground.page.tabs.stats import TEXTS as STATS_TEXTS
 
 Update = dict[Any, Any]
 
@@ -59,7 +60,7 @@ class ChatOutputs:
         script (playground/page/static/chat.js) highlights: the reply the side panel describes."""
         if turn is None or turn.reply is None:
             out: Update = {
-                self.stats: say(TEXTS["no_reply_html"], lang),
+                self.stats: say(STATS_TEXTS["no_reply_html"], lang),
                 self.timeline: timeline.svg(ReplyView().first, lang=lang),
                 self.xray: xray.reply_html(None, lang),
             }

@@ -11,7 +11,43 @@ import gradio as gr
 from playground.client import tools_panel
 from playground.page import attach_panel, textmode
 from playground.page.attach_panel import AttachHandlers
-from playground.page.i18n import choices, t
+from playground.page.i18n import choices, labels, t
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "chat": ("Chat", "对话"),
+        "placeholder": (
+            "Type a message · Enter sends · Shift+Enter for a new line",
+            "输入消息 · Enter 发送 · Shift+Enter 换行",
+        ),
+        "send": ("Send", "发送"),
+        "mode": (
+            "Mode: Chat sends the conversation through the chat template; Text sends the box's text as a raw prompt",
+            "模式：对话模式经聊天模板发送整段对话；文本模式把输入框的文字作为原始提示发送",
+        ),
+        "stop": ("Stop", "停止"),
+        "regenerate": ("↻ Regenerate", "↻ 重新生成"),
+        "clear": ("✕ Clear", "✕ 清空"),
+        "export": ("⬇ Export", "⬇ 导出"),
+        "import": ("⬆ Import", "⬆ 导入"),
+        "system": ("System prompt", "系统提示词"),
+        "call": ("call", "调用"),
+        "saved_result": ("saved result", "已保存的结果"),
+        "result": ("result (JSON or text)", "结果（JSON 或文本）"),
+        "send_result": ("Send result", "发送结果"),
+        "model_pick": ("Model", "模型"),
+        "drawer": ("☰ Panels", "☰ 面板"),
+        "switch_key": ("Admin key (to switch)", "管理员密钥（切换用）"),
+        "message": ("Message", "消息"),
+        "service_help": ("The model is loading…", "模型加载中…"),
+        "tool_called": (
+            "⚒ **The model called a tool.** Type (or pick) its result to continue.",
+            "⚒ **模型调用了工具。** 输入（或选择）调用结果以继续。",
+        ),
+    },
+)
 
 
 @dataclass(eq=False)

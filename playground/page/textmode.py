@@ -21,7 +21,16 @@ from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import parse_chat_request
 from engine.protocol.response import LogprobEntry, TopLogprob
 from playground.page import heatmap
-from playground.page.i18n import say
+from playground.page.i18n import labels, say
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "mode_chat": ("Chat", "对话"),
+        "mode_text": ("Text", "文本"),
+    },
+)
 
 CHAT, TEXT = "chat", "text"
 MODE_KEYS = {CHAT: "mode_chat", TEXT: "mode_text"}  # the radio's values and their labels' i18n keys

@@ -24,7 +24,7 @@ from playground.page.chat_outputs import ChatOutputs
 from playground.page.context_meter import ContextMeter
 from playground.page.conversation import Conversation
 from playground.page.header_models import wire_model_picker
-from playground.page.i18n import I18N, lang_of, say, t
+from playground.page.i18n import NONE, catalogue, lang_of, say, t
 from playground.page.layout import ChatColumn, Header
 from playground.page.session import Session
 from playground.page.tabs import backend_panel, grid_panel, prompt_view, quality_panel, server_panel, xray
@@ -266,7 +266,6 @@ def wire_chat(h: ChatHandlers, chat: ChatColumn, common: list[Any], knobs: dict[
     return changes
 
 
-NO_SYSTEM = ("(none)", "（无）")
 TEMPLATE_SYSTEM = ("(none: the template writes “{prompt}”)", "（无：模板会写入“{prompt}”）")
 BUSY_JS = "() => { window.pgBusy = (window.pgBusy || 0) + 1; document.body.classList.add('pg-busy'); }"
 IDLE_JS = (
@@ -308,7 +307,7 @@ def wire_load(
         )
         # The template's own system prompt, where it writes one for a request without (SmolLM2's does): not "(none)".
         own = service.default_system_prompt() if not session.remote else ""
-        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, lang, prompt=own) if own else NO_SYSTEM[lang == "zh"])
+        system = gr.update(placeholder=say(TEMPLATE_SYSTEM, lang, prompt=own) if own else say(NONE, lang))
         cap = service.settings.max_new_tokens
         mode = textmode.default_mode(service) if not session.remote else textmode.CHAT  # a base model: Text
         if not defaults:
@@ -364,7 +363,9 @@ def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
     of logins, so each session is known by the credential it proved rather than by the name it typed."""
     demo = build_ui(policy)
     demo.queue(default_concurrency_limit=16, max_size=64)
-    app = gr.mount_gradio_app(app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=I18N, auth=auth)
+    app = gr.mount_gradio_app(
+        app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=catalogue(), auth=auth
+    )
     # Gradio checks that an event's file inputs are its own uploads (and its outputs in allowed places) only for a
     # Blocks it believes launched; mounted, it would copy any path a client names into its cache and serve it
     # (issue 31 item 10). This page is launched, by this server.

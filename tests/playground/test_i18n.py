@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import gradio as gr
 import pytest
 
+from engine.serving.policy import RequestPolicy
 from playground.client import controls, stats, tools_panel
 from playground.client.reply import ReplyStats
-from playground.page import capabilities, i18n
-from playground.page.i18n import TEXTS, say
+from playground.page import capabilities, i18n, ui
+from playground.page.i18n import LABELS, say
+from tests.test_architecture import ROOT, playground_graph
 
 # The top-level keys of Gradio 6.31's own catalogue: a label key of that name would get Gradio's whole section
 # (the page showed "[object Object]" for an image labelled with the key "image").
@@ -45,9 +51,86 @@ GRADIO_SECTIONS = {
 SAME_IN_BOTH = {"curl"}  # a tool's name, the same in both languages
 
 
-@pytest.mark.parametrize("key", sorted(TEXTS))
+# Each module owns the labels it shows (playground/page/i18n.py `labels`); the page, imported above, has registered
+# every module's.
+def shown_keys(value: Any) -> set[str]:
+    """The label keys in a built page's config: each a Gradio I18nData, or its string form inside a longer one."""
+    if isinstance(value, gr.i18n.I18nData):
+        return {value.key}
+    if isinstance(value, dict):
+        return {k for v in value.values() for k in shown_keys(v)}
+    if isinstance(value, list | tuple):
+        return {k for v in value for k in shown_keys(v)}
+    if isinstance(value, str) and "__i18n__" in value:
+        return set(re.findall(r'__i18n__\{"__type__": "translation_metadata", "key": "([^"]+)"\}', value))
+    return set()
+
+
+def test_every_label_the_built_page_shows_is_registered_in_both_languages(settings: Any) -> None:
+    """The whole page built over a real request policy (no model loaded yet): every label key its components carry
+    has its English and its Chinese, and every label a module registers is shown (no dead text)."""
+    demo = ui.build_ui(RequestPolicy(settings, lambda: None))
+    shown = shown_keys(demo.config)
+    assert len(shown) > 100, len(shown)  # the config is read, not empty
+    assert shown <= set(LABELS), sorted(shown - set(LABELS))
+    assert not [k for k in shown if not (LABELS[k][0].strip() and LABELS[k][1].strip())]
+    # not shown here: the admin key's help shows only on a server with credentials; a Code box has no help line
+    unshown = {"admin_key_help", "help_json_schema"}
+    assert set(LABELS) - unshown <= shown, f"registered but never shown: {sorted(set(LABELS) - unshown - shown)}"
+
+
+def page_modules() -> list[Path]:
+    return sorted((ROOT / "playground/page").rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for m in graph[todo.pop()] - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+@pytest.mark.parametrize("path", page_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_looks_up_only_labels_that_it_or_its_imports_register(path: Path) -> None:
+    """`t("key")` in a module: the key is registered by that module or one it imports (directly or not), so it is
+    there whenever the module is."""
+    tree = ast.parse(path.read_text())
+    keys = {
+        n.args[0].value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "t" and isinstance(n.args[0], ast.Constant)
+    }
+    imported = reachable(playground_graph(), module_name(path))
+    bad = {k: i18n.OWNER.get(k) for k in keys if i18n.OWNER.get(k) not in imported}
+    assert not bad, f"{path.relative_to(ROOT)} looks up labels no module it imports registers: {bad}"
+
+
+def test_no_two_modules_define_the_same_label() -> None:
+    owners: dict[str, list[str]] = {}
+    for path in page_modules():
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "labels" and isinstance(n.args[1], ast.Dict):
+                for key in n.args[1].keys:
+                    assert isinstance(key, ast.Constant), f"{path}: a label's key is a plain string"
+                    owners.setdefault(key.value, []).append(module_name(path))
+    assert len(owners) > 100  # the modules' labels are read
+    assert not {k: v for k, v in owners.items() if len(v) > 1}
+    assert set(owners) <= set(LABELS) and set(i18n.OWNER) == set(LABELS)
+    with pytest.raises(ValueError, match="'tab_stats' is defined by both playground.page.tabs.stats and elsewhere"):
+        i18n.labels("elsewhere", {"tab_stats": ("Stats", "统计")})
+    assert i18n.OWNER["tab_stats"] == "playground.page.tabs.stats"
+
+
+@pytest.mark.parametrize("key", sorted(LABELS))
 def test_every_label_has_a_chinese_entry_of_its_own(key: str) -> None:
-    en, zh = TEXTS[key]
+    en, zh = LABELS[key]
     assert en.strip() and zh.strip(), key
     if re.search("[A-Za-z]", en) and key not in SAME_IN_BOTH:
         assert zh != en, f"{key}: the Chinese entry is the English one"
@@ -56,19 +139,20 @@ def test_every_label_has_a_chinese_entry_of_its_own(key: str) -> None:
 
 
 def test_no_label_key_is_one_of_gradios_own_sections() -> None:
-    assert not GRADIO_SECTIONS & set(TEXTS)
-    assert not [k for k in TEXTS if "." in k]  # a dotted key would read as a path into Gradio's catalogue
+    assert not GRADIO_SECTIONS & set(LABELS)
+    assert not [k for k in LABELS if "." in k]  # a dotted key would read as a path into Gradio's catalogue
 
 
 def test_every_request_field_and_preset_has_its_translated_help_and_name() -> None:
     for knob in controls.KNOBS:
-        assert TEXTS[f"help_{knob.name}"][0] == knob.help
+        assert LABELS[f"help_{knob.name}"] == knob.help
+        assert not knob.label or LABELS[f"label_{knob.name}"] == knob.label
     assert set(i18n.PRESET_KEYS) == set(controls.PRESETS)
     assert i18n.preset_name("Creative", "zh") == "创意" and i18n.preset_name("Creative", "en") == "Creative"
     # the request fields a help names stay as the API spells them
     for knob in controls.KNOBS:
-        fields = set(re.findall(r"\b[a-z]+_[a-z_.]+\b", knob.help))
-        assert fields <= set(re.findall(r"\b[a-z]+_[a-z_.]+\b", TEXTS[f"help_{knob.name}"][1])), knob.name
+        en, zh = knob.help
+        assert set(re.findall(r"\b[a-z]+_[a-z_.]+\b", en)) <= set(re.findall(r"\b[a-z]+_[a-z_.]+\b", zh)), knob.name
 
 
 def test_say_picks_the_language_and_fills_the_values() -> None:

@@ -18,8 +18,33 @@ from playground.client.backend import ChatBackend
 from playground.client.remote import RemoteBackend
 from playground.page.capabilities import backend_label
 from playground.page.chat import ChatHandlers
-from playground.page.i18n import choices, say, t
+from playground.page.i18n import choices, labels, say, t
 from playground.page.session import Session
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_backend": ("⇄ Backend", "⇄ 后端"),
+        "backend_help": (
+            "A remote server (MindIE, vLLM, vLLM-Ascend, or this app on another machine) answers through the same "
+            "request and the same rendering. Its stream carries no engine timeline, and batch sizes and queue waits "
+            "only when it sends MindIE's perf stats: the statistics say what it did not send instead of guessing.",
+            "远程服务器（MindIE、vLLM、vLLM-Ascend，或另一台机器上的本应用）使用同样的请求和同样的显示方式作答。"
+            "它的流不带引擎时间线；只有当它发送 MindIE 的性能统计时才有批大小和排队等待：统计会标明它没有发送的项，"
+            "而不是去猜测。",
+        ),
+        "backend": ("backend", "后端"),
+        "backend_embedded": ("Embedded", "内置引擎"),
+        "backend_remote": ("Remote (OpenAI-compatible URL)", "远程（兼容 OpenAI 的 URL）"),
+        "url": ("URL", "URL 地址"),
+        "api_key": ("API key", "API 密钥"),
+        "model": ("model", "模型"),
+        "first_model": ("(the server's first model)", "（服务器的第一个模型）"),
+        "use_backend": ("Use this backend", "使用此后端"),
+    },
+)
+
 
 # The radio's values (the `/backend` endpoint's `kind`); the page shows them translated.
 EMBEDDED, REMOTE = "Embedded", "Remote (OpenAI-compatible URL)"

@@ -23,9 +23,29 @@ from playground.page import textmode, timeline
 from playground.page.chat import LOADING, ChatHandlers, check_text
 from playground.page.conversation import Conversation, Turn
 from playground.page.header_models import SAME
-from playground.page.i18n import PRESET_KEYS, choices, preset_name, say, t
+from playground.page.i18n import PRESET_KEYS, choices, labels, preset_name, say, t
 from playground.page.request_diff import request_diff, text_diff
 from playground.page.session import Run, Session, caller
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_ab": ("⚖ A/B", "⚖ A/B 对比"),
+        "b_uses": ("B uses", "B 使用"),
+        "b_model": (
+            "B's model (another loaded model or a LoRA adapter)",
+            "B 的模型（另一个已加载的模型或 LoRA 适配器）",
+        ),
+        "run_ab": ("Run A/B", "运行 A/B"),
+        "ab_help": (
+            "The chat plus the message in the box, under the current settings (A) and a preset (B), sent "
+            "together so the engine batches them. The chat itself is unchanged.",
+            "把对话加上输入框中的消息，分别按当前设置（A）和一个预设（B）同时发送，让引擎把它们放在同一批次中处理。"
+            "对话本身不变。",
+        ),
+    },
+)
 
 
 def side(view: ReplyView, label: str, lang: str = "en") -> tuple[str, str]:

@@ -23,10 +23,39 @@ import gradio as gr
 
 from playground.client import grid
 from playground.page.chat import ChatHandlers
-from playground.page.i18n import say, t
+from playground.page.i18n import labels, say, t
 from playground.page.persist import READ_UPLOAD
 from playground.page.session import Session, caller
 from playground.page.tabs.backend_panel import REMOTE, chosen_backend
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_grid": ("▦ Grid", "▦ 网格"),
+        "grid_help": (
+            "Many prompts against several columns, graded: a prompt set (JSONL or CSV: `user` text with "
+            "`{{variables}}` from the row, or `messages`; optional `system` and `expected`), columns of request "
+            "fields (optional `name`, and `url`, `model`, `api_key` for a remote server), graders. The same "
+            "module runs in the notebooks (`playground/client/grid.py`).",
+            "多个提示对多列设置并评分：提示集（JSONL 或 CSV：带 `{{variables}}` 变量的 `user` 文本，或 `messages`；可选 "
+            "`system` 与 `expected`）、由请求字段组成的列（可选 `name`，以及远程服务器的 `url`、`model`、"
+            "`api_key`）、评分器。notebook 使用同一模块（`playground/client/grid.py`）。",
+        ),
+        "grid_prompts": ("Prompt set (JSONL or CSV)", "提示集（JSONL 或 CSV）"),
+        "grid_columns": ("Columns (JSON array)", "列（JSON 数组）"),
+        "grid_graders": ("Graders", "评分器"),
+        "grader_exact": ("exact match", "完全匹配"),
+        "grader_contains": ("contains the expected answer", "包含期望答案"),
+        "grader_regex": ("matches the expected answer as a regex", "按正则匹配期望答案"),
+        "grader_valid_json": ("valid JSON", "有效的 JSON"),
+        "grid_run": ("▶ Run grid", "▶ 运行网格"),
+        "grid_cancel": ("Cancel", "取消"),
+        "grid_reopen": ("Open a saved grid", "打开保存的网格"),
+        "grid_csv": ("⬇ CSV", "⬇ 导出 CSV"),
+        "grid_json": ("⬇ JSON", "⬇ 导出 JSON"),
+    },
+)
 
 GRID_CONCURRENCY = 8  # under the per-client default (32) and the engine's batch, with room for the chat
 MAX_CELLS = 400

@@ -22,8 +22,19 @@ from engine.protocol.errors import ApiError
 from playground.page import textmode
 from playground.page.chat import ChatHandlers
 from playground.page.conversation import Conversation, Turn
-from playground.page.i18n import choices, say, t
+from playground.page.i18n import choices, labels, say, t
 from playground.page.session import Session
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_prompt": ("¶ Prompt", "¶ 提示词"),
+        "prompt_src_input": ("the message being typed", "正在输入的消息"),
+        "prompt_src_reply": ("the selected reply's request", "所选回复的请求"),
+        "prompt_show": ("¶ Show the prompt", "¶ 显示提示词"),
+    },
+)
 
 SOURCES = {"input": "prompt_src_input", "reply": "prompt_src_reply"}
 MAX_CHIPS = 3000

@@ -7,7 +7,20 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.page.i18n import t
+from playground.page.i18n import labels, t
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_request": ("{} Request", "{} 请求"),
+        "request_body": ("the exact request body (edit it to replay a variant)", "完整请求体（可编辑后重放）"),
+        "replay": ("▶ Replay this request", "▶ 重放此请求"),
+        "curl": ("curl", "curl"),
+        "python": ("Python (openai)", "Python 代码（openai）"),
+        "raw": ("streamed chunks (raw)", "流式数据块（原始）"),
+    },
+)
 
 
 @dataclass(eq=False)

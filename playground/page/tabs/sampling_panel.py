@@ -10,7 +10,38 @@ import gradio as gr
 
 from playground.client import controls
 from playground.client.controls import Knob
-from playground.page.i18n import PRESET_KEYS, choices, t
+from playground.page.i18n import PRESET_KEYS, choices, labels, t
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_sampling": ("≋ Sampling", "≋ 采样"),
+        "preset": ("preset", "预设"),
+        "acc_sampling": ("Sampling", "采样"),
+        "acc_length": ("Length and stopping", "长度与停止"),
+        "acc_candidates": ("Candidates and log-probabilities", "候选与对数概率"),
+        "acc_format": ("Response format", "输出格式"),
+        "acc_thinking": ("Thinking", "思考"),
+        "preset_info": ("Sets the sampling fields below.", "设置下方的采样参数。"),
+        "thinking_default": ("model default", "模型默认"),
+        "server_default": ("server default", "服务器默认"),
+        "thinking_on": ("on", "开启"),
+        "thinking_off": ("off", "关闭"),
+        "format_none": ("none", "无"),
+        "format_json": ("JSON schema", "JSON 模式（schema）"),
+        "format_choice": ("choice list", "选项列表"),
+        "format_regex": ("regex", "正则表达式"),
+        "format_grammar": ("grammar", "文法"),
+    },
+)
+# Each request field's help, and a UI-only knob's label, in both languages where the knob is defined
+# (playground/client/controls.py).
+KNOB_TEXTS = labels(
+    __name__,
+    {f"help_{k.name}": k.help for k in controls.KNOBS}
+    | {f"label_{k.name}": k.label for k in controls.KNOBS if k.label},
+)
 
 GROUPS = (
     ("acc_sampling", controls.SAMPLING, True),
@@ -45,7 +76,7 @@ SHOWN_CHOICES = {
 def knob_component(k: Knob) -> gr.Component:
     """A request field's control: labelled with the field's API name (a UI-only knob with its own translated
     label), its help (range and meaning) translated in the browser."""
-    label, info, elem_id = t(k.label) if k.label else k.name, t(f"help_{k.name}"), f"pg-{k.name}"
+    label, info, elem_id = t(f"label_{k.name}") if k.label else k.name, t(f"help_{k.name}"), f"pg-{k.name}"
     if k.kind == "slider":
         assert k.lo is not None and k.hi is not None, f"the slider {k.name} needs its range"
         return gr.Slider(k.lo, k.hi, value=k.default, step=k.step, label=label, info=info, elem_id=elem_id)

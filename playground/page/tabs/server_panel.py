@@ -28,8 +28,27 @@ import httpx
 from engine.serving.operations import NoAdminKey, NotAdmin, ServerOperations
 from engine.serving.policy import RequestPolicy
 from engine.serving.rights import admin_needed
-from playground.page.i18n import say, t
+from playground.page.i18n import labels, say, t
 from playground.page.session import Session
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_server": ("▭ Server", "▭ 服务器"),
+        "server_help": (
+            "The embedded engine's live state, refreshed every two seconds while this tab is open: the same numbers as "
+            "`GET /server/state` and `/metrics`.",
+            "内置引擎的实时状态，本标签页打开时每两秒刷新一次：与 `GET /server/state` 和 `/metrics` 的数字相同。",
+        ),
+        "admin_key": ("admin key", "管理员密钥"),
+        "admin_key_help": (
+            "This server has credentials: resetting the prefix cache takes one of its admin keys.",
+            "此服务器配置了凭据：清空前缀缓存需要它的一个管理员密钥。",
+        ),
+        "reset_prefix_cache": ("⌫ Reset prefix cache", "⌫ 清空前缀缓存"),
+    },
+)
 
 TICK_S = 2.0
 STEPS_WINDOW_S = 30.0  # the strip's reach back (the step log holds minutes on a CPU: engine/core/step_log.py)

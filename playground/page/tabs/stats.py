@@ -7,7 +7,18 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.page.i18n import t
+from playground.page.i18n import labels, t
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_stats": ("▥ Stats", "▥ 统计"),
+        "tokens": ("◈ Tokens by probability · candidates", "◈ 按概率着色的 token · 候选"),
+        "quality_go": ("⚖ Quality vs fp32", "⚖ 与 fp32 比较质量"),
+        "no_reply_html": ('<div class="pg-empty">No reply yet.</div>', '<div class="pg-empty">还没有回复。</div>'),
+    },
+)
 
 
 @dataclass(eq=False)

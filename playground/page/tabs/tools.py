@@ -10,8 +10,18 @@ import gradio as gr
 
 from playground.client import tools_panel
 from playground.page.capabilities import capabilities
-from playground.page.i18n import say, t
+from playground.page.i18n import labels, say, t
 from playground.page.session import Session
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_tools": ("⚒ Tools", "⚒ 工具"),
+        "example": ("insert an example", "插入示例"),
+        "tools_json": ("tools (JSON array)", "工具定义（JSON 数组）"),
+    },
+)
 
 
 @dataclass(eq=False)

@@ -19,7 +19,20 @@ from typing import Any
 import gradio as gr
 
 from playground.client.reply import ChoiceView, ReplyView
-from playground.page.i18n import TEXTS, say, t
+from playground.page.i18n import labels, say, t
+
+# The labels this module shows, translated in the browser (playground/page/i18n.py `t`).
+TEXTS = labels(
+    __name__,
+    {
+        "tab_xray": ("◎ X-ray", "◎ 调度透视"),
+        "xray_none_html": (
+            '<div class="pg-xray-note" data-xray="none">Send a message: each engine step of its reply shows here, with '
+            "what shared the step.</div>",
+            '<div class="pg-xray-note" data-xray="none">发送一条消息：这里会逐步显示其回复的每个引擎步，以及同一步里还有什么。</div>',
+        ),
+    },
+)
 
 LIVE_ROWS = 40  # while a reply streams, its newest steps only (the whole table once it is done)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from playground.page.i18n import TEXTS  # the labels; tests/playground/test_i18n.py checks each has its Chinese
+import playground.page.ui  # noqa: F401  (it imports every module, and each registers its labels)
+from playground.page.i18n import LABELS  # the labels; tests/playground/test_i18n.py checks each has its Chinese
 from tests.browser_helpers import NEEDS_CHROMIUM, open_page, open_tab, set_number, shot
 
 LAYER = "browser"  # what this module's own fixtures or bodies need (tests/conftest.py)
@@ -135,7 +136,7 @@ def test_every_visible_string_of_the_page_is_chinese(browser: Any, live: Any) ->
     context = page.context
 
     names = ("stats", "sampling", "tools", "ab", "backend", "server", "request", "prompt")  # every tab, in order
-    tabs = [TEXTS[f"tab_{k}"][1] for k in names]
+    tabs = [LABELS[f"tab_{k}"][1] for k in names]
     open_tab(page, tabs[1])
     page.locator("#pg-preset label").first.click()  # the first preset: greedy
     set_number(page, "max_tokens", 8)

@@ -137,7 +137,7 @@ def test_with_credentials_only_an_admin_key_resets(browser: Any, live: Any) -> N
 
 def test_the_server_tab_in_chinese(browser: Any, live: Any) -> None:
     """tests/playground/browser/test_ui_browser_i18n.py's scan, over this tab (its list of tabs predates it) and its reset note."""
-    from playground.page.i18n import TEXTS
+    from playground.page.tabs.server_panel import TEXTS
     from tests.playground.browser.test_ui_browser_i18n import SKIPPED, VISIBLE_TEXT_JS, english_runs
 
     page = open_page(browser, live.url, locale="zh-CN")
