@@ -174,12 +174,169 @@ class Settings:
 
     @property
     def bind_host(self) -> str:
-        if self.host:
-            return self.host
-        return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+        return bind_host(self.host)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+    def part(self, kind: type[P]) -> P:
+        """The fields of `kind` (one layer's part, below), with this whole's values."""
+        return kind(**{f.name: getattr(self, f.name) for f in dataclasses.fields(kind)})
+
+    @property
+    def engine(self) -> EngineSettings:
+        return self.part(EngineSettings)
+
+    @property
+    def serving(self) -> ServingSettings:
+        return self.part(ServingSettings)
+
+    @property
+    def http(self) -> HttpSettings:
+        return self.part(HttpSettings)
+
+    @property
+    def page(self) -> PageSettings:
+        return self.part(PageSettings)
+
+
+def bind_host(host: str) -> str:
+    """The address a server with `--host HOST` binds: HOST, else 127.0.0.1 (0.0.0.0 on Hugging Face Spaces)."""
+    if host:
+        return host
+    return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+
+
+# Each layer's part of Settings (issue 34): the fields it reads, under the same names and types, taken from the parsed
+# whole by `Settings.part` at the composition root (app.py, engine/serving/factory.py, engine/serving/model_catalog.py).
+# A field two layers read is in both parts; tests/engine/test_config.py checks every field is in a part, with its type.
+P = typing.TypeVar("P", bound="Part")
+
+
+@dataclass(frozen=True)
+class Part:
+    def replace(self: P, **changes: Any) -> P:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Credentials(Part):
+    """Who may call the server: what engine/serving/rights.py reads, in the serving and the HTTP parts."""
+
+    api_keys: list[str]
+    admin_keys: list[str]
+    pangu_auth_tokens: list[str]
+    pangu_app_codes: list[str]
+    pangu_aksk: list[str]
+
+
+@dataclass(frozen=True)
+class MediaSettings(Part):
+    """Where media may come from: what engine/media/loader.py reads."""
+
+    media_allow_data_urls: bool
+    media_allow_local: bool
+    media_local_root: str
+    media_allow_remote: bool
+    media_remote_allowed_domains: list[str]
+
+
+@dataclass(frozen=True)
+class EngineSettings(Part):
+    """What builds a model's engine (engine/serving/factory.py, model_catalog.py hand engine/core the values)."""
+
+    model: str
+    models: list[str]
+    models_dir: str
+    models_memory_mb: int
+    device: str
+    dtype: str
+    graph_capture: bool
+    quantization: str
+    kv_cache_dtype: str
+    cache_dir: str
+    threads: int
+    adaptive_threads: bool
+    max_num_seqs: int
+    max_model_len: int
+    kv_cache_tokens: int
+    prefix_cache_tokens: int
+    max_batched_tokens: int
+    step_log: int
+    speculative_ngram: int
+    max_queue: int
+    served_model_name: str
+    lora_adapters: list[str]
+    tool_call_parser: str
+
+
+@dataclass(frozen=True)
+class ServingSettings(Credentials, MediaSettings):
+    """What engine/serving reads: a request's limits, prompt, sampling defaults, reasoning, moderation, admission."""
+
+    served_model_name: str
+    cache_dir: str
+    tool_call_parser: str
+    audio_transcription: bool | None
+    max_request_length_mb: int
+    max_input_tokens: int
+    max_new_tokens: int
+    max_n: int
+    speculative_ngram: int
+    use_model_generation_config: bool
+    chat_template_allow_path: bool
+    chat_template_dir: str
+    enable_reasoning: str
+    thinking_early_stop_text: str
+    request_timeout_s: int
+    max_concurrent_per_client: int
+    log_message_content: bool
+    moderation_hook: str
+    prefix_cache_scope: str
+
+
+@dataclass(frozen=True)
+class HttpSettings(Credentials):
+    """What engine/http reads: the bind, the routes' credentials and limits, the wire's extras."""
+
+    host: str
+    port: int
+    ui: bool
+    mcp: bool
+    insecure_public: bool
+    read_timeout_s: int
+    shutdown_timeout_s: int
+    max_request_length_mb: int
+    prefix_cache_scope: str
+    pangu_project_id: str
+    pangu_deployment_id: str
+    pangu_strict_limits: bool
+    pangu_v1_usage_event: bool
+    perf_stats: bool
+    full_text_enabled: bool
+    audio_transcription: bool | None
+    max_new_tokens: int
+    max_n: int
+
+    @property
+    def reachable_from_outside(self) -> bool:
+        return not is_loopback(self.bind_host)
+
+    @property
+    def bind_host(self) -> str:
+        return bind_host(self.host)
+
+
+@dataclass(frozen=True)
+class PageSettings(Part):
+    """What the page (playground/page) reads beside the service's part: where its Backend tab may connect."""
+
+    host: str
+    remote_backend_urls: list[str]
+
+    @property
+    def reachable_from_outside(self) -> bool:
+        return not is_loopback(bind_host(self.host))
 
 
 def cli_flag(name: str) -> str:
