@@ -5,6 +5,11 @@ outside sees them: the flag (`--max-queue`; `--perf-stats` / `--no-perf-stats` f
 (`PLAYGROUND_MAX_QUEUE`), the help, and the parser that the field's annotation picks from `PARSERS`.
 `from_env` reads the variables through it and app.py builds its flags from it, so the two read text the same way
 and can never drift apart.
+
+`Settings` is the parsed whole, held by the composition root (app.py, engine/cli.py, engine/serving/factory.py and
+model_catalog.py); each layer takes only its part (issue 34): `settings.engine` (EngineSettings: what builds a model's
+engine), `.serving` (ServingSettings), `.http` (HttpSettings), `.page` (PageSettings). tests/test_architecture.py
+keeps the whole out of the layers.
 """
 
 from __future__ import annotations
@@ -39,8 +44,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Bound:
+    """The bind that `host` names: the whole's and the parts' that read it (HTTP, page)."""
+
+    host: str
+
+    @property
+    def bind_host(self) -> str:
+        """The address a server with `--host HOST` binds: HOST, else 127.0.0.1 (0.0.0.0 on Hugging Face Spaces)."""
+        if self.host:
+            return self.host
+        return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+
+    @property
+    def reachable_from_outside(self) -> bool:
+        """Whether the server listens beyond this machine (a non-loopback bind)."""
+        return not is_loopback(self.bind_host)
+
+
 @dataclass(frozen=True)
-class Settings:
+class Settings(Bound):
     # Where and what to serve.
     host: str = _knob("", "Bind address (default 127.0.0.1; 0.0.0.0 on Hugging Face Spaces).")
     port: int = _knob(7860, "TCP port for the API and the UI.")
@@ -167,15 +190,6 @@ class Settings:
     )
     pangu_v1_usage_event: bool = _knob(False, "Emit the event: usage line on Pangu V1 streams.", spec=True)
 
-    @property
-    def reachable_from_outside(self) -> bool:
-        """Whether the server listens beyond this machine (a non-loopback bind)."""
-        return not is_loopback(self.bind_host)
-
-    @property
-    def bind_host(self) -> str:
-        return bind_host(self.host)
-
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -198,13 +212,6 @@ class Settings:
     @property
     def page(self) -> PageSettings:
         return self.part(PageSettings)
-
-
-def bind_host(host: str) -> str:
-    """The address a server with `--host HOST` binds: HOST, else 127.0.0.1 (0.0.0.0 on Hugging Face Spaces)."""
-    if host:
-        return host
-    return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
 
 
 # Each layer's part of Settings (issue 34): the fields it reads, under the same names and types, taken from the parsed
@@ -296,7 +303,7 @@ class ServingSettings(Credentials, MediaSettings):
 
 
 @dataclass(frozen=True)
-class HttpSettings(Credentials):
+class HttpSettings(Credentials, Bound):
     """What engine/http reads: the bind, the routes' credentials and limits, the wire's extras."""
 
     host: str
@@ -318,25 +325,13 @@ class HttpSettings(Credentials):
     max_new_tokens: int
     max_n: int
 
-    @property
-    def reachable_from_outside(self) -> bool:
-        return not is_loopback(self.bind_host)
-
-    @property
-    def bind_host(self) -> str:
-        return bind_host(self.host)
-
 
 @dataclass(frozen=True)
-class PageSettings(Part):
+class PageSettings(Part, Bound):
     """What the page (playground/page) reads beside the service's part: where its Backend tab may connect."""
 
     host: str
     remote_backend_urls: list[str]
-
-    @property
-    def reachable_from_outside(self) -> bool:
-        return not is_loopback(bind_host(self.host))
 
 
 def cli_flag(name: str) -> str:

@@ -60,10 +60,10 @@ def test_bad_env_boolean_is_refused() -> None:
 def test_public_bind_without_credentials_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPACE_ID", raising=False)
     with pytest.raises(SystemExit, match="refusing"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
-    check_exposure(settings_from(["--host", "0.0.0.0", "--api-keys", "k"], environ={}))
-    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}))
-    check_exposure(settings_from(["--host", "127.0.0.1"], environ={}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}).http)
+    check_exposure(settings_from(["--host", "0.0.0.0", "--api-keys", "k"], environ={}).http)
+    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}).http)
+    check_exposure(settings_from(["--host", "127.0.0.1"], environ={}).http)
 
 
 def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,8 +72,8 @@ def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPACE_ID", "user/space")
     assert settings_from([], environ={}).bind_host == "0.0.0.0"
     with pytest.raises(SystemExit, match="refusing"):  # a Space is a public bind: credentials or the override
-        check_exposure(settings_from([], environ={}))
-    check_exposure(settings_from([], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}))
+        check_exposure(settings_from([], environ={}).http)
+    check_exposure(settings_from([], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}).http)
 
 
 @pytest.mark.parametrize(
