@@ -73,25 +73,25 @@ def create_application(settings: cfg.Settings, policy: Any) -> Any:
     from engine.http.api import create_app
     from engine.http.auth import ui_auth
 
-    app = create_app(settings, policy)
+    app = create_app(settings.http, policy)
     if settings.mcp:
         from engine.http.auth import PrefixGuard, bearer_client, bearer_token, server_secrets
         from engine.serving.rights import is_admin
         from playground.page import mcp_tool
 
         def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
-            return bearer_client(headers, host), is_admin(bearer_token(headers), settings)
+            return bearer_client(headers, host), is_admin(bearer_token(headers), settings.http)
 
         # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
         # whenever the server has credentials (Gradio's login form is for browsers).
         app = mcp_tool.mount(app, policy, identify)
-        app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings))
+        app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings.http))
     if settings.ui:
         from playground.page.ui import mount
 
         # The page drives the same service as the API, so it takes the same secrets (any user name; one of the
         # API keys, Pangu tokens or app codes as the password). /health stays open: it is an API route.
-        app = mount(app, policy, auth=ui_auth(settings))
+        app = mount(app, policy, settings.page, auth=ui_auth(settings.http))
     return app
 
 
@@ -99,7 +99,7 @@ def policy_for(settings: cfg.Settings, service: Any = None, pool: Any = None) ->
     """The RequestPolicy over `pool`'s current model (several models), else over `service` (None: loading)."""
     from engine.serving.policy import RequestPolicy
 
-    return RequestPolicy(settings, pool.current_service if pool is not None else lambda: service, models=pool)
+    return RequestPolicy(settings.serving, pool.current_service if pool is not None else lambda: service, models=pool)
 
 
 def serve_in_thread(
@@ -112,11 +112,11 @@ def serve_in_thread(
     from engine.http import server_lifecycle as life
     from engine.http.exposure import check_exposure
 
-    check_exposure(settings.replace(host=host))
+    check_exposure(settings.replace(host=host).http)
     sock = life.bound_socket(host)
     served = settings.replace(host=host, port=sock.getsockname()[1])
     app = create_application(served, policy or policy_for(served, service, pool))
-    return life.start_in_thread(app, settings, sock, f"http://{host}:{served.port}")
+    return life.start_in_thread(app, settings.http, sock, f"http://{host}:{served.port}")
 
 
 def configure_process(settings: cfg.Settings) -> None:
@@ -143,14 +143,14 @@ def main(argv: list[str] | None = None) -> None:
     from engine.serving.factory import preflight
 
     try:  # the adapters' files and format, a device without graphs: refused before the bind
-        preflight(settings)
+        preflight(settings.part(cfg.EngineSettings))  # `.engine` outside engine/ is the service's, by the rules
     except ValueError as exc:
         raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     from engine.http.exposure import check_exposure
     from engine.http.server_lifecycle import serve
 
-    check_exposure(settings)
+    check_exposure(settings.http)
     try:  # the pool's memory estimate resolves --kv-cache-dtype: one the device cannot take is refused here
         pool = new_pool(settings)
     except KVDtypeError as exc:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
 
     threading.Thread(target=load, name="loader", daemon=True).start()
     try:
-        serve(create_application(settings, policy_for(settings, pool=pool)), settings)
+        serve(create_application(settings, policy_for(settings, pool=pool)), settings.http)
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it drained for: the server has stopped cleanly
         log.info("stopped")
 

@@ -496,7 +496,7 @@ def smoke_section(device: str) -> dict[str, Any]:
         service = build_service(settings)
         try:
             built = time.perf_counter() - began
-            policy = RequestPolicy(settings, lambda: service)
+            policy = RequestPolicy(settings.serving, lambda: service)
             rows = asyncio.run(_smoke_requests(policy, service))
         finally:
             service.engine.shutdown()

@@ -70,8 +70,8 @@ def main() -> None:
         return e
 
     core, engine_b = engine(4096), engine(0)  # A keeps the step log, B makes none; no prefix cache on either
-    svc_a = ChatService(core, loaded.tokenizer, loaded.model, settings)
-    svc_b = ChatService(engine_b, loaded.tokenizer, loaded.model, settings)
+    svc_a = ChatService(core, loaded.tokenizer, loaded.model, settings.serving)
+    svc_b = ChatService(engine_b, loaded.tokenizer, loaded.model, settings.serving)
     assert core.step_log is not None and engine_b.step_log is None
     servers = {"A": serve_in_thread(settings, svc_a), "B": serve_in_thread(settings, svc_b)}
     args.model = svc_a.served_name

@@ -5,6 +5,11 @@ outside sees them: the flag (`--max-queue`; `--perf-stats` / `--no-perf-stats` f
 (`PLAYGROUND_MAX_QUEUE`), the help, and the parser that the field's annotation picks from `PARSERS`.
 `from_env` reads the variables through it and app.py builds its flags from it, so the two read text the same way
 and can never drift apart.
+
+`Settings` is the parsed whole, held by the composition root (app.py, engine/cli.py, engine/serving/factory.py and
+model_catalog.py); each layer takes only its part (issue 34): `settings.engine` (EngineSettings: what builds a model's
+engine), `.serving` (ServingSettings), `.http` (HttpSettings), `.page` (PageSettings). tests/test_architecture.py
+keeps the whole out of the layers.
 """
 
 from __future__ import annotations
@@ -39,8 +44,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Bound:
+    """The bind that `host` names: the whole's and the parts' that read it (HTTP, page)."""
+
+    host: str
+
+    @property
+    def bind_host(self) -> str:
+        """The address a server with `--host HOST` binds: HOST, else 127.0.0.1 (0.0.0.0 on Hugging Face Spaces)."""
+        if self.host:
+            return self.host
+        return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+
+    @property
+    def reachable_from_outside(self) -> bool:
+        """Whether the server listens beyond this machine (a non-loopback bind)."""
+        return not is_loopback(self.bind_host)
+
+
 @dataclass(frozen=True)
-class Settings:
+class Settings(Bound):
     # Where and what to serve.
     host: str = _knob("", "Bind address (default 127.0.0.1; 0.0.0.0 on Hugging Face Spaces).")
     port: int = _knob(7860, "TCP port for the API and the UI.")
@@ -167,19 +190,148 @@ class Settings:
     )
     pangu_v1_usage_event: bool = _knob(False, "Emit the event: usage line on Pangu V1 streams.", spec=True)
 
-    @property
-    def reachable_from_outside(self) -> bool:
-        """Whether the server listens beyond this machine (a non-loopback bind)."""
-        return not is_loopback(self.bind_host)
-
-    @property
-    def bind_host(self) -> str:
-        if self.host:
-            return self.host
-        return "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
-
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+    def part(self, kind: type[P]) -> P:
+        """The fields of `kind` (one layer's part, below), with this whole's values."""
+        return kind(**{f.name: getattr(self, f.name) for f in dataclasses.fields(kind)})
+
+    @property
+    def engine(self) -> EngineSettings:
+        return self.part(EngineSettings)
+
+    @property
+    def serving(self) -> ServingSettings:
+        return self.part(ServingSettings)
+
+    @property
+    def http(self) -> HttpSettings:
+        return self.part(HttpSettings)
+
+    @property
+    def page(self) -> PageSettings:
+        return self.part(PageSettings)
+
+
+# Each layer's part of Settings (issue 34): the fields it reads, under the same names and types, taken from the parsed
+# whole by `Settings.part` at the composition root (app.py, engine/serving/factory.py, engine/serving/model_catalog.py).
+# A field two layers read is in both parts; tests/engine/test_config.py checks every field is in a part, with its type.
+P = typing.TypeVar("P", bound="Part")
+
+
+@dataclass(frozen=True)
+class Part:
+    def replace(self: P, **changes: Any) -> P:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Credentials(Part):
+    """Who may call the server: what engine/serving/rights.py reads, in the serving and the HTTP parts."""
+
+    api_keys: list[str]
+    admin_keys: list[str]
+    pangu_auth_tokens: list[str]
+    pangu_app_codes: list[str]
+    pangu_aksk: list[str]
+
+
+@dataclass(frozen=True)
+class MediaSettings(Part):
+    """Where media may come from: what engine/media/loader.py reads."""
+
+    media_allow_data_urls: bool
+    media_allow_local: bool
+    media_local_root: str
+    media_allow_remote: bool
+    media_remote_allowed_domains: list[str]
+
+
+@dataclass(frozen=True)
+class EngineSettings(Part):
+    """What builds a model's engine (engine/serving/factory.py, model_catalog.py hand engine/core the values)."""
+
+    model: str
+    models: list[str]
+    models_dir: str
+    models_memory_mb: int
+    device: str
+    dtype: str
+    graph_capture: bool
+    quantization: str
+    kv_cache_dtype: str
+    cache_dir: str
+    threads: int
+    adaptive_threads: bool
+    max_num_seqs: int
+    max_model_len: int
+    kv_cache_tokens: int
+    prefix_cache_tokens: int
+    max_batched_tokens: int
+    step_log: int
+    speculative_ngram: int
+    max_queue: int
+    served_model_name: str
+    lora_adapters: list[str]
+    tool_call_parser: str
+
+
+@dataclass(frozen=True)
+class ServingSettings(Credentials, MediaSettings):
+    """What engine/serving reads: a request's limits, prompt, sampling defaults, reasoning, moderation, admission."""
+
+    served_model_name: str
+    cache_dir: str
+    tool_call_parser: str
+    audio_transcription: bool | None
+    max_request_length_mb: int
+    max_input_tokens: int
+    max_new_tokens: int
+    max_n: int
+    speculative_ngram: int
+    use_model_generation_config: bool
+    chat_template_allow_path: bool
+    chat_template_dir: str
+    enable_reasoning: str
+    thinking_early_stop_text: str
+    request_timeout_s: int
+    max_concurrent_per_client: int
+    log_message_content: bool
+    moderation_hook: str
+    prefix_cache_scope: str
+
+
+@dataclass(frozen=True)
+class HttpSettings(Credentials, Bound):
+    """What engine/http reads: the bind, the routes' credentials and limits, the wire's extras."""
+
+    host: str
+    port: int
+    ui: bool
+    mcp: bool
+    insecure_public: bool
+    read_timeout_s: int
+    shutdown_timeout_s: int
+    max_request_length_mb: int
+    prefix_cache_scope: str
+    pangu_project_id: str
+    pangu_deployment_id: str
+    pangu_strict_limits: bool
+    pangu_v1_usage_event: bool
+    perf_stats: bool
+    full_text_enabled: bool
+    audio_transcription: bool | None
+    max_new_tokens: int
+    max_n: int
+
+
+@dataclass(frozen=True)
+class PageSettings(Part, Bound):
+    """What the page (playground/page) reads beside the service's part: where its Backend tab may connect."""
+
+    host: str
+    remote_backend_urls: list[str]
 
 
 def cli_flag(name: str) -> str:

@@ -36,7 +36,7 @@ def small_service(service: Any, settings: Any, **limits: Any) -> Iterator[Any]:
     engine = Engine(core.runner.sibling(pool_tokens(lim)), core.tokenizer, set(core.eos_ids), lim)
     engine.start()
     try:
-        yield ChatService(engine, service.tokenizer, service.model, settings)
+        yield ChatService(engine, service.tokenizer, service.model, settings.serving)
     finally:
         engine.shutdown()
 

@@ -36,6 +36,37 @@ def test_core_knows_nothing_of_http_ui_or_protocol(path: Path) -> None:
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+# Settings (engine/config.py) is the parsed whole that the composition root holds (app.py, engine/cli.py and the
+# service builders below); a layer takes its part (EngineSettings, ServingSettings, HttpSettings, PageSettings) or the
+# values it needs, never the whole: no import of `Settings`, no `cfg.Settings` annotation.
+WHOLE_SETTINGS_HOLDERS = {"engine/serving/factory.py", "engine/serving/model_catalog.py"}
+PART_TAKERS = ["engine/core", "engine/serving", "engine/http", "engine/media", "playground"]
+
+
+def names_whole_settings(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "Settings" for a in node.names):
+            return True
+        if (isinstance(node, ast.Name) and node.id == "Settings") or (
+            isinstance(node, ast.Attribute) and node.attr == "Settings"
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for f in PART_TAKERS for p in sources(f) if str(p.relative_to(ROOT)) not in WHOLE_SETTINGS_HOLDERS],
+    ids=str,
+)
+def test_a_layer_takes_only_its_part_of_the_settings(path: Path) -> None:
+    assert not names_whole_settings(path), f"{path.relative_to(ROOT)} names the whole Settings, not its part"
+
+
+def test_the_settings_rule_sees_the_whole() -> None:
+    assert names_whole_settings(ROOT / "app.py") and names_whole_settings(ROOT / "engine/serving/factory.py")
+
+
 # The serving stack's layers, top to bottom: http -> serving -> protocol; none imports a layer above it.
 LAYER_BANS = {
     "engine/protocol": (

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.config import PATH_SEGMENT, Settings
+from engine.config import PATH_SEGMENT, HttpSettings
 from engine.http import openapi, server_routes, tokenize
 from engine.http.auth import PanguV1Auth, api_bearer, check_bearer
 from engine.http.chat import CHAT_PATHS, PANGU_V1_PATH, ChatRoutes, read_body
@@ -35,7 +35,7 @@ __all__ = ["ERROR_TYPES", "check_bearer", "create_app", "read_body"]
 PROJECT = "llm-playground"
 
 
-def create_app(settings: Settings, policy: RequestPolicy) -> FastAPI:
+def create_app(settings: HttpSettings, policy: RequestPolicy) -> FastAPI:
     """The API of one deployment; `policy` is the request policy its page (if any) shares. While the model is
     loading, `policy.service()` raises and the routes answer 503."""
     app = FastAPI(title="LLM Playground API", redirect_slashes=False, docs_url="/docs", openapi_url="/openapi.json")

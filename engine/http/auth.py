@@ -17,7 +17,7 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http import aksk
 from engine.http.error_bodies import error_response
 from engine.protocol.errors import AuthError
@@ -70,7 +70,7 @@ class PanguV1Auth:
 
     Secret keys are loaded once, here, so a bad `--pangu-aksk` stops the server at start-up."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: HttpSettings) -> None:
         self.tokens, self.app_codes = settings.pangu_auth_tokens, settings.pangu_app_codes
         self.keys = aksk.load_pairs(settings.pangu_aksk)
         self.required = any_credentials(settings)
@@ -108,7 +108,7 @@ GUARDED_ROUTES = (
 )
 
 
-def open_routes(settings: Settings) -> list[str]:
+def open_routes(settings: HttpSettings) -> list[str]:
     """The inference and inspection routes a stranger may call without a credential: all of them while no
     credential is configured, none once any is (`/health` is always open and not counted)."""
     if any_credentials(settings):
@@ -116,7 +116,7 @@ def open_routes(settings: Settings) -> list[str]:
     return [*GUARDED_ROUTES, *(["the page and its Gradio API"] if settings.ui else [])]
 
 
-def api_bearer(headers: Mapping[str, str], settings: Settings, *, admin_too: bool = False) -> str | None:
+def api_bearer(headers: Mapping[str, str], settings: HttpSettings, *, admin_too: bool = False) -> str | None:
     """The Bearer check of /v1, /v1/models, Pangu V2, /tokenize, /detokenize, /metrics and /server/*: a key of
     `--api-keys` (`admin_too`: or of `--admin-keys`, once any credential is set). Open only while no credential of
     any kind is configured; with only Pangu V1 credentials, closed (spec §1.2)."""
@@ -125,13 +125,13 @@ def api_bearer(headers: Mapping[str, str], settings: Settings, *, admin_too: boo
     return check_bearer(headers, keys, required=required)
 
 
-def server_secrets(settings: Settings) -> list[str]:
+def server_secrets(settings: HttpSettings) -> list[str]:
     """Every credential the server accepts on some route: API keys, Pangu tokens and app codes, AK/SK secrets."""
     secret_keys = aksk.load_pairs(settings.pangu_aksk).values()
     return [*settings.api_keys, *settings.pangu_auth_tokens, *settings.pangu_app_codes, *secret_keys]
 
 
-def ui_auth(settings: Settings) -> PageLogins | None:
+def ui_auth(settings: HttpSettings) -> PageLogins | None:
     """Gradio `auth` for the page: any user name, and one of the server's secrets as the password (None = open)."""
     if not any_credentials(settings):
         return None
@@ -181,7 +181,7 @@ def client_key(credential: str | None, host: str | None) -> str:
     return "ip:" + (host or "unknown")
 
 
-def cache_scope(credential: str | None, settings: Settings) -> str:
+def cache_scope(credential: str | None, settings: HttpSettings) -> str:
     """The prefix-cache scope of a caller with this (already checked) credential: the credential's own (hashed, as
     its per-client key) under `--prefix-cache-scope credential`, the shared one ("") under `shared` or when no
     credential was needed (no credentials configured: one scope for everyone)."""

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http.auth import cache_scope, client_key
 from engine.http.pangu_wire import PanguStreamWriter, pangu_response_json
 from engine.http.sse import EventWriter, V1Events
@@ -78,7 +78,7 @@ def decode_json(body: bytes) -> Any:
 class ChatRoutes:
     """The one chat handler behind the three routes: body, Pangu narrowing, then the policy, then the wire."""
 
-    def __init__(self, settings: Settings, policy: RequestPolicy, body_limit: int) -> None:
+    def __init__(self, settings: HttpSettings, policy: RequestPolicy, body_limit: int) -> None:
         self.settings = settings
         self.policy = policy
         self.body_limit = body_limit

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http.auth import cache_scope, client_key
 from engine.http.chat import _Stream, _unless_disconnected, decode_json, fold_unless_disconnected, read_body
 from engine.http.error_bodies import error_body
@@ -35,7 +35,7 @@ COMPLETIONS_PATH = "/v1/completions"
 
 
 class CompletionRoutes:
-    def __init__(self, settings: Settings, policy: RequestPolicy, body_limit: int) -> None:
+    def __init__(self, settings: HttpSettings, policy: RequestPolicy, body_limit: int) -> None:
         self.settings = settings
         self.policy = policy
         self.body_limit = body_limit

@@ -12,7 +12,7 @@ from engine.http.auth import any_credentials, open_routes
 log = logging.getLogger("playground")
 
 
-def check_exposure(settings: cfg.Settings) -> None:
+def check_exposure(settings: cfg.HttpSettings) -> None:
     """Refuse to serve a non-loopback address while any inference route is open (no credentials configured)
     unless the operator says so with --insecure-public. A Hugging Face Space is a public bind like any other: set
     PLAYGROUND_API_KEYS (a Space secret) or PLAYGROUND_INSECURE_PUBLIC=1 there."""

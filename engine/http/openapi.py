@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http.openapi_responses import (
     CHAT_ERROR_SCHEMAS,
     COMPLETION_SCHEMAS,
@@ -52,7 +52,7 @@ SECURITY: dict[Route, list[dict[str, list[str]]]] = {
 MODEL_PATHS = {"/v1/models": False, "/v1/models/{model_id}": True}
 
 
-def deployment(settings: Settings, service: Any = None) -> Deployment:
+def deployment(settings: HttpSettings, service: Any = None) -> Deployment:
     """The server's caps, and the loaded model's facts when `service` (a ChatService) is given."""
     caps: dict[str, Any] = {
         "max_n": settings.max_n,
@@ -82,7 +82,7 @@ def deployment(settings: Settings, service: Any = None) -> Deployment:
     )
 
 
-def request_schemas(settings: Settings, service: Any = None) -> dict[str, Any]:
+def request_schemas(settings: HttpSettings, service: Any = None) -> dict[str, Any]:
     """Component schemas: the three route variants of the request and the models they reference."""
     dep = deployment(settings, service)
     base = ChatCompletionRequest.model_json_schema(ref_template=REF)
@@ -193,7 +193,7 @@ def _service_getter(app: Any) -> Callable[[], Any] | None:
     return None
 
 
-def install(app: Any, settings: Settings, service: Callable[[], Any] | None = None) -> None:
+def install(app: Any, settings: HttpSettings, service: Callable[[], Any] | None = None) -> None:
     """Extend FastAPI's generated document with the request schemas, every route's statuses and the security
     schemes. `service` returns the ChatService (raising ApiError while loading); by default the app's policy's."""
     generate = app.openapi

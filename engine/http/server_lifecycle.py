@@ -27,7 +27,7 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
-def uvicorn_config(app: Any, settings: cfg.Settings, **options: Any) -> Any:
+def uvicorn_config(app: Any, settings: cfg.HttpSettings, **options: Any) -> Any:
     """uvicorn's Config for `app`, with `--read-timeout-s` as its deadline on request headers (the body's is the
     app's own middleware, engine/http/slow_clients.py)."""
     import uvicorn
@@ -47,7 +47,7 @@ def bound_socket(host: str) -> socket.socket:
     return sock
 
 
-def start_in_thread(app: Any, settings: cfg.Settings, sock: socket.socket, url: str) -> BackgroundServer:
+def start_in_thread(app: Any, settings: cfg.HttpSettings, sock: socket.socket, url: str) -> BackgroundServer:
     """Serve `app` on `sock` (`bound_socket`) from a daemon thread; returns, as reachable at `url`, once uvicorn has
     started."""
     import uvicorn
@@ -73,7 +73,7 @@ def drain(app: Any, timeout: float) -> int:
     return left
 
 
-def serve(app: Any, settings: cfg.Settings) -> None:
+def serve(app: Any, settings: cfg.HttpSettings) -> None:
     """uvicorn, with SIGTERM / Ctrl-C starting a drain first; a second signal exits at once."""
     import uvicorn
 

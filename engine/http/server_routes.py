@@ -30,7 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http.auth import api_bearer, check_bearer
 from engine.protocol.errors import RequestValidationError
 from engine.serving.operations import STEPS_SECONDS, ServerOperations
@@ -38,7 +38,7 @@ from engine.serving.policy import RequestPolicy
 from engine.serving.rights import admin_needed
 
 
-def admin_credential(headers: Mapping[str, str], settings: Settings) -> str | None:
+def admin_credential(headers: Mapping[str, str], settings: HttpSettings) -> str | None:
     """The Bearer credential an administrator's route was called with, checked against every key the server
     takes (AuthError, 401, for a missing or unknown one); None where no key is asked for. Whether it is an admin
     key is the action's own check (engine/serving/operations.py)."""
@@ -60,7 +60,7 @@ def _number(raw: str | None, name: str, default: float | None) -> float | None:
     return value
 
 
-def install(app: FastAPI, settings: Settings, policy: RequestPolicy) -> None:
+def install(app: FastAPI, settings: HttpSettings, policy: RequestPolicy) -> None:
     """The routes on the API's app; the reset, load and unload are for administrators when credentials are set."""
     ops = ServerOperations(policy)
 

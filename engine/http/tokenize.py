@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from engine.config import Settings
+from engine.config import HttpSettings
 from engine.http.auth import api_bearer, client_key
 from engine.http.chat import decode_json, read_body
 from engine.protocol.tokenize import parse_detokenize_request, parse_tokenize_request
@@ -23,7 +23,7 @@ from engine.serving.policy import RequestPolicy
 TOKENIZE_PATH, DETOKENIZE_PATH = "/tokenize", "/detokenize"
 
 
-def install(app: FastAPI, settings: Settings, policy: RequestPolicy, body_limit: int) -> None:
+def install(app: FastAPI, settings: HttpSettings, policy: RequestPolicy, body_limit: int) -> None:
     """The routes on the API's app, behind the same auth and limits as chat."""
 
     @app.post(TOKENIZE_PATH, include_in_schema=False)

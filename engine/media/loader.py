@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import Settings
+from engine.config import MediaSettings
 from engine.media import decode, sources
 from engine.media.errors import MediaError
 from engine.media.local import NOT_ALLOWED, read_local
@@ -42,7 +42,7 @@ class LoadedMedia:
 
 async def load_media(
     part: Any,
-    settings: Settings,
+    settings: MediaSettings,
     options: decode.DecodeOptions = decode.DecodeOptions(),
     *,
     timeouts: Timeouts = Timeouts(),
@@ -79,7 +79,7 @@ async def load_media(
 
 
 async def load_all(
-    parts: Sequence[Any], settings: Settings, options: decode.DecodeOptions = decode.DecodeOptions()
+    parts: Sequence[Any], settings: MediaSettings, options: decode.DecodeOptions = decode.DecodeOptions()
 ) -> list[LoadedMedia]:
     """Every media part of one request, in order, within the count and total-size limits (§2.3). One at a time,
     so memory stays bounded by the limits; a MediaError carries the `index` of the failing part."""

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported where a service is built: `preflight` runs before 
 log = logging.getLogger("playground")
 
 
-def preflight(settings: cfg.Settings) -> None:
+def preflight(settings: cfg.EngineSettings) -> None:
     """What can be checked before the model loads: the adapters' files and format (their fit to the base model once
     it has loaded), and a device that has graphs when `--graph-capture` asks for them. Raises ValueError."""
     from engine.core.lora import preflight as lora_preflight
@@ -49,26 +49,28 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> ChatService:
     from engine.core.speculative import STEP_ROWS
     from engine.serving.service import ChatService, ModelInfo
 
-    place = devices.placement(settings.device, settings.dtype)
+    eng = settings.engine  # what builds the engine; the service takes the serving part
+
+    place = devices.placement(eng.device, eng.dtype)
     log.info("device %s, dtype %s, %d threads", place.device, place.dtype_name, torch.get_num_threads())
     report = progress or (lambda fraction, stage: None)
     report(0.05, "reading the weights")
     started = time.perf_counter()
-    loaded = models.load(settings.model, models.cache_root(settings.cache_dir), place.device, place.dtype)
+    loaded = models.load(eng.model, models.cache_root(eng.cache_dir), place.device, place.dtype)
     log.debug("weights of %s read in %.1f s", loaded.name, time.perf_counter() - started)  # the pool logs the load
-    context = min(settings.max_model_len or loaded.context_length, loaded.context_length)
+    context = min(eng.max_model_len or loaded.context_length, loaded.context_length)
     eos = {loaded.tokenizer.eos_token_id} if loaded.tokenizer.eos_token_id is not None else set()
     gen_eos = loaded.generation_config.get("eos_token_id")
     eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
     limits = EngineLimits(
-        max_num_seqs=settings.max_num_seqs,
-        kv_cache_tokens=settings.kv_cache_tokens,
-        max_queue=settings.max_queue,
+        max_num_seqs=eng.max_num_seqs,
+        kv_cache_tokens=eng.kv_cache_tokens,
+        max_queue=eng.max_queue,
         max_model_len=context,
-        max_batched_tokens=settings.max_batched_tokens,
-        adaptive_threads=settings.adaptive_threads,
-        step_log=settings.step_log,
-        speculative_ngram=settings.speculative_ngram,
+        max_batched_tokens=eng.max_batched_tokens,
+        adaptive_threads=eng.adaptive_threads,
+        step_log=eng.step_log,
+        speculative_ngram=eng.speculative_ngram,
     )
     report(0.7, "starting the engine")
     # The pool has room for the budget plus a partly filled last page per sequence (the device's page size).
@@ -76,28 +78,28 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> ChatService:
     runner = make_runner(
         loaded.model,
         place.device,
-        settings.kv_cache_tokens + page * (settings.max_num_seqs + 1),
-        seqs=settings.max_num_seqs,
-        step_tokens=settings.max_batched_tokens + STEP_ROWS,
-        quantization=settings.quantization,
+        eng.kv_cache_tokens + page * (eng.max_num_seqs + 1),
+        seqs=eng.max_num_seqs,
+        step_tokens=eng.max_batched_tokens + STEP_ROWS,
+        quantization=eng.quantization,
         gguf=loaded.gguf,
-        kv_cache_dtype=settings.kv_cache_dtype,
-        calibration=CalibrationCache(models.cache_root(settings.cache_dir)),  # kernel choices: timed once, kept
+        kv_cache_dtype=eng.kv_cache_dtype,
+        calibration=CalibrationCache(models.cache_root(eng.cache_dir)),  # kernel choices: timed once, kept
     )
-    cache = PrefixCache(settings.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
-    if settings.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
+    cache = PrefixCache(eng.prefix_cache_tokens, getattr(runner, "page", PAGE))  # a block is one page
+    if eng.graph_capture:  # decode steps captured per batch-size bucket (engine/core/graphs.py)
         from engine.core.model_runner import DecoderRunner
 
         if not isinstance(runner, DecoderRunner):
             raise RuntimeError(
                 f"{cfg.cli_flag('graph_capture')}: {loaded.name} runs on the HF forward, not the lean runner"
             )
-        runner.enable_graphs(devices.graph_api(place.device), settings.max_num_seqs, context)
-    adapters = load_adapters(settings, runner)
+        runner.enable_graphs(devices.graph_api(place.device), eng.max_num_seqs, context)
+    adapters = load_adapters(eng, runner)
     core = Engine(runner, loaded.tokenizer, eos, limits, place.device, cache)
     core.start()
     info = ModelInfo(
-        settings.served_model_name or loaded.name,
+        eng.served_model_name or loaded.name,
         context,
         loaded.generation_config,
         loaded.model.config.model_type,
@@ -106,10 +108,10 @@ def build_service(settings: cfg.Settings, progress: Any = None) -> ChatService:
         loaded.plain_template,
         sum(p.numel() for p in loaded.model.parameters()),
     )
-    return ChatService(core, loaded.tokenizer, info, settings, place.device, loaded.processors, adapters)
+    return ChatService(core, loaded.tokenizer, info, settings.serving, place.device, loaded.processors, adapters)
 
 
-def load_adapters(settings: cfg.Settings, runner: Any) -> dict[str, int]:
+def load_adapters(settings: cfg.EngineSettings, runner: Any) -> dict[str, int]:
     """`--lora-adapters` read, checked against the base model and stacked into the runner: {id: adapter index}.
     A LoraError (engine/core/lora.py) names the file and the reason."""
     from engine.core import lora

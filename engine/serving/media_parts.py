@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.messages import MEDIA_MODALITY, TextPart
 from engine.protocol.request import ChatCompletionRequest
@@ -59,7 +59,7 @@ class PreparedMedia:
 
 
 class MediaPreparer:
-    def __init__(self, settings: Settings, device: str = "cpu") -> None:
+    def __init__(self, settings: ServingSettings, device: str = "cpu") -> None:
         self.settings = settings
         self.device = device
         self._transcriber: Any = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.media import DecodeOptions, MediaError, load_media, media_input
 
 
@@ -32,7 +32,7 @@ class MediaPreview:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-async def preview_media(part: Any, settings: Settings, options: DecodeOptions = DecodeOptions()) -> MediaPreview:
+async def preview_media(part: Any, settings: ServingSettings, options: DecodeOptions = DecodeOptions()) -> MediaPreview:
     """One content part (JSON dict or pydantic model) -> its MediaPreview, through the same loader a request uses."""
     try:
         kind = media_input(part).kind

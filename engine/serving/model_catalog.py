@@ -30,7 +30,7 @@ class ExtraModel:
     build: Callable[[Path, Report], Path]
 
 
-def bundled_candidate(source: str, model_id: str, settings: cfg.Settings) -> Candidate:
+def bundled_candidate(source: str, model_id: str, settings: cfg.EngineSettings) -> Candidate:
     """A model fetched from the package index ("" the default, or an engine.models.BUNDLED name): described from
     its converted cache when it is there, else from the facts its publisher states. Never downloads."""
     from engine import model_registry as registry
@@ -60,7 +60,7 @@ def model_candidates(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) 
 
     def describe(source: str, model_id: str, first: bool = False) -> Candidate:
         if models.bundled_dir(source, cache) is not None:
-            return bundled_candidate(source, model_id, settings)
+            return bundled_candidate(source, model_id, settings.engine)
         resolved = models.resolve_model_dir(source, cache)[0] if first else None  # a .gguf converts once
         return registry.describe(source, model_id, resolved, settings.tool_call_parser)
 
@@ -77,12 +77,12 @@ def model_candidates(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) 
     for source in ["", *models.BUNDLED]:
         name = registry.default_id(source)
         if name not in taken and source.lower() not in taken:
-            found.append(bundled_candidate(source, name, settings))
+            found.append(bundled_candidate(source, name, settings.engine))
     offered = (extra.describe() for extra in extras if extra.id not in taken)
     return registry.unique([*found, *(c for c in offered if c is not None)])
 
 
-def planned_kv_dtype(settings: cfg.Settings, place: Any) -> Any:
+def planned_kv_dtype(settings: cfg.EngineSettings, place: Any) -> Any:
     """The KV pages' dtype a lean runner (engine/core/model_runner.py) will pick for `--kv-cache-dtype` on this
     placement, for the pool's memory estimate: a CPU with the kernels runs float32 activations whatever --dtype."""
     import torch
@@ -136,11 +136,11 @@ def new_pool(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> Model
         [],
         loader,
         bytes_per_param=itemsize,
-        kv_element=torch.empty((), dtype=planned_kv_dtype(settings, place)).element_size(),
+        kv_element=torch.empty((), dtype=planned_kv_dtype(settings.engine, place)).element_size(),
         kv_tokens=settings.kv_cache_tokens,
         seqs=settings.max_num_seqs,
         budget_mb=settings.models_memory_mb,
-        admin=lambda key: is_admin(key, settings),
+        admin=lambda key: is_admin(key, settings.serving),
     )
     return pool
 

@@ -17,7 +17,7 @@ import asyncio
 import time
 from typing import Any
 
-from engine.config import Settings
+from engine.config import Credentials
 from engine.protocol.errors import ForbiddenError, NotFoundError
 from engine.serving.model_pool import ModelPool
 from engine.serving.policy import RequestPolicy
@@ -36,7 +36,7 @@ class NotAdmin(ForbiddenError):
     """An administrator's action asked with a credential that is not an admin key."""
 
 
-def check_admin(settings: Settings, credential: str | None, action: str) -> None:
+def check_admin(settings: Credentials, credential: str | None, action: str) -> None:
     """Whether a caller holding `credential` (checked by its front end, or typed on the page) may do `action`;
     raises NoAdminKey or NotAdmin (403) when not (see the module's docstring)."""
     if not admin_needed(settings):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.core.speculative import DEFAULT_K
 from engine.core.types import SamplingParams
 from engine.protocol.errors import RequestValidationError
@@ -28,7 +28,7 @@ def logit_bias(req: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
 
 def sampling_params(
     req: ChatCompletionRequest,
-    settings: Settings,
+    settings: ServingSettings,
     prompt_tokens: int,
     context_length: int,
     gen_config: dict[str, Any],

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.protocol.completions import CompletionRequest
 from engine.protocol.errors import ApiError, ServiceUnavailableError
 from engine.protocol.request import ChatCompletionRequest, ModerationConfig, Route
@@ -59,7 +59,7 @@ class RequestPolicy:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ServingSettings,
         get_service: Callable[[], ChatService | None],
         hook: ModerationHook | None = None,
         models: ModelPool | None = None,

@@ -8,14 +8,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.protocol.errors import RequestValidationError
 from engine.protocol.request import ChatCompletionRequest
 from engine.protocol.tools import NamedToolChoice
 from engine.serving import templates
 
 
-def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settings) -> str:
+def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: ServingSettings) -> str:
     if req.chat_template is not None:
         return templates.resolve_source(
             req.chat_template, settings.chat_template_allow_path, settings.chat_template_dir
@@ -31,7 +31,7 @@ def template_source(req: ChatCompletionRequest, tokenizer: Any, settings: Settin
 def render_prompt(
     req: ChatCompletionRequest,
     tokenizer: Any,
-    settings: Settings,
+    settings: ServingSettings,
     enable_thinking: bool | None = None,
     media: frozenset[str] = frozenset(),
     add_generation_prompt: bool = True,
@@ -83,21 +83,21 @@ async def render_prompt_async(req: ChatCompletionRequest, *args: Any) -> str:
     return await asyncio.get_running_loop().run_in_executor(templates.executor(kind), call)
 
 
-def prompt_limit(settings: Settings, context_length: int) -> int:
+def prompt_limit(settings: ServingSettings, context_length: int) -> int:
     limit = context_length - 1
     if settings.max_input_tokens:
         limit = min(limit, settings.max_input_tokens)
     return min(limit, 1_048_576)
 
 
-def tokenize(text: str, tokenizer: Any, settings: Settings, context_length: int) -> list[int]:
+def tokenize(text: str, tokenizer: Any, settings: ServingSettings, context_length: int) -> list[int]:
     # The template already wrote the special tokens (BOS included where the model wants one).
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     check_length(len(ids), settings, context_length)
     return ids
 
 
-def check_length(tokens: int, settings: Settings, context_length: int) -> None:
+def check_length(tokens: int, settings: ServingSettings, context_length: int) -> None:
     """Spec §2.3 on the prompt as the model sees it (again after media placeholders are expanded)."""
     limit = prompt_limit(settings, context_length)
     if not 0 < tokens <= limit:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.protocol.request import ChatCompletionRequest
 
 # Model families whose thinking mode is off unless asked for (spec §7.1 step 3); the rest default to on.
@@ -45,7 +45,7 @@ def think_tags(tokenizer: Any) -> ThinkTags | None:
 class ReasoningPolicy:
     """Built once per model; `plan()` answers per request."""
 
-    def __init__(self, tokenizer: Any, model_type: str, settings: Settings) -> None:
+    def __init__(self, tokenizer: Any, model_type: str, settings: ServingSettings) -> None:
         self.tags = think_tags(tokenizer)
         self.settings = settings
         configured = getattr(tokenizer, "init_kwargs", {}).get("enable_thinking")

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 
-from engine.config import Settings
+from engine.config import Credentials
 
 
 def _digest(value: str) -> bytes:
@@ -27,17 +27,17 @@ def matches(value: str, allowed: Iterable[str]) -> bool:
     return found
 
 
-def any_credentials(settings: Settings) -> bool:
+def any_credentials(settings: Credentials) -> bool:
     return bool(settings.api_keys or settings.pangu_auth_tokens or settings.pangu_app_codes or settings.pangu_aksk)
 
 
-def admin_needed(settings: Settings) -> bool:
+def admin_needed(settings: Credentials) -> bool:
     """Whether an administrator's action takes an admin key: the server has credentials of any kind, or admin
     keys; with neither, every action is open to everyone, as every route is."""
     return bool(settings.admin_keys) or any_credentials(settings)
 
 
-def is_admin(credential: str | None, settings: Settings) -> bool:
+def is_admin(credential: str | None, settings: Credentials) -> bool:
     """Whether a caller with this (already checked) credential may do an administrator's action: anyone while no
     credentials and no admin keys are configured, else only an admin key (`--admin-keys`)."""
     if not admin_needed(settings):

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config import Settings
+from engine.config import ServingSettings
 from engine.core.engine import Engine
 from engine.core.types import EngineError, EngineRequest, SamplingParams
 from engine.parsers import select_parser
@@ -73,7 +73,7 @@ class ChatService:
         engine: Engine,
         tokenizer: Any,
         model: ModelInfo,
-        settings: Settings,
+        settings: ServingSettings,
         device: str = "cpu",
         processors: Any = None,
         adapters: dict[str, int] | None = None,

@@ -46,8 +46,9 @@ REFUSED = ("⚠️ **Refused by the API:** {error}", "⚠️ **被 API 拒绝：
 
 
 class ChatHandlers:
-    def __init__(self, policy: RequestPolicy, out: ChatOutputs) -> None:
+    def __init__(self, policy: RequestPolicy, out: ChatOutputs, page: Any = None) -> None:
         self.policy = policy
+        self.page = page  # the page's part of the server's settings (engine/config.py PageSettings); None: none
         self.out = out
         self.get_service: Callable[[], Any] = policy.get_service
         self.embedded = LocalBackend(policy=policy)  # a session's backend until its Backend tab picks another

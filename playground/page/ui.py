@@ -49,8 +49,10 @@ CSS = "\n".join(
 HEAD = "".join(f"<script>\n{p.read_text(encoding='utf-8')}\n</script>" for p in sorted(STATIC.glob("*.js")))
 
 
-def build_ui(policy: RequestPolicy) -> gr.Blocks:
-    """The page over one deployment's request policy: every chat event goes through `policy.run`, as the API's."""
+def build_ui(policy: RequestPolicy, page: Any = None) -> gr.Blocks:
+    """The page over one deployment's request policy: every chat event goes through `policy.run`, as the API's.
+    `page`: the page's part of the server's settings (engine/config.py PageSettings: where its Backend tab may
+    connect); None: nowhere."""
     with gr.Blocks(title="LLM Playground", fill_width=True, analytics_enabled=False) as demo:
         header = layout.header_row()
         conv = gr.State(Conversation())
@@ -82,7 +84,7 @@ def build_ui(policy: RequestPolicy) -> gr.Blocks:
                 with gr.Tab(t("tab_prompt"), id="prompt") as prompt_item:
                     prompt = prompt_view.prompt_tab()
 
-        h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req, xray_view))
+        h = ChatHandlers(policy, chat_outputs(chat, conv, stats, req, xray_view), page)
         common = [conv, chat.system, tools.code, tools.choice, session]
         changes = wire_chat(h, chat, common, {**sampling.knobs, "mode": chat.mode})  # /chat's last input: the mode
         cmp = CompareHandlers(h)
@@ -357,11 +359,11 @@ def wire_load(
     )
 
 
-def mount(app: Any, policy: RequestPolicy, auth: Any = None) -> Any:
+def mount(app: Any, policy: RequestPolicy, page: Any, auth: Any = None) -> Any:
     """Serve the page at / on the API's app (one process, one port, one request policy); `auth` as Gradio takes
     it (None = open). An `auth` with a `tokens` table (engine/http/auth.py `PageLogins`) becomes Gradio's table
     of logins, so each session is known by the credential it proved rather than by the name it typed."""
-    demo = build_ui(policy)
+    demo = build_ui(policy, page)
     demo.queue(default_concurrency_limit=16, max_size=64)
     app = gr.mount_gradio_app(
         app, demo, path="/", css=CSS, head=HEAD, theme=gr.themes.Soft(), i18n=catalogue(), auth=auth

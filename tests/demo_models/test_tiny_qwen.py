@@ -166,7 +166,7 @@ def test_the_service_renders_the_prompts_the_model_was_trained_on(tokenizer: Any
     from engine.serving.prompt import render_prompt
 
     request = parse_chat_request(example.request(model="tiny"))
-    assert render_prompt(request, tokenizer, Settings()) == tq.render_prompt(tokenizer, example)
+    assert render_prompt(request, tokenizer, Settings().serving) == tq.render_prompt(tokenizer, example)
 
 
 # ---- model -------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
@@ -59,10 +60,10 @@ def test_bad_env_boolean_is_refused() -> None:
 def test_public_bind_without_credentials_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPACE_ID", raising=False)
     with pytest.raises(SystemExit, match="refusing"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
-    check_exposure(settings_from(["--host", "0.0.0.0", "--api-keys", "k"], environ={}))
-    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}))
-    check_exposure(settings_from(["--host", "127.0.0.1"], environ={}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}).http)
+    check_exposure(settings_from(["--host", "0.0.0.0", "--api-keys", "k"], environ={}).http)
+    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}).http)
+    check_exposure(settings_from(["--host", "127.0.0.1"], environ={}).http)
 
 
 def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,8 +72,8 @@ def test_spaces_default_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPACE_ID", "user/space")
     assert settings_from([], environ={}).bind_host == "0.0.0.0"
     with pytest.raises(SystemExit, match="refusing"):  # a Space is a public bind: credentials or the override
-        check_exposure(settings_from([], environ={}))
-    check_exposure(settings_from([], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}))
+        check_exposure(settings_from([], environ={}).http)
+    check_exposure(settings_from([], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}).http)
 
 
 @pytest.mark.parametrize(
@@ -138,3 +139,23 @@ def test_one_table_reads_every_field_by_its_annotation() -> None:
     )
     with pytest.raises(TypeError, match="Settings.ratio: no parser"):
         cfg._kind("ratio", float)  # a new field of a type the table cannot read fails at import, not at run time
+
+
+PARTS = (cfg.EngineSettings, cfg.ServingSettings, cfg.HttpSettings, cfg.PageSettings)
+
+
+def test_every_knob_is_in_a_layer_part_under_its_own_name_and_type() -> None:
+    whole = typing.get_type_hints(cfg.Settings)
+    hints = [typing.get_type_hints(part) for part in PARTS]
+    assert set(whole) == set().union(*hints)  # no knob left out of every part, no part field that is not a knob
+    for part in hints:
+        assert {name: whole[name] for name in part} == part
+
+
+def test_a_part_carries_the_whole_values_and_replaces_by_the_flat_names() -> None:
+    s = cfg.Settings(max_n=3, host="0.0.0.0", api_keys=["k"], device="cpu", remote_backend_urls=["http://a:1/v1"])
+    assert (s.serving.max_n, s.http.max_n, s.engine.device, s.serving.api_keys) == (3, 3, "cpu", ["k"])
+    assert s.http.reachable_from_outside and s.page.reachable_from_outside and s.http.bind_host == "0.0.0.0"
+    assert s.page.remote_backend_urls == ["http://a:1/v1"]
+    assert s.serving.replace(max_n=5).max_n == 5 and s.replace(max_n=5).serving == s.serving.replace(max_n=5)
+    assert isinstance(s.serving, cfg.Credentials) and isinstance(s.serving, cfg.MediaSettings)

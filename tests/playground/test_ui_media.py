@@ -307,13 +307,13 @@ def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> No
     from engine.config import Settings
     from playground.page.tabs.backend_panel import refusal
 
-    local = Settings(host="127.0.0.1")
+    local = Settings(host="127.0.0.1").page
     assert refusal("http://127.0.0.1:8000/v1", local) is None  # a loopback bind: this machine's own users
     assert refusal("http://169.254.169.254/latest", local) is None
-    public = Settings(host="0.0.0.0")
+    public = Settings(host="0.0.0.0").page
     assert "--remote-backend-urls" in refusal("http://127.0.0.1:8000/v1", public)
     assert "--remote-backend-urls" in refusal("http://10.0.0.5:8000/v1", None)  # still loading: refused too
-    allowed = Settings(host="0.0.0.0", remote_backend_urls=["http://mindie.internal:1025/v1"])
+    allowed = Settings(host="0.0.0.0", remote_backend_urls=["http://mindie.internal:1025/v1"]).page
     assert refusal("http://mindie.internal:1025/v1", allowed) is None
     assert refusal("http://mindie.internal:1025/v1/", allowed) is None
     for url in (
@@ -325,4 +325,4 @@ def test_a_page_reachable_from_outside_connects_only_to_allowed_backends() -> No
         "http://169.254.169.254/",
     ):
         assert refusal(url, allowed) is not None, url
-    assert refusal("http://127.0.0.1:8000/v1", Settings(host="127.0.0.1", remote_backend_urls=["http://a:1/v1"]))
+    assert refusal("http://127.0.0.1:8000/v1", Settings(host="127.0.0.1", remote_backend_urls=["http://a:1/v1"]).page)

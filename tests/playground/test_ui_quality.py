@@ -82,7 +82,7 @@ def test_the_notebooks_measure_a_result(served: Any) -> None:
     from playground.notebooks.backend import LocalBackend
 
     server, pool = served
-    backend = LocalBackend(policy=RequestPolicy(server.settings, pool.current_service, models=pool))
+    backend = LocalBackend(policy=RequestPolicy(server.settings.serving, pool.current_service, models=pool))
     result = backend.chat("Say hello.", temperature=0.0, max_tokens=5)
     report = backend.quality(result, reference=REFERENCE)
     assert report.reference == REFERENCE and report.precision == "Q4_1" and len(report.tokens) == 5

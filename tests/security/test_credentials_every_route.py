@@ -95,8 +95,8 @@ def test_public_bind_with_open_routes_refuses_to_start(monkeypatch: pytest.Monke
 
     monkeypatch.setenv("SPACE_ID", "someone/space")  # a Space is no exception: only the named flag is
     with pytest.raises(SystemExit, match="insecure-public"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}).http)
     with pytest.raises(SystemExit, match="/v1/chat/completions"):
-        check_exposure(settings_from([], environ={}))  # a Space binds 0.0.0.0 by default
-    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}))
-    check_exposure(settings_from(["--host", "0.0.0.0", "--pangu-app-codes", APP_CODE], environ={}))  # all closed
+        check_exposure(settings_from([], environ={}).http)  # a Space binds 0.0.0.0 by default
+    check_exposure(settings_from(["--host", "0.0.0.0", "--insecure-public"], environ={}).http)
+    check_exposure(settings_from(["--host", "0.0.0.0", "--pangu-app-codes", APP_CODE], environ={}).http)  # all closed

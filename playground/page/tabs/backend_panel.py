@@ -136,8 +136,8 @@ def connector(h: ChatHandlers, header: Callable[[Any, str, str], str]) -> Callab
         own error message is quoted as it came."""
         lang = session.lang
         try:
-            # the server's own settings (its --remote-backend-urls), not those the loaded model was built with
-            session.backend = await chosen_backend(kind, url, api_key, model, h.policy.settings, lang)
+            # the server's own settings (its --remote-backend-urls, its bind), as the composition root gave the page
+            session.backend = await chosen_backend(kind, url, api_key, model, h.page, lang)
         except (ApiError, httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             return gr.skip(), say(

@@ -233,7 +233,7 @@ class GridHandlers:
             url, model, key = params.pop("url", None), params.pop("model", None), params.pop("api_key", None)
             if url:
                 backend = await chosen_backend(
-                    REMOTE, str(url), str(key or ""), str(model or ""), self.h.policy.settings, session.lang
+                    REMOTE, str(url), str(key or ""), str(model or ""), self.h.page, session.lang
                 )
             else:
                 backend = self.h.local(session)

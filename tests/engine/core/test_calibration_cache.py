@@ -163,7 +163,7 @@ def test_gguf_tensor_index_reads_what_the_reader_reads(tmp_path: Path) -> None:
         assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
 
 
-def test_a_runner_from_the_cache_serves_the_same_numbers(service, tmp_path: Path) -> None:
+def test_a_runner_from_the_cache_serves_the_same_numbers(service, settings, tmp_path: Path) -> None:
     """The bundled model's Q4_1 blocks (auto): the runner that timed its kernels and the one that read the
     choices back run the same kernels, so the same logits, bit for bit, and the same greedy tokens."""
     from engine import models
@@ -173,7 +173,7 @@ def test_a_runner_from_the_cache_serves_the_same_numbers(service, tmp_path: Path
 
     if service.engine.runner.kern is None:
         pytest.skip("no CPU kernels here: quantized weights need them")
-    gguf = models.gguf_source(service.settings.model, models.cache_root(service.settings.cache_dir))
+    gguf = models.gguf_source(settings.model, models.cache_root(settings.cache_dir))
     if gguf is None:
         pytest.skip("the bundled GGUF is not on disk")
     cache = CalibrationCache(tmp_path)

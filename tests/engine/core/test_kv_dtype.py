@@ -95,9 +95,9 @@ def test_the_server_plans_the_kv_dtype_its_runner_picks() -> None:
     from engine.serving.model_catalog import planned_kv_dtype
 
     place = devices.Placement("cpu", "fp32")
-    auto = planned_kv_dtype(settings_from([], environ={}), place)
+    auto = planned_kv_dtype(settings_from([], environ={}).engine, place)
     assert auto == (BF16 if cpu_kernels.kernels() is not None else F32)
-    assert planned_kv_dtype(settings_from(["--kv-cache-dtype", "fp32"], environ={}), place) == F32
+    assert planned_kv_dtype(settings_from(["--kv-cache-dtype", "fp32"], environ={}).engine, place) == F32
     runner = make_runner(llama(), "cpu", 256, kv_cache_dtype="auto")
     assert isinstance(runner, DecoderRunner) and runner.kv_dtype == auto
 

@@ -108,7 +108,7 @@ def test_a_model_on_the_hf_forward_refuses_adapters(tmp_path: Path) -> None:
 
     settings = settings_from(["--lora-adapters", f"a={write_adapter(tmp_path / 'a')}"], environ={})
     with pytest.raises(LoraError, match="need the lean runner"):
-        load_adapters(settings, HFRunner(tiny_llama(), "cpu"))
+        load_adapters(settings.engine, HFRunner(tiny_llama(), "cpu"))
 
 
 # ---- logits against PEFT -----------------------------------------------------------------------------------------

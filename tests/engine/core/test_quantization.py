@@ -125,13 +125,13 @@ def _prompts(service: Any) -> list[list[int]]:
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def _runner(service: Any, quantization: str) -> Any:
+def _runner(service: Any, settings: Any, quantization: str) -> Any:
     from engine import models
     from engine.core.model_runner import DecoderRunner
 
     if service.engine.runner.kern is None:
         pytest.skip("no CPU kernels here: quantized weights need them")
-    gguf = models.gguf_source(service.settings.model, models.cache_root(service.settings.cache_dir))
+    gguf = models.gguf_source(settings.model, models.cache_root(settings.cache_dir))
     if quantization == "auto" and gguf is None:
         pytest.skip("the bundled GGUF is not on disk")
     model = copy.deepcopy(service.engine.runner.model).float()  # as loaded: float32
@@ -139,12 +139,12 @@ def _runner(service: Any, quantization: str) -> Any:
 
 
 @pytest.mark.parametrize("quantization", ["int4", "int8", "auto"])
-def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, quantization: str) -> None:
+def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, settings, quantization: str) -> None:
     """int4 / int8 at load and the GGUF's own Q4_1 blocks (auto): each prompt alone (C1) and the four together
     (C4) give the same greedy tokens, and the projections really are quantized, at a fraction of the bytes."""
     from tests.engine.core.test_model_runner import greedy
 
-    runner = _runner(service, quantization)
+    runner = _runner(service, settings, quantization)
     expected = {"int4": "int4 x120", "int8": "int8 x120", "auto": "Q4_1 x120"}[quantization]
     assert runner.quantization == expected
     assert (

@@ -189,8 +189,8 @@ def test_a_space_needs_credentials_or_the_explicit_override(monkeypatch: pytest.
 
     monkeypatch.setenv("SPACE_ID", "user/space")
     with pytest.raises(SystemExit, match="insecure-public"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={}).http)
     with caplog.at_level(logging.WARNING, logger="playground"):
-        check_exposure(settings_from(["--host", "0.0.0.0"], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}))
+        check_exposure(settings_from(["--host", "0.0.0.0"], environ={"PLAYGROUND_INSECURE_PUBLIC": "1"}).http)
     assert "--insecure-public" in caplog.text and "/v1/chat/completions" in caplog.text
-    check_exposure(settings_from(["--host", "0.0.0.0", "--pangu-app-codes", "c"], environ={}))  # credentials given
+    check_exposure(settings_from(["--host", "0.0.0.0", "--pangu-app-codes", "c"], environ={}).http)  # credentials given

@@ -125,6 +125,6 @@ def test_mcp_on_a_public_bind_needs_credentials(settings: Any) -> None:
     from engine.http.exposure import check_exposure
 
     with pytest.raises(SystemExit, match="--mcp"):
-        check_exposure(settings.replace(mcp=True, host="0.0.0.0", insecure_public=True))
-    check_exposure(settings.replace(mcp=True, host="0.0.0.0", api_keys=["k"]))  # with a key it may
-    check_exposure(settings.replace(mcp=True, host="127.0.0.1"))
+        check_exposure(settings.replace(mcp=True, host="0.0.0.0", insecure_public=True).http)
+    check_exposure(settings.replace(mcp=True, host="0.0.0.0", api_keys=["k"]).http)  # with a key it may
+    check_exposure(settings.replace(mcp=True, host="127.0.0.1").http)

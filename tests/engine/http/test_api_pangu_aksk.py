@@ -259,13 +259,13 @@ def test_flag_env_and_file_forms(keyfile: Path) -> None:
 )
 def test_bad_pairs_stop_the_server_without_echoing_secrets(settings: Any, entries: list[str]) -> None:
     with pytest.raises(ValueError, match="--pangu-aksk") as info:
-        PanguV1Auth(settings.replace(pangu_aksk=entries))
+        PanguV1Auth(settings.replace(pangu_aksk=entries).http)
     for secret in ("no-colon-secret", "only-secret", "secret-x", "secret-y"):
         assert secret not in str(info.value)
 
 
 def test_ui_login_takes_a_secret_key(settings: Any, keyfile: Path) -> None:
-    check = ui_auth(settings.replace(pangu_aksk=[f"{AK}:{SK}", f"@{keyfile}"]))
+    check = ui_auth(settings.replace(pangu_aksk=[f"{AK}:{SK}", f"@{keyfile}"]).http)
     assert check is not None and check("me", SK) and check("me", FILE_SK)
     assert not check("me", AK) and not check("me", "wrong-sk-0b9d")
 

@@ -92,7 +92,7 @@ def test_enable_reasoning_false_turns_the_split_off(qwen_live) -> None:
     req = parse_chat_request({"model": QWEN_MODEL, **MATH.request()}, "v1")
     svc = qwen_live.service
     assert svc.reasoning.plan(req).split  # the server's default (auto) splits this model's output
-    off = ReasoningPolicy(svc.tokenizer, "qwen3", qwen_live.settings.replace(enable_reasoning="false"))
+    off = ReasoningPolicy(svc.tokenizer, "qwen3", qwen_live.settings.serving.replace(enable_reasoning="false"))
     plan = off.plan(req)
     assert not plan.split and plan.think_ids is None and plan.thinking is True  # the template still thinks
     assert svc.reasoning.available and not off.available  # what the page's header badge shows

@@ -37,7 +37,7 @@ def tree(tmp_path: Path) -> dict[str, Path]:
 
 
 def settings_for(root: Path, allow: bool = True) -> Settings:
-    return Settings(media_allow_local=allow, media_local_root=str(root))
+    return Settings(media_allow_local=allow, media_local_root=str(root)).serving
 
 
 def load(source: str, root: Path, kind: str = "image_url", allow: bool = True) -> LoadedMedia:
@@ -113,7 +113,7 @@ def test_disabled_by_default_and_the_file_is_never_opened(tree: dict[str, Path])
     watching.set()
     try:
         with pytest.raises(MediaError, match=NOT_ALLOWED):
-            asyncio.run(load_media({"type": "image_url", "image_url": "file:///etc/passwd"}, Settings()))
+            asyncio.run(load_media({"type": "image_url", "image_url": "file:///etc/passwd"}, Settings().serving))
         with pytest.raises(MediaError, match=NOT_ALLOWED):
             load("a.png", tree["root"], allow=False)
     finally:

@@ -18,7 +18,7 @@ def data_url(mime: str, raw: bytes) -> str:
 
 
 def preview(part: dict) -> dict:
-    return asyncio.run(preview_media(part, Settings())).as_json()
+    return asyncio.run(preview_media(part, Settings().serving)).as_json()
 
 
 def test_image_preview_has_mime_bytes_and_size() -> None:

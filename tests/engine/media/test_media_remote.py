@@ -365,11 +365,11 @@ def test_load_media_gates_and_decodes_remote_parts(
         on,
     ):
         with pytest.raises(MediaError, match=FAILED):
-            asyncio.run(load_media(part, settings))  # disabled, not allow-listed, or loopback: all refused
+            asyncio.run(load_media(part, settings.serving))  # disabled, not allow-listed, or loopback: all refused
     assert server.hits == []
     monkeypatch.setattr(media_loader, "fetch_remote", functools.partial(fetch_remote, address_check=public_or_loopback))
-    media = asyncio.run(load_media(part, on))
+    media = asyncio.run(load_media(part, on.serving))
     assert (media.kind, media.mime, media.origin, media.image.size) == ("image", "image/png", "remote", (32, 24))
     video = {"type": "video_url", "video_url": f"http://localhost:{port}/ok.png"}
     with pytest.raises(MediaError, match=FAILED):  # wrong content is one more failure to fetch (§3.5)
-        asyncio.run(load_media(video, on))
+        asyncio.run(load_media(video, on.serving))

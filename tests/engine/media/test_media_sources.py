@@ -14,7 +14,7 @@ from engine.protocol.messages import Message
 from tests.media_samples import audio_bytes, b64, data_url, image_bytes, video_bytes
 from tests.paths import ROOT
 
-SETTINGS = Settings()
+SETTINGS = Settings().serving
 PNG, JPEG = image_bytes("PNG"), image_bytes("JPEG")
 
 
@@ -220,7 +220,7 @@ def test_video_limit_is_512_mib() -> None:
 
 
 def test_inline_media_can_be_disabled() -> None:
-    off = Settings(media_allow_data_urls=False)
+    off = Settings(media_allow_data_urls=False).serving
     for part in (
         {"type": "image_url", "image_url": data_url("image/png", PNG)},
         {"type": "image_url", "image_url": b64(JPEG)},

@@ -46,7 +46,7 @@ def speech(text: str) -> tuple[bytes, str]:
 
 def load_audio(data: bytes, fmt: str) -> np.ndarray:
     part = {"type": "input_audio", "input_audio": {"data": b64(data), "format": fmt}}
-    media = asyncio.run(load_media(part, Settings()))
+    media = asyncio.run(load_media(part, Settings().serving))
     assert media.sample_rate == SAMPLE_RATE and media.audio is not None
     return media.audio
 
