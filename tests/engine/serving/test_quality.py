@@ -48,7 +48,9 @@ def test_the_meter_is_the_kl_of_the_two_models_logits(service: Any, q4_service: 
     mine = teacher_forced(q4_service.engine.runner, prompt, reply)
     kl = (ref.exp() * (ref - mine)).sum(-1)
     assert kl.max() > 0  # quantization does cost something
-    torch.testing.assert_close(torch.tensor([t.kl for t in got.tokens]), kl, rtol=0.02, atol=1e-6)
+    # The meter reads the engine's paged forward, this the runner's one-shot one: on a cold CI run (kernels and
+    # calibration chosen afresh) they differed by up to 2.2e-4 nats per token, so the bound is absolute.
+    torch.testing.assert_close(torch.tensor([t.kl for t in got.tokens]), kl, rtol=0.02, atol=1e-3)
     assert [t.top for t in got.tokens] == mine.argmax(-1).tolist()
     assert [t.reference_top for t in got.tokens] == ref.argmax(-1).tolist()
     assert got.summary().startswith("top-1 agreement ") and got.summary().endswith("against fp32")
