@@ -32,10 +32,10 @@ FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
 # Best first: what each build needs of the CPU (/proc/cpuinfo names) and tells the compiler.
 ISAS: dict[str, tuple[frozenset[str], list[str]]] = {
     "avx512": (
-        frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}),
-        ["-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl"],
+        frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"}),
+        ["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl"],
     ),
-    "avx2": (frozenset({"avx2", "fma"}), ["-mavx2", "-mfma"]),
+    "avx2": (frozenset({"avx2", "fma", "f16c"}), ["-mavx2", "-mfma", "-mf16c"]),
 }
 
 _lock = threading.Lock()

@@ -308,3 +308,21 @@ def test_w8a8_matches_the_dequantized_matrix(rows: int, n: int, k: int, bits: in
     if rows >= quant.SPLIT_ROWS:
         p.kernels_by_rows = ("tile", "w8a8")  # what calibration sets where it wins from SPLIT_ROWS
         torch.testing.assert_close(p(x), out)
+
+
+@pytest.mark.parametrize(
+    ("bits", "group", "source"), [(4, 32, "int4"), (4, 128, "int4"), (8, 32, "int8"), (8, 0, "int8")]
+)
+def test_a_decode_batch_gets_the_same_numbers_as_a_prompt(K, bits: int, group: int, source: str) -> None:
+    """Below 16 rows the kernel decodes each block in registers (never storing it), from 16 it decodes tiles into a
+    float32 copy: the same multiply-adds in the same order, so each row's result is bit-identical whichever path,
+    and whatever else shares the step (a sequence's greedy tokens cannot depend on its neighbours)."""
+    g = torch.Generator().manual_seed(bits * 100 + group)
+    qw = quant.quantize(torch.randn(37, 200, generator=g), bits, group)
+    bias = torch.randn(37, generator=g)
+    x = torch.randn(20, 200, generator=g)
+    p = quant.QuantProjection(qw, bias, K)
+    many = p.tile(x)  # 20 rows: the decoded-copy path
+    for rows in (1, 2, 5, 15):
+        assert torch.equal(p.tile(x[:rows]), many[:rows]), f"{source}: {rows} rows"
+    assert torch.equal(p.tile(x[7:8]), many[7:8])
