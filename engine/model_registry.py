@@ -23,6 +23,9 @@ from engine.models import DEFAULT_NAME, dir_name
 from engine.multimodal import detect_modalities
 from engine.parsers import select_parser
 
+# Bytes a parameter at --quantization int4 / int8 (engine/core/quant.py): 4- or 8-bit codes plus a half scale and
+# a half offset per group of 32 weights.
+PACKED_BYTES = {"int4": (4 + 32 / 32) / 8, "int8": (8 + 32 / 32) / 8}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 THINK = ("<think>", "</think>")
 
@@ -52,18 +55,33 @@ class Candidate:
     # A precision entry (`--models SOURCE@int4`): the same model served at another precision (PRECISIONS), its id
     # the base id + "@" + precision; "" for the model as the server's flags serve it.
     precision: str = ""
+    # The GGUF a Hugging Face directory was converted from (the bundled models, a `--model FILE.gguf`), whose
+    # blocks `--quantization auto` serves: its bytes; 0 for none.
+    gguf_bytes: int = 0
 
-    def memory_bytes(self, bytes_per_param: int, kv_tokens: int, seqs: int = 0, kv_element: int = 0) -> int:
-        """What holding this model loaded costs, estimated: its weights at the compute dtype and its KV pools (the
+    def memory_bytes(
+        self, bytes_per_param: int, kv_tokens: int, seqs: int = 0, kv_element: int = 0, quantization: str = "none"
+    ) -> int:
+        """What holding this model loaded costs, estimated: its weights as they will be held and its KV pools (the
         sliding layers' sized for `seqs` live sequences, as the runner sizes it) at `kv_element` bytes an element
-        (--kv-cache-dtype; 0: the compute dtype's)."""
+        (--kv-cache-dtype; 0: the compute dtype's). The weights: packed where they stay quantized (a GGUF under
+        `auto`, or the one a directory came from: its bytes on disk; `int4` / `int8`: PACKED_BYTES a parameter), else at the compute dtype
+        (`bytes_per_param`); a precision entry's own quantization and dtype win over the server's."""
         from engine.core.window_kv import pool_tokens
 
-        weights = self.parameters * bytes_per_param if self.parameters else self.size_bytes
+        own = PRECISIONS.get(self.precision, {})
+        mode = own.get("quantization", quantization)
+        dtype_bytes = {"fp32": 4, "bf16": 2}.get(own.get("dtype", ""), bytes_per_param)
+        if mode == "auto" and (self.format == "gguf" or self.gguf_bytes):
+            weights = self.gguf_bytes or self.size_bytes
+        elif mode in PACKED_BYTES and self.parameters:
+            weights = int(self.parameters * PACKED_BYTES[mode])
+        else:
+            weights = self.parameters * dtype_bytes if self.parameters else self.size_bytes
         full = self.kv_bytes_per_token - self.window_bytes_per_token
         window = pool_tokens(self.window, kv_tokens, seqs, 0) if self.window else kv_tokens
         kv = full * kv_tokens + self.window_bytes_per_token * window
-        return weights + kv * (kv_element or bytes_per_param) // 2
+        return weights + kv * (kv_element or dtype_bytes) // 2
 
     def describe(self) -> dict[str, Any]:
         """The fields `/v1/models` and the page show (never a filesystem path, spec §1.3)."""

@@ -39,13 +39,24 @@ def bundled_candidate(source: str, model_id: str, settings: cfg.EngineSettings) 
     cache = models.cache_root(settings.cache_dir)
     out = models.bundled_dir(source, cache)
     if out is not None and (out / "config.json").is_file():
-        return registry.describe(source, model_id, out, settings.tool_call_parser)
+        return with_gguf(registry.describe(source, model_id, out, settings.tool_call_parser), cache)
     if not source:
-        return registry.describe_static(
-            source, model_id, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS, models.DEFAULT_SIZE_MB * 10**6
-        )
-    spec = models.BUNDLED[source.lower()]
-    return registry.describe_static(source, model_id, spec.config, spec.parameters, spec.size_mb * 10**6)
+        size = models.DEFAULT_SIZE_MB * 10**6
+        found = registry.describe_static(source, model_id, models.DEFAULT_CONFIG, models.DEFAULT_PARAMETERS, size)
+    else:
+        spec = models.BUNDLED[source.lower()]
+        size = spec.size_mb * 10**6
+        found = registry.describe_static(source, model_id, spec.config, spec.parameters, size)
+    return dataclasses.replace(found, gguf_bytes=size)  # what it downloads is its GGUF
+
+
+def with_gguf(candidate: Candidate, cache: Path) -> Candidate:
+    """`candidate` with the size of the GGUF it was converted from, where there is one on disk (what the memory
+    estimate counts under `--quantization auto`)."""
+    from engine import models
+
+    found = models.gguf_source(candidate.source, cache) if candidate.format == "hf" else None
+    return dataclasses.replace(candidate, gguf_bytes=found.stat().st_size) if found is not None else candidate
 
 
 def model_candidates(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> list[Candidate]:
@@ -62,7 +73,7 @@ def model_candidates(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) 
         if models.bundled_dir(source, cache) is not None:
             return bundled_candidate(source, model_id, settings.engine)
         resolved = models.resolve_model_dir(source, cache)[0] if first else None  # a .gguf converts once
-        return registry.describe(source, model_id, resolved, settings.tool_call_parser)
+        return with_gguf(registry.describe(source, model_id, resolved, settings.tool_call_parser), cache)
 
     def described(source: str) -> Candidate:  # SOURCE@PRECISION: a precision entry of SOURCE (issue 32)
         base, precision = registry.split_precision(source)
@@ -126,7 +137,9 @@ def new_pool(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> Model
         service = build_service(own, step)
         if step is not report:  # on disk now: the registry reads its files instead of the published facts
             resolved = models.resolve_model_dir(source, cache)[0]
-            fresh = registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser)
+            fresh = with_gguf(
+                registry.describe(candidate.source, candidate.id, resolved, settings.tool_call_parser), cache
+            )
             pool.describe(dataclasses.replace(fresh, precision=candidate.precision))
         return service
 
@@ -140,6 +153,7 @@ def new_pool(settings: cfg.Settings, extras: Sequence[ExtraModel] = ()) -> Model
         kv_tokens=settings.kv_cache_tokens,
         seqs=settings.max_num_seqs,
         budget_mb=settings.models_memory_mb,
+        quantization=settings.quantization,
         admin=lambda key: is_admin(key, settings.serving),
     )
     return pool

@@ -85,6 +85,7 @@ class ModelPool:
         kv_tokens: int = 65536,
         seqs: int = 0,
         budget_mb: int = 0,
+        quantization: str = "none",
         free_memory: Callable[[], int] = available_memory,
         admin: Callable[[str | None], bool] = lambda key: False,
     ) -> None:
@@ -92,6 +93,7 @@ class ModelPool:
         self._loader = loader
         self._bytes_per_param = bytes_per_param
         self._kv_element = kv_element  # bytes of a KV page's element (--kv-cache-dtype; 0: bytes_per_param)
+        self._quantization = quantization  # the server's --quantization (a precision entry may name its own)
         self._kv_tokens = kv_tokens
         self._seqs = seqs  # live sequences an engine runs at most: sizes a sliding-window KV pool
         self._budget_mb = budget_mb
@@ -161,7 +163,7 @@ class ModelPool:
 
     def memory_bytes(self, model_id: str) -> int:
         c = self.candidates[model_id]
-        return c.memory_bytes(self._bytes_per_param, self._kv_tokens, self._seqs, self._kv_element)
+        return c.memory_bytes(self._bytes_per_param, self._kv_tokens, self._seqs, self._kv_element, self._quantization)
 
     def budget_bytes(self) -> int:
         """What the loaded models may take together: the configured budget, else free memory plus what they hold."""

@@ -326,3 +326,35 @@ def test_a_decode_batch_gets_the_same_numbers_as_a_prompt(K, bits: int, group: i
     for rows in (1, 2, 5, 15):
         assert torch.equal(p.tile(x[:rows]), many[:rows]), f"{source}: {rows} rows"
     assert torch.equal(p.tile(x[7:8]), many[7:8])
+
+
+def test_the_memory_estimate_counts_packed_weights() -> None:
+    """The registry's estimate (what the pool unloads models by) holds weights as they will be held: a GGUF under
+    `auto` at its bytes on disk, int4 / int8 packed, a precision entry at its own quantization and dtype."""
+    from engine.model_registry import Candidate, variant
+    from engine.serving.model_pool import ModelPool
+
+    hf = Candidate("m", "", "hf", 4000, 1000, "llama", 2048, kv_bytes_per_token=100)
+    gguf = Candidate("g", "x.gguf", "gguf", 700, 1000, "llama", 2048, kv_bytes_per_token=100)
+    kv = 100 * 64 * 2  # float32 pages
+    assert hf.memory_bytes(4, 64) == 4000 + kv
+    assert hf.memory_bytes(4, 64, quantization="auto") == 4000 + kv  # an HF checkpoint: as before
+    assert hf.memory_bytes(4, 64, quantization="int4") == 625 + kv
+    assert hf.memory_bytes(4, 64, quantization="int8") == 1125 + kv
+    assert gguf.memory_bytes(4, 64, quantization="auto") == 700 + kv
+    assert gguf.memory_bytes(4, 64, quantization="none") == 4000 + kv
+    assert variant(gguf, "int4").memory_bytes(4, 64, quantization="auto") == 625 + kv
+    assert variant(gguf, "bf16").memory_bytes(4, 64, quantization="auto") == 2000 + kv // 2
+    pool = ModelPool([hf, gguf], lambda candidate, report: None, bytes_per_param=4, kv_tokens=64, quantization="auto")
+    assert pool.memory_bytes("g") == 700 + kv and pool.memory_bytes("m") == 4000 + kv
+
+
+def test_the_bundled_model_is_estimated_at_its_gguf_bytes(settings) -> None:
+    """The bundled SmolLM2 is a directory converted from its Q4_1 GGUF; under `auto` the pool counts the GGUF's
+    bytes, under `none` its parameters at the compute dtype."""
+    from engine.serving.model_catalog import model_candidates
+
+    auto = next(c for c in model_candidates(settings.replace(quantization="auto")) if c.source == "")
+    assert auto.format == "hf" and 50e6 < auto.gguf_bytes < 120e6
+    assert auto.memory_bytes(4, 0, quantization="auto") == auto.gguf_bytes
+    assert auto.memory_bytes(4, 0, quantization="none") == auto.parameters * 4
