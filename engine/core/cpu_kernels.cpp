@@ -377,10 +377,13 @@ inline void q_block(const uint8_t* rowq, const float* sc, const float* mn, int k
         const float s1 = sc[gi], m1 = mn[gi];
         const uint8_t* b = rowq + kb / 2;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-        const __m512 s = _mm512_set1_ps(s1), m = _mm512_set1_ps(m1);
+        // The block's 16 possible weights, fma(code, scale, min) for codes 0..15 (the same rounding as decoding
+        // each weight), then each weight looked up by its nibble: vpermps reads an index's low 4 bits only.
+        const __m512 lut = _mm512_fmadd_ps(
+            _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_ps(s1), _mm512_set1_ps(m1));
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-        w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15))), s, m);
-        w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), s, m);
+        w[0] = _mm512_permutexvar_ps(v, lut);
+        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
 #else
         const __m256 s = _mm256_set1_ps(s1), m = _mm256_set1_ps(m1);
         const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
