@@ -61,19 +61,37 @@ GEMMA = Second(
 )
 
 
-@contextlib.contextmanager
-def models_server(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Iterator[LiveServer]:
-    """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
-    cached directory; none for a model the server offers itself, `Second.bundled`), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
-    from app import build_pool, build_service, serve_in_thread
-
+def models_settings(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Any:
+    """The settings of `models_server`: `--models-dir root/models` holding the second model (fetched or built
+    first), a link to its cached directory unless the server offers it itself (`Second.bundled`)."""
     models_dir = root / "models"
     models_dir.mkdir(exist_ok=True)
     target = second.path()
     link = models_dir / (second.id + ("" if target.is_dir() else target.suffix))  # a .gguf keeps its suffix
     if not link.exists() and not second.bundled:
         link.symlink_to(target, target_is_directory=target.is_dir())
-    cfg = settings.replace(models_dir=str(models_dir), **changes)
+    return settings.replace(models_dir=str(models_dir), **changes)
+
+
+def memory_bytes(settings: Any, root: Path, second: Second, ids: tuple[str, ...]) -> int:
+    """What the models `ids` of `models_server(settings, root, second)` cost loaded together, as its /v1/models
+    says (`memory_bytes`), read from its pool's registry without loading or serving anything."""
+    from app import build_pool
+
+    pool = build_pool(models_settings(settings, root, second))
+    try:
+        return sum(pool.memory_bytes(i) for i in ids)
+    finally:
+        pool.shutdown()
+
+
+@contextlib.contextmanager
+def models_server(settings: Any, root: Path, second: Second = SECOND, **changes: Any) -> Iterator[LiveServer]:
+    """The real app serving the bundled model with `--models-dir root` holding the second model (a link to its
+    cached directory; none for a model the server offers itself, `Second.bundled`), built as app.main builds it (`build_service`, then `build_pool`), on a loopback port."""
+    from app import build_pool, build_service, serve_in_thread
+
+    cfg = models_settings(settings, root, second, **changes)
     pool = build_pool(cfg, build_service(cfg))
     background = serve_in_thread(cfg, None, pool=pool)
     try:

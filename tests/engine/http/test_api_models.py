@@ -18,7 +18,7 @@ import pytest
 
 from tests.api_helpers import assert_v1_error
 from tests.conftest import MODEL, LiveServer
-from tests.models_fixture import SECOND, SECOND_ID, models_server, wait_loaded
+from tests.models_fixture import SECOND, SECOND_ID, memory_bytes, models_server, wait_loaded
 
 LAYER = "api"  # what this module's own fixtures or bodies need (tests/conftest.py)
 
@@ -273,8 +273,7 @@ def test_a_running_request_on_a_model_being_unloaded_finishes(settings: Any, tmp
     with all its tokens; only then does the first model go."""
     import threading
 
-    with models_server(settings, tmp_path) as probe, probe.client() as c:
-        need = sum(ours(c.get("/v1/models").json()["data"], "memory_bytes").values())
+    need = memory_bytes(settings, tmp_path, SECOND, (MODEL, SECOND_ID))  # no server (and no model loaded) to ask it
     with models_server(settings, tmp_path, models_memory_mb=need // (1 << 20) - 1) as server:
         got: dict[str, Any] = {}
 

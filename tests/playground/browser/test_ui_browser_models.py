@@ -23,6 +23,7 @@ from tests.models_fixture import (
     SECOND_ID,
     default_only_server,
     gemma_on_disk,
+    memory_bytes,
     models_server,
     wait_loaded,
 )
@@ -41,8 +42,7 @@ WATCH_PROGRESS_JS = """() => { window.pgProgress = [];
 def tight(settings: Any, tmp_path_factory: Any) -> Iterator[LiveServer]:
     """A memory budget that holds either model, never both."""
     root = tmp_path_factory.mktemp("browser-models")
-    with models_server(settings, root, GEMMA) as probe, probe.client() as c:
-        need = sum(m["memory_bytes"] for m in c.get("/v1/models").json()["data"] if m["id"] in (MODEL, GEMMA.id))
+    need = memory_bytes(settings, root, GEMMA, (MODEL, GEMMA.id))  # no server (and no model loaded) to ask it
     with models_server(settings, root, GEMMA, models_memory_mb=need // (1 << 20) - 1) as server:
         yield server
 

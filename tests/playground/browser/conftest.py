@@ -1,0 +1,34 @@
+"""One headless Chromium for the whole browser package, not one per module.
+
+Launching Playwright's driver and Chromium costs 3-5 s on 2 busy cores, and the 22 modules here each paid it.
+The browser lives while this package's tests run and is closed when the package ends (package scope), so the
+tests after it that call asyncio.run still run with no Playwright event loop in the main thread (tests/conftest.py
+says why it is not one per session). Each module still ends as it did with its own browser: the contexts (pages)
+it opened are closed when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def chromium() -> Iterator[Any]:
+    from tests.browser_helpers import launch, sync_api
+
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Any) -> Iterator[Any]:
+    """The package's Chromium for one module; what the module opened in it is closed when the module ends."""
+    before = set(chromium.contexts)
+    yield chromium
+    for context in chromium.contexts:
+        if context not in before:
+            context.close()
