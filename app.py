@@ -3,7 +3,8 @@
     python app.py [--model DIR_OR_GGUF] [--host H] [--port P] [--device auto|npu|cuda|mps|cpu] ...
 
 Every knob of the API contract (spec §0.1) is a flag named after it and an environment variable
-PLAYGROUND_<KNOB>; the flag wins. The API answers /health with 503 until the model has loaded.
+PLAYGROUND_<KNOB>; the flag wins. The API starts first and answers /health with 503 until the model has loaded;
+the page is then built and mounted at / (engine/http/late_mount.py: a "starting" page there until it is).
 
 This module only wires: the service is built by engine/serving/factory.py, the models offered and their pool by
 engine/serving/model_catalog.py (the demo Qwen3 from demo_models/offer.py), the server's start, drain and stop by
@@ -183,9 +184,8 @@ def main(argv: list[str] | None = None) -> None:
             if isinstance(progress.exception, (LoraError, QuantError, KVDtypeError)):
                 log.error("app.py: error: %s", progress.exception)
                 os._exit(2)
-            if progress.error is None:
+            if progress.error is None:  # (Whisper loads on the first audio request: preloading costs ~150 MB)
                 log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
-        # (Whisper loads on the first audio request, a few seconds once: preloading it costs ~150 MB resident.)
         if page is not None and page.mount(lambda served: mount_page(served, settings, policy)):
             log.info("page ready: http://%s:%d/", settings.bind_host, settings.port)
 
