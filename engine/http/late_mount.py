@@ -48,19 +48,21 @@ class LateMounts:
         self._placeholder = Mount(path, app=self._starting)
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stack = contextlib.AsyncExitStack()
+        self._closing: asyncio.Event | None = None
+        self._held: list[asyncio.Task[None]] = []  # a task per mount, holding its lifespans open
         app.router.routes.append(self._placeholder)
         own = app.router.lifespan_context
 
         @contextlib.asynccontextmanager
         async def lifespan(served: Any) -> AsyncIterator[Any]:
             async with own(served) as state:
-                self._loop = asyncio.get_running_loop()
+                self._loop, self._closing = asyncio.get_running_loop(), asyncio.Event()
                 self._started.set()
                 try:
                     yield state
                 finally:
-                    await self._stack.aclose()
+                    self._closing.set()
+                    await asyncio.gather(*self._held, return_exceptions=True)
 
         app.router.lifespan_context = lifespan
 
@@ -92,7 +94,7 @@ class LateMounts:
         try:
             build(self.app)
             added = self.app.router.lifespan_context
-            asyncio.run_coroutine_threadsafe(self._stack.enter_async_context(added(self.app)), self._loop).result()
+            asyncio.run_coroutine_threadsafe(self._enter(added(self.app)), self._loop).result()
         except Exception:
             log.exception("the page could not be built")
             self.failed = True
@@ -101,3 +103,22 @@ class LateMounts:
             self.app.router.lifespan_context = own
         self.app.router.routes.remove(self._placeholder)
         return True
+
+    async def _enter(self, lifespan: Any) -> None:
+        """Enter `lifespan` in a task of its own that leaves it at the server's shutdown: a lifespan is left in the
+        task that entered it (anyio's task groups, the MCP session manager's, insist)."""
+        entered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.append(asyncio.create_task(self._hold(lifespan, entered)))
+        await entered
+
+    async def _hold(self, lifespan: Any, entered: asyncio.Future[None]) -> None:
+        assert self._closing is not None
+        try:
+            async with lifespan:
+                entered.set_result(None)
+                await self._closing.wait()
+        except Exception as exc:
+            if not entered.done():
+                entered.set_exception(exc)
+            else:
+                log.exception("a late mount's lifespan failed")

@@ -5,8 +5,14 @@ running server (Gradio's queue: an event runs) and left at its shutdown."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +24,8 @@ from starlette.routing import Mount, Route
 from engine.cli import settings_from
 from engine.http import server_lifecycle as life
 from engine.http.late_mount import RELOAD_S, LateMounts
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def api() -> FastAPI:
@@ -114,3 +122,36 @@ def test_a_gradio_page_mounted_late_runs_its_queued_events() -> None:
         assert Client(server.url + "/", verbose=False).predict("hi", api_name="/upper") == "HI"
     finally:
         server.stop()
+
+
+def test_app_py_mounts_the_mcp_tool_after_health_and_its_session_manager_runs(tmp_path: Path) -> None:
+    """The real entry point with `--mcp --no-ui`: /health turns 200 with the API alone, then the MCP tool is mounted
+    late and its lifespan (the streamable-HTTP session manager) runs: a client lists the chat tool."""
+    from tests.engine.http.test_api_mcp import mcp_session
+    from tests.engine.http.test_api_ops import unused_port
+
+    port = unused_port()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), "--mcp", "--no-ui"],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PLAYGROUND_")},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while "page ready" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert httpx.get(base + "/health").status_code == 200
+        names = mcp_session(base, lambda session: session.list_tools())
+        assert [t.name for t in names.tools] == ["chat"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert text.index(" loaded in ") < text.index("page ready")
