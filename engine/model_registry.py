@@ -153,7 +153,8 @@ def _special_tokens(path: Path, tok_cfg: dict[str, Any]) -> set[str]:
 def _added_tokens(path: Path) -> list[Any]:
     """tokenizer.json's `added_tokens`, decoded alone where they come before the model's vocabulary and merges, as
     the tokenizers library writes the file (SmolLM2's is 3.5 MB, Gemma 3's 33 MB, of which decoding all took 1-2 s
-    of every start, and reading it all ~0.4 s: it is read from its start until the list ends); from the whole file otherwise."""
+    of every start, and reading it all ~0.4 s: it is read from its start until the list ends); from the whole file
+    otherwise."""
     try:
         with path.open("rb") as f:
             data, size = b"", HEAD_BYTES
