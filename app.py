@@ -3,7 +3,8 @@
     python app.py [--model DIR_OR_GGUF] [--host H] [--port P] [--device auto|npu|cuda|mps|cpu] ...
 
 Every knob of the API contract (spec §0.1) is a flag named after it and an environment variable
-PLAYGROUND_<KNOB>; the flag wins. The API answers /health with 503 until the model has loaded.
+PLAYGROUND_<KNOB>; the flag wins. The API starts first and answers /health with 503 until the model has loaded;
+the page is then built and mounted at / (engine/http/late_mount.py: a "starting" page there until it is).
 
 This module only wires: the service is built by engine/serving/factory.py, the models offered and their pool by
 engine/serving/model_catalog.py (the demo Qwen3 from demo_models/offer.py), the server's start, drain and stop by
@@ -70,22 +71,34 @@ def load_first(settings: cfg.Settings, pool: Any) -> Any:
 def create_application(settings: cfg.Settings, policy: Any) -> Any:
     """The API, with the page mounted on the same app; both go through one RequestPolicy (admission, limits,
     timeout, moderation, metrics, access log)."""
+    return mount_page(create_api(settings, policy), settings, policy)
+
+
+def create_api(settings: cfg.Settings, policy: Any) -> Any:
+    """The API alone (no Gradio import): what answers /health while the page is built (issue 30)."""
     from engine.http.api import create_app
-    from engine.http.auth import ui_auth
 
     app = create_app(settings.http, policy)
+    if settings.mcp:  # MCP clients give a bearer secret whenever the server has credentials (Gradio's login form is
+        from engine.http.auth import PrefixGuard, server_secrets  # for browsers); added before the server starts
+
+        app.add_middleware(PrefixGuard, prefix="/mcp", secrets=server_secrets(settings.http))  # mcp_tool.PATH
+    return app
+
+
+def mount_page(app: Any, settings: cfg.Settings, policy: Any) -> Any:
+    """The MCP tool (`--mcp`) and the page, mounted on the API's app."""
+    from engine.http.auth import ui_auth
+
     if settings.mcp:
-        from engine.http.auth import PrefixGuard, bearer_client, bearer_token, server_secrets
+        from engine.http.auth import bearer_client, bearer_token
         from engine.serving.rights import is_admin
         from playground.page import mcp_tool
 
         def identify(headers: Mapping[str, str], host: str | None) -> tuple[str, bool]:
             return bearer_client(headers, host), is_admin(bearer_token(headers), settings.http)
 
-        # Before the page: its mount at / would shadow /mcp. The guard asks MCP clients for a bearer secret
-        # whenever the server has credentials (Gradio's login form is for browsers).
-        app = mcp_tool.mount(app, policy, identify)
-        app.add_middleware(PrefixGuard, prefix=mcp_tool.PATH, secrets=server_secrets(settings.http))
+        app = mcp_tool.mount(app, policy, identify)  # before the page: its mount at / would shadow /mcp
     if settings.ui:
         from playground.page.ui import mount
 
@@ -148,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"app.py: error: {exc}") from None
     configure_process(settings)
     from engine.http.exposure import check_exposure
+    from engine.http.late_mount import LateMounts
     from engine.http.server_lifecycle import serve
 
     check_exposure(settings.http)
@@ -156,27 +170,28 @@ def main(argv: list[str] | None = None) -> None:
     except KVDtypeError as exc:
         raise SystemExit(f"app.py: error: {exc}") from None
 
+    policy = policy_for(settings, pool=pool)
+    app = create_api(settings, policy)
+    page = LateMounts(app) if settings.ui or settings.mcp else None  # API first, the page once the model is in
+
     def load() -> None:
         try:  # held by the pool alone: once it unloads this model, nothing keeps its weights alive
-            progress = load_first(settings, pool)
+            (progress := load_first(settings, pool)).done.wait()
         except Exception:  # the registry could not be read: keep serving /health (503), the reason logged
             log.exception("model failed to load")
-            return
-        progress.done.wait()
-        # An adapter that does not fit the base model, a --quantization or --kv-cache-dtype the model or device
-        # cannot take: the process ends (2), as a bad flag ends it; any other failure the pool logged, and /health
-        # stays 503.
-        if isinstance(progress.exception, (LoraError, QuantError, KVDtypeError)):
-            log.error("app.py: error: %s", progress.exception)
-            os._exit(2)
-        if progress.error is None:
-            log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
-        # Whisper loads on the first audio request (a few seconds, once): preloading it would cost every text-only
-        # deployment about 150 MB of resident memory.
+        else:  # an adapter that does not fit the model, a --quantization or --kv-cache-dtype it or the device cannot
+            # take: the process ends (2), as a bad flag does; the pool logged any other failure (/health stays 503)
+            if isinstance(progress.exception, (LoraError, QuantError, KVDtypeError)):
+                log.error("app.py: error: %s", progress.exception)
+                os._exit(2)
+            if progress.error is None:  # (Whisper loads on the first audio request: preloading costs ~150 MB)
+                log.info("ready: http://%s:%d/", settings.bind_host, settings.port)
+        if page is not None and page.mount(lambda served: mount_page(served, settings, policy)):
+            log.info("page ready: http://%s:%d/", settings.bind_host, settings.port)
 
     threading.Thread(target=load, name="loader", daemon=True).start()
     try:
-        serve(create_application(settings, policy_for(settings, pool=pool)), settings.http)
+        serve(app, settings.http)
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it drained for: the server has stopped cleanly
         log.info("stopped")
 

@@ -13,7 +13,9 @@ reports their seconds to `/health` 200 with a breakdown read from the server's l
     weights        reading the tokenizer and the bf16 checkpoint (transformers' import included)
     quant          the GGUF's blocks, their check against the checkpoint and the kernel choices (auto only)
     runner+probes  the rest of the runner and the engine (the roofline's bandwidth probe)
-    health         from the load's end to the first /health 200 (the page is built meanwhile, in parallel)
+    health         from the load's end to the first /health 200
+    page           (beside the total) from the process's start to `/` 200: the page is imported, built and mounted
+                   once the model has loaded (app.py's API-first start), `/` says "starting" until then
 
 A timing is only meaningful beside a reference taken in the same run on the same (shared) machine: each restart
 is followed by `python -c "import torch"`'s seconds, and each restart's CPU seconds (user + system, all threads, at
@@ -70,6 +72,21 @@ def wait_healthy(base: str, proc: subprocess.Popen, deadline_s: float) -> float:
     raise SystemExit("no /health 200 in time")
 
 
+def wait_page(base: str, proc: subprocess.Popen, deadline_s: float) -> float:
+    """When `/` first answers 200 (the page mounted; the "starting" page before is a 503)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < deadline_s:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        try:
+            if httpx.get(base + "/", timeout=5).status_code == 200:
+                return time.perf_counter()
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("no page in time")
+
+
 def first_token(base: str) -> float:
     body = {
         "model": "SmolLM2-135M-Instruct",
@@ -87,7 +104,7 @@ def first_token(base: str) -> float:
 # The server's log lines that end each stage of a start (app.py, the pool, the runner, the roofline).
 MILESTONES = (
     ("imports+pool", "INFO playground: device "),
-    ("weights", "INFO engine.core.cpu_kernels: CPU kernels"),
+    ("weights", "INFO engine.device: device ops on "),
     ("quant", "INFO engine.core.model_runner: weights: "),
     ("runner+probes", " loaded in "),
 )
@@ -131,12 +148,13 @@ def warm_restart(
     try:
         healthy = wait_healthy(f"http://127.0.0.1:{port}", proc, 600)
         cpu = cpu_seconds(proc.pid)
+        page = wait_page(f"http://127.0.0.1:{port}", proc, 600)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     total = healthy - started
     parts = breakdown(log.read_text(encoding="utf-8", errors="replace"), wall, wall + total)
-    return {"total": total, **parts, "cpu": cpu, "import torch": import_torch_s(python)}
+    return {"total": total, **parts, "page": page - started, "cpu": cpu, "import torch": import_torch_s(python)}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -152,10 +170,12 @@ def report_restarts(
     for quantization in modes:
         for i in range(repeat):
             r = warm_restart(python, cwd, env, port, quantization, logs / f"warm-{quantization}-{i}.log")
-            stages = ", ".join(f"{k} {v:.1f}" for k, v in r.items() if k not in ("total", "cpu", "import torch"))
+            stages = ", ".join(
+                f"{k} {v:.1f}" for k, v in r.items() if k not in ("total", "page", "cpu", "import torch")
+            )
             print(
                 f"warm restart --quantization {quantization}: /health 200 at {r['total']:.1f} s ({stages}), "
-                f"{r['cpu']:.1f} CPU s; reference: import torch {r['import torch']:.1f} s",
+                f"{r['cpu']:.1f} CPU s; page at {r['page']:.1f} s; reference: import torch {r['import torch']:.1f} s",
                 flush=True,
             )
 

@@ -1,6 +1,7 @@
 """Where a warm start's CPU seconds go: each stage of app.py's start run in sequence in one process, with its CPU
-seconds (`time.process_time()`, all threads) and wall seconds. The server runs the page and the model's load in
-two threads; here they run one after the other, so each stage's cost stands alone.
+seconds (`time.process_time()`, all threads) and wall seconds, in the server's order (API first, issue 30): what
+comes before /health 200 (torch, the pool, the API, the registry, transformers, `build_service`), then the page
+(Gradio's import, the page's build and mount), which the server does once the model has loaded.
 
     .venv/bin/python bench/start_stages.py [app.py flags, e.g. --quantization none]
 """
@@ -34,20 +35,27 @@ def main() -> None:
     settings = app.settings_from(sys.argv[1:])
     app.configure_process(settings)
     mark("import app, settings")
-    import gradio  # noqa: F401
+    pool = app.new_pool(settings)
+    mark("the pool (the engine's modules)")
+    policy = app.policy_for(settings, pool=pool)
+    api = app.create_api(settings, policy)
+    import uvicorn  # noqa: F401
 
-    mark("import gradio")
+    mark("the API and uvicorn")
+    candidates = app.model_candidates(settings)
+    mark("the registry (model_candidates)")
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
     from transformers.models.llama import modeling_llama  # noqa: F401
 
     mark("import transformers (Auto*, llama)")
-    pool = app.new_pool(settings)
-    candidates = app.model_candidates(settings)
-    mark("pool and registry (model_candidates)")
-    app.create_application(settings, app.policy_for(settings, pool=pool))
-    mark("the API and the page")
     service = app.build_service(settings.replace(served_model_name=candidates[0].id))
     mark("build_service (weights, runner, engine)")
+    print(f"{'before /health 200':<40} {time.process_time() - CPU0:6.2f} CPU s")
+    import gradio  # noqa: F401
+
+    mark("import gradio")
+    app.mount_page(api, settings, policy)
+    mark("the page (build and mount)")
     service.engine.shutdown()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -35,9 +36,18 @@ def bf16_exact(model: Any) -> bool:
     for m in model.modules():
         if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
             w = m.weight.data
-            if w.dtype != torch.bfloat16 and not torch.equal(w.to(torch.bfloat16).to(w.dtype), w):
+            if w.dtype != torch.bfloat16 and not _bf16_exact(w):
                 return False
     return True
+
+
+def _bf16_exact(w: torch.Tensor) -> bool:
+    """A float32 matrix is exact in bf16 when the low 16 bits of every value are zero: read in place (a third of
+    the CPU time of the round trip below, which allocates two copies, at every start). A NaN counts as exact
+    there, and stays a NaN in bf16."""
+    if w.dtype == torch.float32 and w.is_contiguous() and w.device.type == "cpu" and sys.byteorder == "little":
+        return not bool(w.view(torch.int16)[..., 0::2].any())
+    return torch.equal(w.to(torch.bfloat16).to(w.dtype), w)
 
 
 def widen_vectors(model: Any) -> None:

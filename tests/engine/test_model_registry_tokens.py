@@ -12,6 +12,9 @@ from engine.model_registry import _added_tokens
 
 ADDED = [{"id": 0, "content": "<|im_start|>", "special": True}, {"id": 1, "content": "model", "special": True}]
 MODEL = {"type": "BPE", "vocab": {"added_tokens": 5, "a": 0}, "merges": ["a b"]}
+# Past the first read (256 KiB) and the next (1 MiB), with characters of two and three bytes to cut at its end.
+LONG = [{"id": i, "content": f"<é_{i}_€>", "special": True} for i in range(40_000)]
+LONG_MODEL = {"type": "BPE", "vocab": {f"é{i}€": i for i in range(40_000)}, "merges": []}
 
 
 @pytest.mark.parametrize(
@@ -21,6 +24,9 @@ MODEL = {"type": "BPE", "vocab": {"added_tokens": 5, "a": 0}, "merges": ["a b"]}
         {"version": "1.0", "model": MODEL, "added_tokens": ADDED},  # the vocabulary first: the whole file
         {"added_tokens": ADDED},
         {"model": MODEL},
+        {"version": "1.0", "added_tokens": LONG, "model": LONG_MODEL},  # read in steps until the list ends
+        {"version": "1.0", "model": LONG_MODEL, "added_tokens": LONG},
+        {"version": "1.0", "model": LONG_MODEL},
     ],
 )
 def test_added_tokens_as_the_whole_file_has_them(tmp_path: Path, layout: dict) -> None:
