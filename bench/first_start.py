@@ -2,7 +2,7 @@
 
 Clones this repository's HEAD into a temporary folder, points HOME at a new empty directory (pip's cache and the
 model cache start empty; the machine's pip configuration is kept), and runs the README's command exactly
-(`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && .venv/bin/python app.py`) on a free port.
+(`python3 -m venv .venv && .venv/bin/pip install --no-compile -r requirements.txt && .venv/bin/python app.py`) on a free port.
 Reports the seconds to `/health` 200 and to the first streamed token of a chat, with the same stages as below
 (there `imports+pool` holds the venv and `pip install`, `weights` the model's download and conversion); then
 stops the server and restarts `app.py` (warm: the venv, the model cache and the kept kernel choices are there),
@@ -201,7 +201,10 @@ def main() -> None:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     port = free_port()
     command = readme_command().replace("app.py", f"app.py --port {port}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLAYGROUND_", "XDG_", "VIRTUAL_ENV"))}
+    # A newcomer's shell: none of this machine's playground, XDG or venv variables, and Python writing the bytecode
+    # of what it imports (PYTHONDONTWRITEBYTECODE, which a sandbox may set, left out).
+    drop = ("PLAYGROUND_", "XDG_", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     pip_conf = Path.home() / ".config" / "pip" / "pip.conf"
     if pip_conf.is_file() and "PIP_CONFIG_FILE" not in env:
         env["PIP_CONFIG_FILE"] = str(pip_conf)
@@ -222,7 +225,7 @@ def main() -> None:
     print(f"first start: /health 200 at {healthy - started:.0f} s, first streamed token at {token - started:.0f} s")
     parts = breakdown((work / "first.log").read_text(errors="replace"), wall, wall + healthy - started)
     print("  stages: " + ", ".join(f"{k} {v:.0f}" for k, v in parts.items()))
-    print("  (pip install -r requirements.txt, the model's download and its conversion included)")
+    print("  (pip install of requirements.txt, the model's download and its conversion included)")
     report_restarts(str(clone / ".venv" / "bin" / "python"), clone, env, port, args.repeat, work, args.modes.split(","))
     if args.keep:
         print(f"kept: {work}")

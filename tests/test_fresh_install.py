@@ -31,10 +31,9 @@ PIP_TIMEOUT_S = 1200  # torch comes from the machine's disk, the rest from pip's
 
 
 def pip_install(venv: Path, requirements: str) -> None:
-    """The README's `pip install -r`, less the byte-compiling of every installed module (`--no-compile`): what gets
-    installed is the same, and the modules the tests import compile as they load. torch's and jupyterlab's thousands
-    of files made compiling most of the install
-    (here, 2 busy cores: requirements.txt 231 s -> 54 s, requirements-notebooks.txt 64 s -> 35 s)."""
+    """The README's `pip install --no-compile -r` (pip's byte-compiling of every installed module skipped: the
+    modules a process imports compile as they load; here, 2 busy cores: requirements.txt 231 s -> 54 s,
+    requirements-notebooks.txt 64 s -> 35 s)."""
     cmd = [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", "-r", requirements]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     assert done.returncode == 0, f"pip install -r {requirements} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
@@ -50,7 +49,7 @@ def fresh_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python3 -m venv .venv && .venv/bin/pip install -r requirements.txt`, into a directory of its own."""
+    """`python3 -m venv .venv && .venv/bin/pip install --no-compile -r requirements.txt`, into a directory of its own."""
     path = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
     pip_install(path, "requirements.txt")
