@@ -347,6 +347,10 @@ inline void decode_q8(const int8_t* q, const S* sc, const S* mn, float* out, int
 // in the same order as `tile` over a decoded copy: so a row's result is bit-identical on both paths, whatever the
 // batch, while the packed bytes are read once and never stored (the decoded copy's store and reload cost more than
 // the arithmetic: 2 GB/s against the memory's 12-14 here).
+// The rows are shared out `guided` (shrinking chunks taken as threads come free), not statically: on 2 cores the
+// server's own threads (the event loop streaming tokens, the client) preempt one member of the team now and then,
+// and a static half waits for it; SmolLM2's single stream went from 26.6-41.9 ms a token (the thread tuner
+// switching 2 -> 1 -> 2 -> 1 threads) to 21.6-22.2 ms with no switch (bench/README.md).
 // Both paths give the same numbers, so the row count where one hands over to the other is a speed choice alone:
 // measured on one core of the Xeon (3072 x 576, 4 and 8 bits), the direct path takes 0.25-0.9x the time of the
 // decoded copy's up to 15 rows with AVX-512, and with AVX2's 16 registers 0.4-0.98x up to 8 rows, 1.2-1.4x
@@ -477,7 +481,7 @@ void linear_quant_direct(const float* x, const uint8_t* wq, const S* scale, cons
     const int64_t row_bytes = bits == 4 ? K / 2 : K;
     const int R = B == 1 ? QGR : QTR;
     const int tiles = N / R;
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(guided) num_threads(threads)
     for (int t = 0; t < tiles + (N % R); ++t) {
         if (t + PF < tiles) {  // rows a few tiles ahead, so more of them are on their way from memory
             const char* ahead = reinterpret_cast<const char*>(wq + static_cast<int64_t>(t + PF) * R * row_bytes);
@@ -604,7 +608,7 @@ void linear_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
     if (B <= DIRECT_ROWS) {  // one pass over the weights, widened in registers as they stream
         const int R = B == 1 ? GR : TR;
         const int tiles = N / R;
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(guided) num_threads(threads)
         for (int t = 0; t < tiles + (N % R); ++t) {
             if (t + PF < tiles) {  // rows a few tiles ahead, so more of them are on their way from memory
                 const char* ahead = reinterpret_cast<const char*>(w + static_cast<int64_t>(t + PF) * R * K);
