@@ -256,8 +256,11 @@ def test_an_hf_forward_model_refuses_int4() -> None:
 def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
     """A shape whose unquantized path measures faster at many rows runs it from SPLIT_ROWS (a bf16 copy, counted in
     the bytes), and a quantized kernel below; one whose reference is slower keeps no copy."""
+    # A matrix big enough that the kernels take a millisecond or more from 16 rows, against the microseconds of
+    # the stand-in below, and the best of 3 timings: a preempted timing on a busy machine cannot turn the outcome.
+    n, k = 512, 768
     g = torch.Generator().manual_seed(3)
-    qw = quant.quantize(torch.randn(64, 96, generator=g), 4, 32)
+    qw = quant.quantize(torch.randn(n, k, generator=g), 4, 32)
     fast = [quant.QuantProjection(qw, None, K)]
 
     class Instant:  # the "unquantized path": faster than any kernel, and recognisable
@@ -265,19 +268,19 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
             self.weight, self.packed = w.to(torch.bfloat16), None
 
         def __call__(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.full((x.shape[0], 64), 7.0)
+            return torch.full((x.shape[0], n), 7.0)
 
-    quant.calibrate(fast, Instant, repeat=1)
+    quant.calibrate(fast, Instant, repeat=3)
     p = fast[0]
     assert p.kernels_by_rows[1] == "fallback" and p.kernels_by_rows[0] != "fallback"
-    assert p.nbytes > qw.nbytes + 64 * 96  # the copy counts
-    assert (p(torch.randn(quant.SPLIT_ROWS, 96)) == 7).all()
-    x = torch.randn(4, 96)
+    assert p.nbytes > qw.nbytes + n * k  # the copy counts
+    assert (p(torch.randn(quant.SPLIT_ROWS, k)) == 7).all()
+    x = torch.randn(4, k)
     ref = F.linear(x, qw.dequantize())  # the tile kernel, or torch's (bf16 activations) where it won
     torch.testing.assert_close(p(x), ref, atol=0.05 * ref.abs().max().item(), rtol=0.02)
 
     def slow(w: torch.Tensor, bias: Any) -> Any:
-        return lambda x: (time.sleep(0.002), F.linear(x, w))[1]
+        return lambda x: (time.sleep(0.05), F.linear(x, w))[1]
 
     other = [quant.QuantProjection(qw, None, K)]
     quant.calibrate(other, slow, repeat=1)
