@@ -113,16 +113,22 @@ inline __m256 load8(const uint16_t* p) {
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
+// A tile's R x C accumulators set to zero (the bf16 / decoded tiles and the quantized direct ones).
+template <int R, int C>
+inline void zero_tile(vf (&acc)[R][C]) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = vzero();
+}
+
 // R weight rows (wr: the first, which is output row n) against C input rows starting at row b. W is uint16_t for
 // bf16 rows widened in registers as they load, or float for rows already widened into a per-thread copy that
 // stays in L1 (a batch of many input rows then widens each weight row once instead of once per TC input rows).
 template <int R, int C, typename W>
 void tile(const float* x, const W* wr, const float* bias, float* y, int K, int N, int n, int b) {
     vf acc[R][C];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) acc[r][c] = vzero();
+    zero_tile<R, C>(acc);
     const float* xb = x + static_cast<int64_t>(b) * K;
     int k = 0;
     for (; k + L <= K; k += L) {
@@ -422,10 +428,7 @@ void qtile(const float* x, const uint8_t* wq, const S* scale, const S* minv, con
     const int64_t row_bytes = bits == 4 ? K / 2 : K;
     const int G = K / group;
     vf acc[R][C];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) acc[r][c] = vzero();
+    zero_tile<R, C>(acc);
     const float* xb = x + static_cast<int64_t>(b) * K;
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(2 * R) * G);

@@ -62,6 +62,7 @@ class LateMounts:
                     yield state
                 finally:
                     self._closing.set()
+                    # each hold logs its own lifespan's failure (_hold): here only their ends are awaited
                     await asyncio.gather(*self._held, return_exceptions=True)
 
         app.router.lifespan_context = lifespan
@@ -95,7 +96,7 @@ class LateMounts:
             build(self.app)
             added = self.app.router.lifespan_context
             asyncio.run_coroutine_threadsafe(self._enter(added(self.app)), self._loop).result()
-        except Exception:
+        except Exception:  # any failure of Gradio's build: logged with its traceback, the placeholder says so (500)
             log.exception("the page could not be built")
             self.failed = True
             return False
