@@ -11,7 +11,8 @@ For each mode the model is loaded as the server loads it (engine/models.py, make
   - weight bytes resident: the projections as kept (packed forms and any second copy included) plus the
     embedding and output head (int8 or the GGUF's own blocks when quantized), and the process's RSS after loading;
   - `--quality` (SmolLM2 only): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
-    through each mode: top-1 agreement and mean KL(fp32 || mode) per token.
+    through each mode: top-1 agreement and mean KL(fp32 || mode) per token, in one prefill (the kernels from
+    SPLIT_ROWS rows) and as decode steps, a token a step (`decode_*`: the kernels of a decode batch).
 `--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only).
 The CPU's flags that matter to the kernels are printed first.
 """
@@ -216,6 +217,8 @@ def main() -> None:
 
             agree, kl = top1_agreement(reference, runner, qprompts, outs)
             row |= {"top1_agreement": round(agree, 4), "mean_kl": float(f"{kl:.3g}")}
+            agree, kl = top1_agreement(reference, runner, qprompts, outs, stepwise=True)
+            row |= {"decode_top1_agreement": round(agree, 4), "decode_mean_kl": float(f"{kl:.3g}")}
         print(json.dumps(row), flush=True)
         del runner
         gc.collect()

@@ -173,25 +173,34 @@ def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, setting
     assert agree >= 0.95 and kl < {"int4": 1e-3, "int8": 1e-2, "auto": 2e-4}[quantization], (agree, kl)
 
 
-def teacher_forced(runner: Any, prompt: list[int], tokens: list[int]) -> torch.Tensor:
-    """Log-probabilities [len(tokens), vocab] of each of `tokens` after the prompt and the tokens before it."""
+def teacher_forced(runner: Any, prompt: list[int], tokens: list[int], stepwise: bool = False) -> torch.Tensor:
+    """Log-probabilities [len(tokens), vocab] of each of `tokens` after the prompt and the tokens before it: in one
+    prefill, or `stepwise` as decode steps (the prompt, then one token a step: the kernels of a decode batch)."""
     from engine.core.kv import KVCache
     from engine.core.runner import Segment
 
     cache = KVCache()
     with torch.inference_mode():
-        seg = Segment(cache, prompt + tokens[:-1], all_logits=True)
-        logits = runner.forward([seg])[len(prompt) - 1 :]
+        if stepwise:
+            rows = [runner.forward([Segment(cache, prompt)])[-1:]]
+            rows += [runner.forward([Segment(cache, [t])]) for t in tokens[:-1]]
+            logits = torch.cat(rows)
+        else:
+            seg = Segment(cache, prompt + tokens[:-1], all_logits=True)
+            logits = runner.forward([seg])[len(prompt) - 1 :]
     runner.release(cache)
     return torch.log_softmax(logits.float(), -1)
 
 
-def top1_agreement(ref: Any, test: Any, prompts: list[list[int]], outs: list[list[int]]) -> tuple[float, float]:
-    """Share of positions where both runners' top-1 tokens agree, and mean KL(ref || test), teacher-forced."""
+def top1_agreement(
+    ref: Any, test: Any, prompts: list[list[int]], outs: list[list[int]], stepwise: bool = False
+) -> tuple[float, float]:
+    """Share of positions where both runners' top-1 tokens agree, and mean KL(ref || test), teacher-forced (the
+    test runner `stepwise` when asked: its decode path)."""
     same = total = 0
     kl = 0.0
     for p, o in zip(prompts, outs):
-        a, b = teacher_forced(ref, p, o), teacher_forced(test, p, o)
+        a, b = teacher_forced(ref, p, o), teacher_forced(test, p, o, stepwise)
         same += int((a.argmax(-1) == b.argmax(-1)).sum())
         total += len(o)
         kl += float((a.exp() * (a - b)).sum(-1).sum())
