@@ -115,6 +115,9 @@ class CpuKernels:
         self._linear_q.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
         self._linear_q_h = lib.linear_q_h  # the same with half scales and mins
         self._linear_q_h.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
+        self._decode_layers = lib.decode_layers
+        self._decode_layers.argtypes = [p, i, p, p, p, p, p, p, p, i, p, i, i, i, i, i, i, i, f, f, i, i]
+        self._decode_layers.restype = None
         for fn in (
             self._linear_q,
             self._linear_q_h,
@@ -268,6 +271,89 @@ class CpuKernels:
             torch.get_num_threads(),
         )
         return y
+
+    def decode_layers(
+        self,
+        plan: Any,
+        first_norm: torch.Tensor,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        table: torch.Tensor,
+        lens: torch.Tensor,
+        dims: tuple[int, int, int, int, int, int],
+        eps: float,
+        kv_bf16: bool,
+    ) -> torch.Tensor:
+        """Every layer of a decode step in one call (fused_step.py builds `plan`, a ctypes array of StepLayer): h
+        [B, hidden] float32 contiguous, the step's embeddings, becomes the last residual in place; returns the final
+        norm's output [B, hidden]. cos, sin [B, D]; slots int64 [B]; table int32 [B, W]; lens int32 [B]; dims (H, KV,
+        D, hidden, intermediate, page)."""
+        heads, kv, d, hidden, inter, page = dims
+        out = torch.empty_like(h)
+        self._decode_layers(
+            ctypes.addressof(plan),
+            len(plan),
+            first_norm.data_ptr(),
+            h.data_ptr(),
+            out.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            slots.data_ptr(),
+            table.data_ptr(),
+            table.shape[1],
+            lens.data_ptr(),
+            h.shape[0],
+            heads,
+            kv,
+            d,
+            hidden,
+            inter,
+            page,
+            d**-0.5,
+            eps,
+            int(kv_bf16),
+            torch.get_num_threads(),
+        )
+        return out
+
+
+class StepProj(ctypes.Structure):
+    """cpu_kernels.cpp's StepProj: one projection of a fused decode step (kind 0 bf16, 1 quantized with float32
+    scales, 2 with half scales)."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("group", ctypes.c_int32),
+        ("bits", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
+        ("w", ctypes.c_void_p),
+        ("scale", ctypes.c_void_p),
+        ("minv", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+    ]
+
+
+class StepLayer(ctypes.Structure):
+    """cpu_kernels.cpp's StepLayer: a layer of a fused decode step."""
+
+    _fields_ = [
+        ("qkv", StepProj),
+        ("o", StepProj),
+        ("gate_up", StepProj),
+        ("down", StepProj),
+        ("norm_mid", ctypes.c_void_p),
+        ("norm_next", ctypes.c_void_p),
+        ("k_pool", ctypes.c_void_p),
+        ("v_pool", ctypes.c_void_p),
+        ("q_norm", ctypes.c_void_p),
+        ("k_norm", ctypes.c_void_p),
+        ("qk_eps", ctypes.c_float),
+        ("pad", ctypes.c_int32),
+    ]
 
 
 def _bf16_pages(k: torch.Tensor, v: torch.Tensor) -> bool:

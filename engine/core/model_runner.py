@@ -23,6 +23,7 @@ import torch
 
 from engine import device as devices
 from engine.core import cpu_kernels, gemma, quant
+from engine.core.fused_step import FusedStep
 from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
 from engine.core.kv import PAGE, KVCache, PagePool, kv_dtype
@@ -265,6 +266,20 @@ class DecoderRunner:
         self.lora = LoraSet(adapters, self.layers, self.dtype, self.device)
         return self.lora
 
+    fuse_decode = True  # whether decode steps may take fused_step.py's one native call (bench A/B: False)
+    _fused_plan: FusedStep | None = None
+    _fused_built = False
+
+    def _fused(self) -> FusedStep | None:
+        """The plan of fused_step.py for this runner, built at its first decode step (after calibration, with
+        this runner's pool), or None where the model or its kernels do not fit it."""
+        if not self.fuse_decode:
+            return None
+        if not self._fused_built:
+            self._fused_plan, self._fused_built = FusedStep.build(self), True
+            log.info("decode steps: %s", "one native call" if self._fused_plan else "the layer loop")
+        return self._fused_plan
+
     def _own_pool(self, kv_tokens: int) -> None:
         """The main pool, for every layer that attends to the whole context, and with sliding-window layers their
         own pool; `layer_kv[li]` is layer li's keys and values [pages, PAGE, kv_heads, head_dim] in its pool."""
@@ -284,6 +299,7 @@ class DecoderRunner:
             self.pages = SplitPages(self.pool, self.window)
             where |= {li: (pool.k[j], pool.v[j]) for j, li in enumerate(sliding)}
         self.layer_kv = [where[li] for li in range(len(self.layers))]
+        self._fused_plan, self._fused_built = None, False  # points into the pool: rebuilt for a new one
 
     def sibling(self, kv_tokens: int, kv_cache_dtype: str | None = None) -> DecoderRunner:
         """A runner on the same (read-only) weights with a KV pool of its own, for a second engine in the
@@ -501,6 +517,10 @@ class DecoderRunner:
         as it is). Returns the final norm's output at the rows in `last`."""
         ops, eps = self.ops, self.norm_eps
         adapters, step = (self.lora, lora) if lora is not None else (None, None)
+        if rows is not None and not single and lora is None and rows.starts is None:  # every row decodes
+            fused = self._fused()
+            if fused is not None and h.shape[0] < fused.rows:  # all the layers in one native call (fused_step.py)
+                return fused.run(self, h.contiguous(), cos, sin, slot, rows)[last]
 
         def delta(li: int, k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return y if adapters is None or step is None else adapters.add(step, li, k, x, y)

@@ -1,0 +1,58 @@
+"""A decode step's layers in one native call (engine/core/fused_step.py) against the runner's layer loop: the same
+kernels in the same order, so the same bits, on the bundled model's bf16 weights and on its own Q4_1 blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from engine.core import quant
+from tests.engine.core.test_quantization import _runner
+
+
+def decode(runner: Any, prompts: list[list[int]], steps: int) -> torch.Tensor:
+    """The logits of `steps` greedy decode steps of every prompt together, after one prefill of them all."""
+    from engine.core.kv import KVCache
+    from engine.core.runner import Segment
+
+    caches = [KVCache() for _ in prompts]
+    rows = []
+    with torch.inference_mode():
+        logits = runner.forward([Segment(c, p) for c, p in zip(caches, prompts)])
+        for _ in range(steps):
+            logits = runner.forward([Segment(c, [int(row.argmax())]) for c, row in zip(caches, logits)])
+            rows.append(logits.clone())
+    for c in caches:
+        runner.release(c)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("quantization", ["none", "auto"])
+def test_a_fused_decode_step_gives_the_layer_loops_bits(service, settings, quantization: str) -> None:
+    runner = _runner(service, settings, quantization)
+    for p in (q for layer in runner.proj for q in layer):
+        if isinstance(p, quant.QuantProjection):  # calibration may have timed torch's kernel ahead on a busy machine
+            p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    assert runner._fused() is not None, "the bundled model's decode steps take the one native call"
+    prompts = [list(range(100 + i, 130 + 9 * i)) for i in range(3)]  # ragged contexts
+    for batch in (prompts[:1], prompts):
+        runner.fuse_decode = True
+        fused = decode(runner, batch, 5)
+        runner.fuse_decode = False
+        loop = decode(runner, batch, 5)
+        assert torch.equal(fused, loop), f"{quantization}: {len(batch)} rows"
+
+
+def test_steps_the_fused_call_does_not_cover_take_the_loop(service, settings) -> None:
+    """A step with a prompt chunk beside decode rows runs the loop; the fused plan refuses a runner whose
+    projections run another kernel below SPLIT_ROWS."""
+    from engine.core.fused_step import FusedStep
+
+    runner = _runner(service, settings, "auto")
+    for p in (q for layer in runner.proj for q in layer):
+        p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    assert FusedStep.build(runner) is not None
+    runner.proj[3][2].kernels_by_rows = ("torch", "tile")
+    assert FusedStep.build(runner) is None
