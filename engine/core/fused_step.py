@@ -29,10 +29,15 @@ from engine.core.projection import KERNEL_ROWS, Projection
 
 class FusedStep:
     """The plan of one runner's layers for decode_layers (pointers into its weights and KV pools, which it keeps
-    alive), and `rows`: a step must have fewer rows than this to take it."""
+    alive) with the model's shapes, and `rows`: a step must have fewer rows than this to take it."""
 
-    def __init__(self, plan: Any, rows: int, keep: list[torch.Tensor]) -> None:
+    def __init__(self, runner: Any, plan: Any, rows: int, keep: list[torch.Tensor]) -> None:
         self.plan, self.rows, self._keep = plan, rows, keep
+        self.kern, self.first_norm, self.eps = runner.kern, runner.norm_w[0], runner.norm_eps
+        k_pool = runner.layer_kv[0][0]
+        hidden, inter = int(self.first_norm.shape[0]), runner.model.config.intermediate_size
+        self.dims = (runner.n_heads, runner.n_kv, runner.head_dim, hidden, inter, int(k_pool.shape[1]))
+        self.kv_bf16 = k_pool.dtype == torch.bfloat16
 
     @staticmethod
     def build(runner: Any) -> FusedStep | None:
@@ -78,26 +83,23 @@ class FusedStep:
         if first.dtype != torch.float32 or not first.is_contiguous():
             return None
         keep.append(first)
-        return FusedStep((StepLayer * len(layers))(*layers), rows, keep)
+        return FusedStep(runner, (StepLayer * len(layers))(*layers), rows, keep)
 
-    def run(self, runner: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: Any, rows: Any) -> Any:
+    def run(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: Any, rows: Any) -> Any:
         """The final norm's output [N, hidden] of a decode step (DecoderRunner._layers' arguments); h is left as
         the last residual, as the loop leaves it."""
-        k_pool = runner.layer_kv[0][0]
-        cfg = runner.model.config
-        dims = (runner.n_heads, runner.n_kv, runner.head_dim, h.shape[1], cfg.intermediate_size, k_pool.shape[1])
-        return runner.kern.decode_layers(
+        return self.kern.decode_layers(
             self.plan,
-            runner.norm_w[0],
+            self.first_norm,
             h,
             cos,
             sin,
             slots,
             rows.table,
             rows.lens,
-            dims,
-            runner.norm_eps,
-            k_pool.dtype == torch.bfloat16,
+            self.dims,
+            self.eps,
+            self.kv_bf16,
         )
 
 

@@ -45,9 +45,9 @@ def test_a_fused_decode_step_gives_the_layer_loops_bits(service, settings, quant
         assert torch.equal(fused, loop), f"{quantization}: {len(batch)} rows"
 
 
-def test_steps_the_fused_call_does_not_cover_take_the_loop(service, settings) -> None:
-    """A step with a prompt chunk beside decode rows runs the loop; the fused plan refuses a runner whose
-    projections run another kernel below SPLIT_ROWS."""
+def test_a_runner_with_a_kernel_the_fused_call_lacks_keeps_the_loop(service, settings) -> None:
+    """The plan is refused (the runner's steps take the layer loop) when one projection runs another kernel below
+    SPLIT_ROWS than the tile kernel decode_layers calls."""
     from engine.core.fused_step import FusedStep
 
     runner = _runner(service, settings, "auto")
