@@ -59,8 +59,15 @@ from loadgen import memory_bandwidth_gbs, run_level  # bench/ is not a package: 
 PEER_ENV = dict(os.environ)
 
 ROOT = Path(__file__).resolve().parent.parent
-# --model for app.py ("" = the default, bundled SmolLM2) and the name both servers serve it under
-MODELS = {"smollm2": ("", "SmolLM2-135M-Instruct"), "gemma": ("gemma-3-270m", "gemma-3-270m")}
+# --model for app.py ("" = the default, bundled SmolLM2) and the name both servers serve it under; "qwen3b" is
+# bench/qwen_shape.py's Qwen2.5-3B shape (random weights) in the cache, which ours quantizes at load (`--ours int4`)
+# and llama.cpp serves as the Q4_K_M GGUF that bench/gguf_llamacpp.py makes of it with llama.cpp's own tools.
+QWEN3B = "qwen2.5-3b-shape"
+MODELS = {
+    "smollm2": ("", "SmolLM2-135M-Instruct"),
+    "gemma": ("gemma-3-270m", "gemma-3-270m"),
+    "qwen3b": (QWEN3B, QWEN3B),
+}
 # End-of-generation tokens llama.cpp stops on (llama_vocab_is_eog) besides the GGUF's eos / eot ids, by their text
 EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>", "<|eot_id|>", "<|end|>", "</s>")
 # llama-cpp-python's server with llama.cpp's "extra buffer types" off (no AMX / repacked weights): on this project's
@@ -88,6 +95,7 @@ class Server:
     model: str
     extra_body: dict = field(default_factory=dict)
     log: Path | None = None  # the server's output
+    pid: int = 0
     c1: list[dict] = field(default_factory=list)  # one loadgen level row per round
     c16: list[dict] = field(default_factory=list)
 
@@ -104,8 +112,17 @@ def cpu_model() -> str:
 
 
 def gguf_for(model: str, cache: Path) -> Path:
-    """The GGUF app.py serves for `--model model`, fetched and converted first if need be (as the app would)."""
+    """The GGUF app.py serves for `--model model`, fetched and converted first if need be (as the app would); for
+    the 3B shape, the Q4_K_M file bench/gguf_llamacpp.py wrote beside it."""
     from engine.models import gguf_source, resolve_model_dir
+
+    if model == QWEN3B:
+        made = cache / "bench-models" / f"{QWEN3B}-Q4_K_M.gguf"
+        if not made.is_file():
+            raise SystemExit(
+                f"no {made}: run bench/qwen_shape.py --size 3b, then bench/gguf_llamacpp.py (bench/README.md)"
+            )
+        return made
 
     resolve_model_dir(model, cache, lambda f, s: print(f"  {s}", flush=True))
     path = gguf_source(model, cache)
@@ -141,7 +158,9 @@ def ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def started(cmd: list[str], url: str, log: Path, deadline_s: float = 900, env: dict | None = None) -> Iterator[None]:
+def started(
+    cmd: list[str], url: str, log: Path, deadline_s: float = 900, env: dict | None = None
+) -> Iterator[subprocess.Popen]:
     """`cmd` running (its output in `log`) until the block ends, from the moment it is `ready`."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
@@ -156,7 +175,7 @@ def started(cmd: list[str], url: str, log: Path, deadline_s: float = 900, env: d
             if time.monotonic() > end:
                 raise SystemExit(f"{cmd[:4]}: not ready in {deadline_s:.0f} s")
             time.sleep(1)
-        yield
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -183,6 +202,12 @@ def level(server: Server, args: argparse.Namespace, concurrency: int, requests: 
     if row["failed"] or row["tokens_per_request"] != [args.max_tokens]:
         raise SystemExit(f"{server.label}: not every request gave {args.max_tokens} tokens: {row}")
     return row
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """The server process's resident memory now and at its peak (VmRSS, VmHWM), in MB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return tuple(round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
 
 
 def med(values: list[float]) -> float:
@@ -216,19 +241,22 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
         ]
         url = f"http://127.0.0.1:{port}"
         log = logs / f"llamacpp-{model_key}.log"
-        stack.enter_context(started(llama_cmd, url, log, env=PEER_ENV))
+        proc = stack.enter_context(started(llama_cmd, url, log, env=PEER_ENV))
         label = "llama.cpp" + (" (no extra buffer types: AMX crashes)" if amx else "")
-        servers.append(Server(label, url, name, {"logit_bias": bias, "repeat_penalty": 1.0}, log))
+        servers.append(Server(label, url, name, {"logit_bias": bias, "repeat_penalty": 1.0}, log, proc.pid))
         for entry in args.ours.split(","):
             mode, _, ngram = entry.partition("+ngram")
             port = free_port()
             cmd = [sys.executable, "app.py", "--no-ui", "--port", str(port), "--quantization", mode]
             cmd += ["--speculative-ngram", ngram or "0"] + (["--model", app_model] if app_model else [])
+            if app_model == QWEN3B:  # the directory; its chat template thinks unless told not to
+                cmd[cmd.index(app_model)] = str(cache / "bench-models" / QWEN3B)
+                cmd += ["--served-model-name", name, "--enable-reasoning", "false"]
             url = f"http://127.0.0.1:{port}"
             log = logs / f"ours-{entry}-{model_key}.log"
-            stack.enter_context(started(cmd, url, log))
+            proc = stack.enter_context(started(cmd, url, log))
             label = f"ours --quantization {mode}" + (f" --speculative-ngram {ngram}" if ngram else "")
-            servers.append(Server(label, url, name, log=log))
+            servers.append(Server(label, url, name, log=log, pid=proc.pid))
         for s in servers:  # warm-up: first requests pay one-off costs (calibration, caches)
             level(s, args, 1, 2)
         for r in range(args.rounds):
@@ -240,6 +268,7 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
         for r in range(args.c16_rounds):
             for s in servers[r % len(servers) :] + servers[: r % len(servers)]:
                 s.c16.append(level(s, args, 16, 16))
+        memory = {s.label: memory_mb(s.pid) for s in servers}
     ref = servers[0]
     rows = []
     for s in servers:
@@ -254,6 +283,8 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
                 "ttft_p50_s": med([x["ttft_p50_s"] for x in s.c1]),
                 "ratio_vs_llamacpp": med(ratios),
                 "c16_tok_s": med([x["output_tok_s"] for x in s.c16]) if s.c16 else None,
+                "rss_mb": memory[s.label][0],
+                "peak_rss_mb": memory[s.label][1],
             }
         )
     return rows
@@ -289,13 +320,16 @@ def main() -> None:
             rows += measure(key, args, cache, Path(tmp))
     head["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
     print(json.dumps({"loadavg_end": head["loadavg_end"]}))
-    print("\n| model | server | decode tok/s (C1) | ITL p50 ms | TTFT p50 s | ours / llama.cpp | C16 tok/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "\n| model | server | decode tok/s (C1) | ITL p50 ms | TTFT p50 s | ours / llama.cpp | C16 tok/s "
+        "| RSS MB (peak) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         c16 = row["c16_tok_s"] if row["c16_tok_s"] is not None else ""
         print(
             f"| {row['model']} | {row['server']} | {row['decode_tok_s']} | {row['itl_p50_ms']} | "
-            f"{row['ttft_p50_s']} | {row['ratio_vs_llamacpp']} | {c16} |"
+            f"{row['ttft_p50_s']} | {row['ratio_vs_llamacpp']} | {c16} | {row['rss_mb']} ({row['peak_rss_mb']}) |"
         )
     if args.json:
         with open(args.json, "a") as f:

