@@ -437,7 +437,8 @@ inline void q_block(const uint8_t* rowq, const float* sc, const float* mn, int k
 // arriving as one burst at its start (a tile of 8 rows of 2048 4-bit weights is 128 lines, far more than the
 // core's fill buffers hold, so most of a burst was dropped). One core, one row (bench/quant_gemv.py): 4 bits
 // 22016x2048 0.74x the time of the burst, 2048x11008 0.75x, 49152x576 0.81-0.91x, 3072x576 unchanged; 8 bits
-// 0.58-0.67x (SmolLM2's Q8_0 head 5.47 -> 3.68 ms). 1, 2 and 4 tiles ahead measured alike.
+// 0.58-0.67x for those three large shapes (SmolLM2's Q8_0 head 5.47 -> 3.68 ms), 3072x576 0.92-1.05x. 1, 2 and
+// 4 tiles ahead measured alike.
 constexpr int QPF = 2;
 
 // R weight rows from row n against C input rows from row b, K a multiple of 32 (the caller pads).
