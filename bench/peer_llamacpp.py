@@ -207,7 +207,8 @@ def level(server: Server, args: argparse.Namespace, concurrency: int, requests: 
 def memory_mb(pid: int) -> tuple[float, float]:
     """The server process's resident memory now and at its peak (VmRSS, VmHWM), in MB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return tuple(round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+    rss, peak = (round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM"))
+    return rss, peak
 
 
 def med(values: list[float]) -> float:
@@ -248,10 +249,12 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
             mode, _, ngram = entry.partition("+ngram")
             port = free_port()
             cmd = [sys.executable, "app.py", "--no-ui", "--port", str(port), "--quantization", mode]
-            cmd += ["--speculative-ngram", ngram or "0"] + (["--model", app_model] if app_model else [])
-            if app_model == QWEN3B:  # the directory; its chat template thinks unless told not to
-                cmd[cmd.index(app_model)] = str(cache / "bench-models" / QWEN3B)
-                cmd += ["--served-model-name", name, "--enable-reasoning", "false"]
+            cmd += ["--speculative-ngram", ngram or "0"]
+            if app_model == QWEN3B:  # its directory in the cache; its chat template thinks unless told not to
+                cmd += ["--model", str(cache / "bench-models" / QWEN3B), "--served-model-name", name]
+                cmd += ["--enable-reasoning", "false"]
+            elif app_model:
+                cmd += ["--model", app_model]
             url = f"http://127.0.0.1:{port}"
             log = logs / f"ours-{entry}-{model_key}.log"
             proc = stack.enter_context(started(cmd, url, log))

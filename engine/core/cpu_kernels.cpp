@@ -122,7 +122,14 @@ inline void zero_tile(vf (&acc)[R][C]) {
         for (int c = 0; c < C; ++c) acc[r][c] = vzero();
 }
 
-constexpr int PF = 2;  // tiles ahead that the bf16 direct path prefetches (below, at DIRECT_ROWS)
+// Tiles ahead that the direct (decode) paths prefetch, a line of each row at a time as a tile reaches that line
+// itself (bf16 here in `tile`, quantized in `qtile`): spread over the tile rather than one burst at its start (a
+// tile of 8 rows of 2048 4-bit weights is 128 lines, far more than a core's fill buffers hold, so most of a burst
+// was dropped). One core, one row (bench/quant_gemv.py): 4 bits 22016x2048 0.74x the time of the burst,
+// 2048x11008 0.75x, 49152x576 0.81-0.91x, 3072x576 unchanged; 8 bits 0.58-0.67x for those three large shapes
+// (SmolLM2's Q8_0 head 5.47 -> 3.68 ms), 3072x576 0.92-1.05x; bf16 0.56-0.62x for 22016x2048, 0.73-0.89x for
+// SmolLM2's shapes. 1, 2 and 4 tiles ahead measured alike.
+constexpr int PF = 2;
 
 // R weight rows (wr: the first, which is output row n) against C input rows starting at row b. W is uint16_t for
 // bf16 rows widened in registers as they load, or float for rows already widened into a per-thread copy that
@@ -165,9 +172,8 @@ void tile(const float* x, const W* wr, const float* bias, float* y, int K, int N
 
 constexpr int GR = 8;  // weight rows per tile for a single input row (a lone stream's decode)
 // Up to DIRECT_ROWS input rows, each weight tile is widened in registers once per TC rows while it sits in L1,
-// and the rows PF tiles ahead are prefetched a line at a time as the tile reaches that line (`tile`; as the
-// quantized tiles do, QPF below: one core, 1 and 4 rows, 0.56-0.62x the time of a burst at each tile's start for
-// 22016x2048, 0.73-0.89x for SmolLM2's shapes); more rows widen each tile once into a float32 copy. Measured with
+// and the rows PF tiles ahead are prefetched as the tile goes (above); more rows widen each tile once into a
+// float32 copy. Measured with
 // bench/cpu_kernels.py-style runs of the 30 layers: 16 rows 43 -> 41 ms and 8 rows 27 -> 24 ms against widening
 // once from 5 rows up; PF 2 and 4 alike, 2 slightly ahead at 1 row.
 constexpr int DIRECT_ROWS = 16;
@@ -432,15 +438,6 @@ inline void q_block(const uint8_t* rowq, const float* sc, const float* mn, int k
     }
 }
 
-// How far ahead the direct tiles prefetch: each tile asks for the line of each of its rows QPF tiles on as it
-// reaches that line itself, one prefetch per line read, so the requests stay spread over the tile instead of
-// arriving as one burst at its start (a tile of 8 rows of 2048 4-bit weights is 128 lines, far more than the
-// core's fill buffers hold, so most of a burst was dropped). One core, one row (bench/quant_gemv.py): 4 bits
-// 22016x2048 0.74x the time of the burst, 2048x11008 0.75x, 49152x576 0.81-0.91x, 3072x576 unchanged; 8 bits
-// 0.58-0.67x for those three large shapes (SmolLM2's Q8_0 head 5.47 -> 3.68 ms), 3072x576 0.92-1.05x. 1, 2 and
-// 4 tiles ahead measured alike.
-constexpr int QPF = 2;
-
 // R weight rows from row n against C input rows from row b, K a multiple of 32 (the caller pads).
 template <int R, int C, typename S>
 void qtile(const float* x, const uint8_t* wq, const S* scale, const S* minv, const float* bias, float* y, int K, int N,
@@ -458,11 +455,11 @@ void qtile(const float* x, const uint8_t* wq, const S* scale, const S* minv, con
         sf[r] = scales_f32(scale + static_cast<int64_t>(n + r) * G, G, buf.data() + r * G);
         mf[r] = minv ? scales_f32(minv + static_cast<int64_t>(n + r) * G, G, buf.data() + (R + r) * G) : nullptr;
     }
-    const int64_t ahead = static_cast<int64_t>(R) * QPF * row_bytes;  // the same bytes QPF tiles on
+    const int64_t ahead = static_cast<int64_t>(R) * PF * row_bytes;  // the same bytes PF tiles on
     const uint8_t* end = wq + static_cast<int64_t>(N) * row_bytes;
     for (int kb = 0; kb < K; kb += QB) {
         const int64_t at = bits == 4 ? kb / 2 : kb;
-        if (at % 64 == 0) {  // a line of each row QPF tiles ahead, one per line this tile reads
+        if (at % 64 == 0) {  // a line of each row PF tiles ahead, one per line this tile reads
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
                 const uint8_t* line = wq + (n + r) * row_bytes + at + ahead;
