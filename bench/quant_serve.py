@@ -1,6 +1,6 @@
 """Quantized weights through the lean runner (engine/core/quant.py): decode speed, weight bytes and quality.
 
-    .venv/bin/python bench/quant_serve.py [--model smollm2|qwen] [--modes none,bf16,int8,int4,auto]
+    .venv/bin/python bench/quant_serve.py [--model smollm2|qwen|qwen3b] [--modes none,bf16,int8,int4,auto]
                                           [--batch 1,16] [--tokens 32] [--quality] [--threads N]
 
 For each mode the model is loaded as the server loads it (engine/models.py, make_runner with that
@@ -13,7 +13,8 @@ For each mode the model is loaded as the server loads it (engine/models.py, make
   - `--quality` (SmolLM2 only): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
     through each mode: top-1 agreement and mean KL(fp32 || mode) per token, in one prefill (the kernels from
     SPLIT_ROWS rows) and as decode steps, a token a step (`decode_*`: the kernels of a decode batch).
-`--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only).
+`--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only);
+`--model qwen3b` its 3B shape (6.2 GB in bf16; loading it in float32 peaks near 17 GB).
 The CPU's flags that matter to the kernels are printed first.
 """
 
@@ -80,6 +81,12 @@ def runner_for(model_name: str, mode: str, kv_tokens: int = 16384) -> tuple[Any,
         model, tok, gguf = build_model(qwen_config()), None, None
         if mode != "bf16":
             model = model.float() if mode == "none" else model
+    elif model_name == "qwen3b":  # the 3B shape's directory (built once, ~65 s), loaded as the server loads one
+        from bench.qwen_shape import build
+
+        path = build(cache / "bench-models" / "qwen2.5-3b-shape", size="3b")
+        loaded = models.load(str(path), cache, "cpu", torch.bfloat16 if mode == "bf16" else torch.float32)
+        model, tok, gguf = loaded.model, loaded.tokenizer, None
     else:
         loaded = models.load("", cache, "cpu", dtype)
         model, tok, gguf = loaded.model, loaded.tokenizer, loaded.gguf
@@ -161,7 +168,7 @@ def greedy(runner: Any, prompts: list[list[int]], steps: int) -> list[list[int]]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2", choices=("smollm2", "qwen"))
+    ap.add_argument("--model", default="smollm2", choices=("smollm2", "qwen", "qwen3b"))
     ap.add_argument("--modes", default="")
     ap.add_argument("--batch", default="1,16")
     ap.add_argument("--tokens", type=int, default=32)

@@ -249,7 +249,8 @@ class DecoderRunner:
 
         qp = [p for layer in self.proj for p in layer if isinstance(p, quant.QuantProjection)] + [self.lm_head]
         with torch.inference_mode():
-            self.quant_calibration = quant.calibrate(qp, reference, cache=self.calibration)
+            budget = quant.copy_budget(mode, qp)
+            self.quant_calibration = quant.calibrate(qp, reference, cache=self.calibration, copy_budget=budget)
         log.info(
             "weights: %s (%s, %.1f MB in the projections; %.1f s with calibration); per shape, the kernels "
             "below %d rows and from there: %s",

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -413,6 +415,7 @@ def calibrate(
     cache: Any = None,
     *,
     int8_activations: bool = False,
+    copy_budget: float = float("inf"),
 ) -> dict[tuple[int, int], dict[int, dict[str, float]]]:
     """Per matrix shape, time the tile kernel, torch's packed one (where it takes the layout) and, when `reference`
     (weight [N, K] float32, bias) -> callable(x) is given, the unquantized path on the dequantized matrices, at each
@@ -421,37 +424,34 @@ def calibrate(
     the unquantized path from SPLIT_ROWS where it beats both by FALLBACK_MARGIN at every one of them, and with
     `int8_activations` the same for `w8a8` (off by default: per-row int8 activations cost SmolLM2 top-1 agreement,
     87.5% at int4 and 91.7% at int8 against 99.3% with float32 activations, KL 0.06, 6 prompts x 24 tokens, from
-    its activation outliers). Copies that end up unused are dropped. With a `cache`
+    its activation outliers). Every kernel but the tile kernel needs a second copy of the matrix: the copies, of
+    all shapes together, take at most `copy_budget` bytes, given to the shapes whose copy saves the most time a
+    byte (the others run the tile kernel in that range), and copies that end up unused are dropped. With a `cache`
     (calibration_cache.CalibrationCache), a shape whose choice it keeps is not timed again. Returns
     {shape: {rows: {kernel: ms}}} for the shapes timed."""
     groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
     for p in projections:
         groups.setdefault((p.qw.n, p.qw.k, p.qw.bits, p.qw.group), []).append(p)
     report: dict[tuple[int, int], dict[int, dict[str, float]]] = {}
+    decided: list[tuple[list[QuantProjection], list[str], dict[str, float]]] = []  # kernels, ms saved per copy
     for (n, k, bits, group_size), group in groups.items():
         what = {"shape": [n, k], "bits": bits, "group": group_size, "source": group[0].qw.source, "rows": list(rows)}
         what |= {"repeat": repeat, "reference": reference is not None, "int8_activations": int8_activations}
+        if copy_budget <= 0 and not int8_activations:  # no room for a copy: the tile kernel is the only kernel
+            decided.append((group, ["tile", "tile"], {}))
+            continue
         kept = _kept(cache.get("quant", what), group, reference) if cache is not None else None
         if kept is not None:
-            log.info(
-                "quantized %dx%d: %s below %d rows, %s from there (kept from an earlier start)",
-                n,
-                k,
-                kept[0],
-                SPLIT_ROWS,
-                kept[1],
-            )
-            _use(group, kept, reference)
+            decided.append((group, list(kept[0]), kept[1]))
             continue
         sample = group[:: max(1, len(group) // 2)][:2]
-        copies = all(p.copies_ok for p in sample)
+        copies = all(p.copies_ok for p in sample) and copy_budget > 0
         has_torch = copies and all(p.pack_for_torch() for p in sample)
         has_int8 = int8_activations and all(p.pack_int8(copies) for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None and copies else []
         table: dict[int, dict[str, float]] = {}
         if not (has_torch or has_int8 or refs):  # the tile kernel is the only one: nothing to time
-            for p in group:
-                p.kernels_by_rows, p.int8 = ("tile", "tile"), None
+            decided.append((group, ["tile", "tile"], {}))
             continue
         inputs = torch.Generator().manual_seed(0)  # its own: the process's random state is the caller's
         for r in rows:
@@ -464,7 +464,8 @@ def calibrate(
             if has_int8 and r >= SPLIT_ROWS:
                 t["w8a8"] = _best(lambda p, x: p.w8a8(x), sample, x, repeat)
             table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
-        chosen = []
+        chosen: list[str] = []
+        saved: dict[str, float] = {}
         for part in ([r for r in rows if r < SPLIT_ROWS], [r for r in rows if r >= SPLIT_ROWS]):
             total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch")}
             best = "torch" if total["torch"] < TORCH_MARGIN * total["tile"] else "tile"
@@ -475,21 +476,76 @@ def calibrate(
                     if all(key in table[r] and table[r][key] < FALLBACK_MARGIN * table[r][best] for r in part)
                 }
                 best = min(wins, key=wins.__getitem__) if wins else best
+            if best != "tile":  # the ms a step this copy saves over the tile kernel, on the sample
+                key = {"fallback": "reference"}.get(best, best)
+                saved[best] = saved.get(best, 0.0) + round(sum(table[r]["tile"] - table[r][key] for r in part), 3)
             chosen.append(best)
-        _use(group, (chosen[0], chosen[1]), reference)
+        decided.append((group, chosen, saved))
         if cache is not None:
-            cache.put("quant", what, chosen)
-        log.info(
-            "quantized %dx%d: %s below %d rows, %s from there; ms per row count: %s",
-            n,
-            k,
-            chosen[0],
-            SPLIT_ROWS,
-            chosen[1],
-            table,
-        )
+            cache.put("quant", what, [*chosen, saved])
+        log.info("quantized %dx%d: ms per row count: %s", n, k, table)
         report[(n, k)] = table
+    _spend(decided, copy_budget, reference)
+    for group, chosen, _ in decided:
+        _use(group, (chosen[0], chosen[1]), reference)
+        log.info("quantized %dx%d: %s below %d rows, %s from there", *group[0].shape, chosen[0], SPLIT_ROWS, chosen[1])
     return report
+
+
+def copy_budget(mode: str, projections: list[QuantProjection]) -> float:
+    """The bytes calibration may spend on second copies for speed (`calibrate`'s copy_budget): none for int8 /
+    int4, asked for to hold fewer bytes (the weights then stay at 0.31x of bf16 for int4, where torch's layout
+    for decode rows and a bf16 copy for prompts took the Qwen2.5-3B shape to 0.58x); for a GGUF's own blocks, at
+    most what the blocks themselves take (served at about the bytes they come in) and an eighth of the machine's
+    memory (a 7B Q4_K_M's bf16 copies alone would be 13 GB)."""
+    if mode in ("int8", "int4"):
+        return 0.0
+    own = sum(p.qw.nbytes for p in projections)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no such name on this OS: the blocks' own bytes bound it alone
+        return float(own)
+    return float(min(own, memory / 8))
+
+
+def _copy_bytes(p: QuantProjection, kind: str, reference: Any) -> float:
+    """The bytes the copy `kind` of p's matrix takes: torch's layout, the unquantized path's (its bytes a weight
+    measured on a small one), or the per-channel int8 one."""
+    w = p.qw
+    if kind == "w8a8" and w.bits == 8 and w.group == w.kp and not w.minv.numel():
+        return 0  # the weights themselves are per-channel int8
+    if not p.copies_ok:
+        return float("inf")
+    if kind == "torch":  # int4pack: the codes again, a bf16 scale and zero a group; int8pack shares the codes
+        return (w.q.numel() if w.bits == 4 else 0) + 4 * w.scale.numel()
+    if kind == "w8a8":
+        return w.n * w.kp + 4 * w.n
+    if reference is None:
+        return 0
+    small = reference(torch.zeros(16, 64), None)
+    kept = [t for t in (getattr(small, "weight", None), getattr(small, "packed", None)) if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in kept) / (16 * 64) * w.n * w.k
+
+
+def _spend(
+    decided: list[tuple[list[QuantProjection], list[str], dict[str, float]]], budget: float, reference: Any
+) -> None:
+    """Within `budget` bytes of second copies in all, keep the copies that save the most time a byte; a shape whose
+    copy does not fit runs the tile kernel in that range instead (the chosen lists are changed in place)."""
+    wanted = []
+    for i, (group, chosen, saved) in enumerate(decided):
+        for kind in dict.fromkeys(c for c in chosen if c != "tile"):
+            each = _copy_bytes(group[0], kind, reference)
+            per_byte = saved.get(kind, 0.0) / min(2, len(group)) / max(each, 1.0)  # the sample was two matrices
+            wanted.append((per_byte, each * len(group), i, kind))
+    left = budget
+    for _, size, i, kind in sorted(wanted, key=lambda w: -w[0]):
+        if math.isfinite(size) and size <= left:
+            left -= size
+            continue
+        group, chosen, _ = decided[i]
+        chosen[:] = ["tile" if c == kind else c for c in chosen]
+        log.info("quantized %dx%d: no %s copy (%.0f MB, over the copies' budget)", *group[0].shape, kind, size / 1e6)
 
 
 # ---- the embedding and output head ------------------------------------------------------------------------------
@@ -564,21 +620,25 @@ def _use(group: list[QuantProjection], kernels_by_rows: tuple[str, str], referen
             p.int8 = None
 
 
-def _kept(decision: Any, group: list[QuantProjection], reference: Any) -> tuple[str, str] | None:
-    """A cached choice these projections can run, or None (then they are timed)."""
+def _kept(decision: Any, group: list[QuantProjection], reference: Any) -> tuple[list[str], dict[str, float]] | None:
+    """A cached choice these projections can run and the ms its copies saved when timed, or None (then they are
+    timed)."""
     if not (
         isinstance(decision, list)
-        and len(decision) == 2
-        and all(d in ("tile", "torch", "fallback", "w8a8") for d in decision)
+        and len(decision) in (2, 3)
+        and all(d in ("tile", "torch", "fallback", "w8a8") for d in decision[:2])
     ):
         return None
-    if decision[0] == "fallback" or ("fallback" in decision and reference is None):
+    saved = decision[2] if len(decision) == 3 else {}
+    if not (isinstance(saved, dict) and all(isinstance(v, (int, float)) for v in saved.values())):
         return None
-    if "torch" in decision and not group[0].pack_for_torch():  # this torch cannot pack the layout (any more)
+    if decision[0] == "fallback" or ("fallback" in decision[:2] and reference is None):
         return None
-    if "w8a8" in decision and not group[0].pack_int8():  # no int8 dot products here (any more)
+    if "torch" in decision[:2] and not group[0].pack_for_torch():  # this torch cannot pack the layout (any more)
         return None
-    return (decision[0], decision[1])
+    if "w8a8" in decision[:2] and not group[0].pack_int8():  # no int8 dot products here (any more)
+        return None
+    return [decision[0], decision[1]], {str(k): float(v) for k, v in saved.items()}
 
 
 # ---- the runner's projections ---------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def test_a_kept_choice_is_applied_untimed(K, tmp_path: Path) -> None:
     assert quant.calibrate(first, Instant, repeat=3, cache=cache)  # timed, and kept
     (path,) = files(cache)
     stored = json.loads(path.read_text())
-    assert stored["decision"] == list(first[0].kernels_by_rows)
+    assert stored["decision"][:2] == list(first[0].kernels_by_rows)
     assert first[0].kernels_by_rows[1] == "fallback"  # the instant reference wins from SPLIT_ROWS
     # the kept choice, whatever it is, is what the next load runs: here one that timing would not pick
     stored["decision"] = ["tile", "tile"]

@@ -161,6 +161,9 @@ def test_greedy_tokens_alone_and_batched_are_the_same_quantized(service, setting
     # the embedding and the tied output head quantized too (int8 in groups of 32, or the GGUF's own Q8_0 blocks)
     head = runner.lm_head
     assert isinstance(head, quant.QuantProjection) and runner.embed_tokens.qw is head.qw
+    # int8 / int4 are asked for to hold fewer bytes: no second copy for speed; a GGUF's blocks at most double
+    copies = sum(p.nbytes - p.qw.nbytes for p in [*qp, head])
+    assert copies <= (0 if quantization in ("int4", "int8") else sum(p.qw.nbytes for p in [*qp, head])), copies
     assert head.qw.bits == 8 and head.qw.nbytes <= head.qw.n * head.qw.k * 1.07
     prompts = _prompts(service)
     together = greedy(runner, prompts, 10)
@@ -294,6 +297,42 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
     other = [quant.QuantProjection(qw, None, K)]
     quant.calibrate(other, slow, repeat=1)
     assert other[0].fallback is None and "fallback" not in other[0].kernels_by_rows
+
+
+def test_second_copies_stay_within_their_budget(K) -> None:
+    """Copies for speed go to the shapes that save the most time a byte while they fit the budget; the others run
+    the tile kernel in that range; with no budget nothing is even timed, and every shape runs the tile kernel."""
+
+    class Instant:  # the "unquantized path": faster than any kernel (so it wins everywhere), a bf16 copy in bytes
+        def __init__(self, w: torch.Tensor, bias: Any) -> None:
+            self.weight, self.packed = w.to(torch.bfloat16), None
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(x.shape[0], self.weight.shape[0])
+
+    g = torch.Generator().manual_seed(5)
+    shapes = [(512, 768), (256, 768), (128, 768)]
+
+    def fresh() -> list[quant.QuantProjection]:
+        return [
+            quant.QuantProjection(quant.quantize(torch.randn(n, k, generator=g), 4, 32), None, K) for n, k in shapes
+        ]
+
+    none = fresh()
+    assert quant.calibrate(none, Instant, repeat=1, copy_budget=0) == {}  # nothing timed
+    assert all(p.kernels_by_rows == ("tile", "tile") and p.nbytes == p.qw.nbytes for p in none)
+    bf16 = {n: n * k * 2 for n, k in shapes}
+    some = fresh()
+    budget = bf16[512] + bf16[128]  # room for two of the three copies, whichever two
+    quant.calibrate(some, Instant, repeat=1, copy_budget=budget)
+    spent = sum(p.nbytes - p.qw.nbytes for p in some)
+    assert 0 < spent <= budget
+    assert sum(p.kernels_by_rows[1] == "fallback" for p in some) in (1, 2)
+    for p in some:  # a shape without its copy runs a kernel that needs none there
+        if p.kernels_by_rows[1] != "fallback":
+            assert p.fallback is None and p.kernels_by_rows[1] != "w8a8"
+    assert quant.copy_budget("int4", some) == quant.copy_budget("int8", some) == 0
+    assert 0 < quant.copy_budget("gguf", some) <= sum(p.qw.nbytes for p in some)
 
 
 @pytest.mark.parametrize("rows", [1, 16, 65])
