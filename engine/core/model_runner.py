@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from engine import device as devices
-from engine.core import cpu_kernels, gemma, quant
+from engine.core import cpu_kernels, device_quant, gemma, quant
 from engine.core.fused_step import FusedStep
 from engine.core.graphs import DecodeBatch, DecodeGraphs, GraphApi, StaticInputs, buckets_up_to
 from engine.core.hf_runner import HFRunner
@@ -126,6 +126,7 @@ class DecoderRunner:
         gguf: Any = None,
         kv_cache_dtype: str | None = None,
         calibration: Any = None,
+        ops: Any = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -143,7 +144,11 @@ class DecoderRunner:
         # `.float()` copy.
         cpu = use_kernels and str(device) == "cpu"
         kern = cpu_kernels.kernels() if cpu and self.dtype in (torch.float32, torch.bfloat16) else None
-        mode = quant.plan(quantization, device, kern, True, gguf, cfg.model_type)
+        # The layer's device operations (norms with the residual adds, rotary embedding with the KV write, SiLU
+        # gating, attention, quantized matmuls): the CPU kernels here, the NPU's fused ops, the torch reference
+        # elsewhere (engine/core/ops.py; engine/device.py picks unless `ops` is given: a test's fake NPU table).
+        self.ops = ops if ops is not None else devices.device_ops(str(device), kern)
+        mode = quant.plan(quantization, device, kern, True, gguf, cfg.model_type, self.ops)
         # bf16 on a CPU with the kernels: the same float32 activations, KV cache and fused steps, with the bf16
         # matrices as loaded; only projections of many rows round their inputs to bf16 for torch's bf16 matmul
         # (bf16 dot products: 1.4x the float32 math at 16 rows, 2x at 288, on a CPU with AVX512_BF16).
@@ -163,10 +168,6 @@ class DecoderRunner:
             if calibration is not None
             else None
         )
-        # The layer's device operations (norms with the residual adds, rotary embedding with the KV write, SiLU
-        # gating, attention): the CPU kernels here, the NPU's fused ops, the torch reference elsewhere
-        # (engine/core/ops.py; engine/device.py picks).
-        self.ops = devices.device_ops(str(device), kern)
         norms = [n for layer in self.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         norms.append(self.inner.norm)
         self.norm_w = [n.weight.data.contiguous() for n in norms]
@@ -203,7 +204,15 @@ class DecoderRunner:
         # The input embedding: the model's own module, or (quantized weights) a QuantEmbedding of int8 rows.
         self.embed_tokens: Any = self.inner.embed_tokens
         self.lm_head: Any
-        if mode != "none":
+        if mode != "none" and kern is None:  # an accelerator: the device table's quantized matmul, the head as is
+            self.proj, self.quantization = device_quant.device_projections(
+                self.proj, self.layers, mode, self.ops, self.dtype
+            )
+            chosen = self.ops.chosen["weight_quant_matmul"]  # the fused op's name, or the reference's "torch"
+            self.weights_label = f"{mode} · " + ("dequantized per call" if chosen == "torch" else chosen)
+            self.lm_head = Projection(model.lm_head.weight.data, model.lm_head.bias)
+            log.info("weights: %s on %s (%s)", self.quantization, device, self.weights_label)
+        elif mode != "none":
             self.lm_head, self.embed_tokens = quant.quantized_head(model, mode, kern, gguf)
             self._quantize(mode, gguf, kern, cfg)
         else:

@@ -36,8 +36,9 @@ rounds into them, and the attention operations read them as they are and compute
   (scale [K / group_size, N]) -> [M, N] in x's dtype.
 - `quant_matmul(x, weight, scale, pertoken_scale=None, bias=None, out_dtype=torch.bfloat16)`: W8A8, int8 x [M, K]
   and weight [K, N], int32 accumulation, times scale [N] (and pertoken_scale [M]) -> [M, N] in out_dtype.
-  No model path calls the two quantized entries yet (the quantization work adds one); they are here so that the
-  NPU's table and its fake can be held to the documented calls.
+  `--quantization int8 | int4` on an accelerator multiplies with `weight_quant_matmul` (engine/core/device_quant.py);
+  no model path calls `quant_matmul` yet: it is here so that the NPU's table and its fake are held to its
+  documented call.
 """
 
 from __future__ import annotations

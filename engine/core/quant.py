@@ -721,7 +721,7 @@ def quantized_projections(
             row.append(QuantProjection(qw, p.bias, kernels))
             sources[qw.source] = sources.get(qw.source, 0) + 1
         new.append(tuple(row))
-        _free(layer)
+        free_layer(layer)
     what = " + ".join(f"{k} x{v}" for k, v in sorted(sources.items(), key=lambda kv: -kv[1]))
     return new, what
 
@@ -740,15 +740,20 @@ def _check_close(qw: QuantWeight, w: torch.Tensor, what: str) -> None:
         raise QuantError(f"GGUF blocks of {what} do not match the checkpoint made from them (max error {err:.3g})")
 
 
-def _free(layer: Any) -> None:
+def free_layer(layer: Any) -> None:
+    """Layer's HF projection weights replaced by meta tensors of their shapes (the runner holds them now)."""
     attn, mlp = layer.self_attn, layer.mlp
     for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
         m.weight = torch.nn.Parameter(torch.empty(m.weight.shape, device="meta"), requires_grad=False)
 
 
-def plan(requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, model_type: str) -> str:
+def plan(
+    requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, model_type: str, table: Any = None
+) -> str:
     """What `--quantization requested` means for this model here: "none", "int8", "int4" or "gguf" (the GGUF's own
-    blocks); QuantError for a request that cannot be served, naming what can."""
+    blocks); QuantError for a request that cannot be served, naming what can. int8 / int4 run on a CPU with the
+    kernels, or on an accelerator through its device `table`'s weight_quant_matmul (engine/core/device_quant.py:
+    the NPU table's fused op, the torch reference on CUDA / MPS)."""
     if requested not in CHOICES:
         raise QuantError(f"--quantization must be one of {', '.join(CHOICES)}, got {requested!r}")
     if requested == "none":
@@ -761,10 +766,13 @@ def plan(requested: str, device: str, kernels: Any, lean: bool, gguf_path: Any, 
             f"--quantization {requested}: quantized weights need the lean runner (Llama, Mistral, "
             "Qwen2, Qwen3, Gemma 3 text); this model runs the HF forward: use auto or none"
         )
-    if not usable:
+    accelerator = str(device) != "cpu" or (
+        table is not None and table.chosen.get("weight_quant_matmul", "torch") != "torch"
+    )
+    if not (usable or accelerator):
         raise QuantError(
-            f"--quantization {requested}: the quantized kernels run on an x86-64 CPU with AVX2 and FMA and a "
-            f"g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this {device} only auto and "
-            "none are supported"
+            f"--quantization {requested}: quantized weights run on an accelerator (NPU, CUDA, MPS) or on an "
+            "x86-64 CPU with AVX2 and FMA and a g++ (the CPU kernels, not off by PLAYGROUND_CPU_KERNELS=0); on this "
+            f"{device} only auto and none are supported"
         )
     return requested

@@ -364,3 +364,75 @@ def test_npu_without_a_driver_starts_on_the_next_device_and_says_why() -> None:
     )
     if not torch.cuda.is_available():
         assert "ERROR --device cuda: CUDA is not available" in out.stdout
+
+
+@pytest.mark.parametrize("mode", ["int4", "int8"])
+def test_a_runner_quantized_on_the_npu_table_multiplies_with_its_weight_quant_matmul(mode: str) -> None:
+    """--quantization int4 / int8 on an NPU: the projections kept in the op's layout (int4 eight to an int32 [K, N / 8],
+    int8 [K, N], a scale and an offset per 32 rows of K in x's dtype) and multiplied by npu_weight_quant_batchmatmul;
+    the logits those of the same model with its weights on the quantized grid, unquantized, at a third (int4) or
+    three fifths (int8) of the bf16 bytes."""
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.core import quant
+    from engine.core.device_quant import DeviceQuantProjection
+    from engine.core.kv import KVCache
+    from engine.core.runner import Segment
+
+    bits = 4 if mode == "int4" else 8
+    model = tiny(LlamaConfig, LlamaForCausalLM)
+    grid = copy.deepcopy(model)  # the reference: each projection's weights on the grid int4 / int8 puts them on
+    for layer in grid.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
+            lin.weight.data = quant.quantize(lin.weight.data, bits, 32).dequantize()
+    model, grid = model.to(torch.bfloat16), grid.to(torch.bfloat16)
+    bf16_bytes = sum(
+        lin.weight.numel() * 2
+        for layer in model.model.layers
+        for lin in (*(getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")),)
+        + tuple(getattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
+    )
+    table, fake = fake_table()
+    runner = DecoderRunner(model, "cpu", use_kernels=False, quantization=mode, ops=table)
+    plain = DecoderRunner(grid, "cpu", use_kernels=False, ops=fake_table()[0])
+    assert runner.quantization == f"{mode} x8"
+    assert runner.weights_label == f"{mode} · torch_npu.npu_weight_quant_batchmatmul"
+    qp = [p for layer in runner.proj for p in layer]
+    assert all(isinstance(p, DeviceQuantProjection) for p in qp)
+    assert sum(p.nbytes for p in qp) <= bf16_bytes * (0.34 if bits == 4 else 0.6)
+    prompt = [1, 17, 300, 4000, 52, 9, 77]
+    with torch.inference_mode():
+        got, want = [], []
+        for r, out in ((runner, got), (plain, want)):
+            cache = KVCache()
+            out.append(r.forward([Segment(cache, prompt)])[0].float())
+            for t in (42, 43):  # decode steps
+                out.append(r.forward([Segment(cache, [t])])[0].float())
+            r.release(cache)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=0.05 * w.abs().max().item(), rtol=0)  # bf16 rounding
+    calls = fake.named("npu_weight_quant_batchmatmul")
+    assert len(calls) == 8 * 3  # every projection of both layers, at each of the three steps
+    qkv = calls[0].bound  # the first layer's q, k and v: N = 64 + 2 * 32, K = 64
+    assert qkv["weight"].dtype == (torch.int32 if bits == 4 else torch.int8)
+    assert qkv["weight"].shape == ((64, 128 // 8) if bits == 4 else (64, 128))
+    assert qkv["antiquant_group_size"] == 32
+    assert qkv["antiquant_scale"] == qkv["antiquant_offset"] == TensorInfo((2, 128), torch.bfloat16, True)
+
+
+def test_quantized_weights_need_the_fused_op_or_an_accelerator() -> None:
+    """On the CPU without the kernels, int4 / int8 need a table with a fused weight-quant matmul (the fake NPU's
+    here); a table without one (the reference, which dequantizes per call) is refused there, as it would be slower
+    than the plain weights; on an accelerator the reference serves (its runner's label says "dequantized per
+    call")."""
+    from engine.core import quant
+
+    fused, _ = fake_table()
+    reference, _ = fake_table(missing=("npu_weight_quant_batchmatmul",))
+    assert quant.plan("int4", "cpu", None, True, None, "llama", fused) == "int4"
+    with pytest.raises(quant.QuantError, match="only auto and none"):
+        quant.plan("int8", "cpu", None, True, None, "llama", reference)
+    assert quant.plan("int8", "npu:0", None, True, None, "llama", reference) == "int8"

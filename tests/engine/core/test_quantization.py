@@ -247,8 +247,11 @@ def test_a_bad_quantization_is_a_clear_error() -> None:
         settings_from(["--quantization", "int3"])
     with pytest.raises(ValueError, match="PLAYGROUND_QUANTIZATION must be one of auto, none, int8, int4"):
         settings_from([], environ={"PLAYGROUND_QUANTIZATION": "fp4"})
-    with pytest.raises(quant.QuantError, match="AVX2 and FMA.*on this cuda only auto and none are supported"):
-        quant.plan("int4", "cuda", None, True, None, "llama")
+    with pytest.raises(
+        quant.QuantError, match="accelerator.*AVX2 and FMA.*on this cpu only auto and none are supported"
+    ):
+        quant.plan("int4", "cpu", None, True, None, "llama")  # a CPU without the kernels
+    assert quant.plan("int4", "cuda", None, True, None, "llama") == "int4"  # the device table's matmul
     with pytest.raises(quant.QuantError, match="lean runner"):
         quant.plan("int8", "cpu", object(), False, None, "whisper")
     assert quant.plan("auto", "cuda", None, True, "x.gguf", "llama") == "none"  # auto never fails
