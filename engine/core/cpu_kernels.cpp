@@ -20,6 +20,8 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <utility>
@@ -562,6 +564,128 @@ void linear_quant(const float* x, const uint8_t* wq, const S* scale, const S* mi
     }
 }
 
+// ---- linear_q on AMX tiles (a choice of quant.calibrate from SPLIT_ROWS rows, where the CPU has AMX-BF16) --------
+// From 16 rows a step is compute-bound, and the float32 multiply-adds of the decoded-copy path (16 a vector
+// instruction) fall 2-3x behind oneDNN's bf16 matmul on AMX, which needs a bf16 copy of the matrix. This path keeps
+// the packed blocks and does the same as oneDNN: each strip of 16 weight rows is decoded once a call, block by
+// block in registers as `q_block` decodes it, rounded to bf16 into an L2-resident strip, and multiplied by AMX
+// (`tdpbf16ps`: 16 x 16 outputs a 32-deep bf16 dot product, float32 accumulation) against the input rows rounded to
+// bf16: the weights are the A operand (16 rows x 32 of K, as decoded), the inputs the B operand, laid out once a
+// call as the instruction wants them (pairs of K interleaved per input row). Numbers are those of bf16 dot products
+// (quant.calibrate keeps them to the range from SPLIT_ROWS, where every row of a step takes the same path).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16")))
+constexpr int AMX_BLOCKS = 4;  // input-row tiles of 16 per pass (accumulator tiles 0-3; weights 4, inputs 5)
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+inline uint16_t bf16_bits(float f) {  // round to nearest even (the inputs are finite)
+    uint32_t u;
+    __builtin_memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+template <typename S>
+AMX_TARGET void linear_quant_amx(const float* x, const uint8_t* wq, const S* scale, const S* minv, const float* bias,
+                                 float* y, int B, int K, int N, int group, int bits, int threads) {
+    const int KS = K / QB, blocks = (B + 15) / 16;
+    // inputs: per 16-row block and step of 32 of K, a 1 KB tile: 16 pairs of K x 16 rows x 2
+    std::vector<uint16_t> xv(static_cast<size_t>(blocks) * KS * 512);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int t = 0; t < blocks * KS; ++t) {
+        const int blk = t / KS, ks = t % KS;
+        uint16_t* tile = xv.data() + static_cast<size_t>(t) * 512;
+        for (int c = 0; c < 16; ++c) {
+            const int b = blk * 16 + c;
+            const float* row = x + static_cast<int64_t>(b) * K + ks * 32;
+            for (int k = 0; k < 32; ++k) tile[(k / 2) * 32 + c * 2 + (k & 1)] = b < B ? bf16_bits(row[k]) : 0;
+        }
+    }
+    const int64_t row_bytes = bits == 4 ? K / 2 : K;
+    const int G = K / group;
+    const int strips = (N + 15) / 16;
+#pragma omp parallel num_threads(threads)
+    {
+        TileConfig cfg;
+        for (int t = 0; t < 6; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+        _tile_loadconfig(&cfg);
+        std::vector<uint16_t> strip(static_cast<size_t>(KS) * 512);  // 16 weight rows, K, as 1 KB tiles
+        std::vector<float> sc(2 * static_cast<size_t>(G));
+        alignas(64) float out[AMX_BLOCKS][16 * 16];
+#pragma omp for schedule(static)
+        for (int s = 0; s < strips; ++s) {
+            const int n0 = s * 16, R = N - n0 < 16 ? N - n0 : 16;
+            for (int r = 0; r < 16; ++r) {
+                uint16_t* dst = strip.data() + r * 32;
+                if (r >= R) {  // rows past N: zeros
+                    for (int ks = 0; ks < KS; ++ks) _mm512_storeu_si512(dst + ks * 512, _mm512_setzero_si512());
+                    continue;
+                }
+                const int64_t row = n0 + r;
+                const float* sf = scales_f32(scale + row * G, G, sc.data());
+                const float* mf = minv ? scales_f32(minv + row * G, G, sc.data() + G) : nullptr;
+                for (int ks = 0; ks < KS; ++ks) {
+                    vf w[QC];
+                    q_block(wq + row * row_bytes, sf, mf, ks * QB, group, bits, w);
+                    _mm512_storeu_si512(dst + ks * 512, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0]));
+                }
+            }
+            for (int b0 = 0; b0 < blocks; b0 += AMX_BLOCKS) {
+                const int nb = blocks - b0 < AMX_BLOCKS ? blocks - b0 : AMX_BLOCKS;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int ks = 0; ks < KS; ++ks) {
+                    _tile_loadd(4, strip.data() + ks * 512, 64);
+                    const uint16_t* xs = xv.data() + (static_cast<size_t>(b0) * KS + ks) * 512;
+                    const size_t next = static_cast<size_t>(KS) * 512;  // the next input block's tile
+                    _tile_loadd(5, xs, 64);
+                    _tile_dpbf16ps(0, 4, 5);
+                    if (nb > 1) {
+                        _tile_loadd(5, xs + next, 64);
+                        _tile_dpbf16ps(1, 4, 5);
+                    }
+                    if (nb > 2) {
+                        _tile_loadd(5, xs + 2 * next, 64);
+                        _tile_dpbf16ps(2, 4, 5);
+                    }
+                    if (nb > 3) {
+                        _tile_loadd(5, xs + 3 * next, 64);
+                        _tile_dpbf16ps(3, 4, 5);
+                    }
+                }
+                _tile_stored(0, out[0], 64);
+                _tile_stored(1, out[1], 64);
+                _tile_stored(2, out[2], 64);
+                _tile_stored(3, out[3], 64);
+                for (int j = 0; j < nb; ++j)  // out[j][r][c]: weight row n0 + r, input row (b0 + j) * 16 + c
+                    for (int c = 0; c < 16; ++c) {
+                        const int b = (b0 + j) * 16 + c;
+                        if (b >= B) break;
+                        for (int r = 0; r < R; ++r)
+                            y[static_cast<int64_t>(b) * N + n0 + r] = out[j][r * 16 + c] + (bias ? bias[n0 + r] : 0.f);
+                    }
+            }
+        }
+        _tile_release();
+    }
+}
+
+// Whether AMX tiles can be used here: Linux lends the tile registers to a process that asks (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XTILEDATA, once; oneDNN asks the same in this process when torch's bf16 matmuls use
+// AMX), and faults a process that uses them without asking.
+AMX_TARGET int amx_permitted() {
+    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+#endif
+
 // decode_attention over pages of float32 or bf16 (T), one task per sequence and KV head.
 template <typename T>
 void decode_pages(const float* q, const T* k_pool, const T* v_pool, const int32_t* table, int W, const int32_t* lens,
@@ -754,6 +878,31 @@ void linear_q(const float* x, const uint8_t* wq, const float* scale, const float
 void linear_q_h(const float* x, const uint8_t* wq, const uint16_t* scale, const uint16_t* minv, const float* bias,
                 float* y, int B, int K, int N, int group, int bits, int threads) {
     linear_quant<uint16_t>(x, wq, scale, minv, bias, y, B, K, N, group, bits, threads);
+}
+
+// linear_q_amx(_h): the same on AMX tiles in bf16 (linear_quant_amx above), for B >= 16 and K a multiple of 32;
+// only after amx_ready() returned 1 (the AVX-512 build on a CPU with AMX-BF16 and AVX512_BF16, tiles permitted).
+int amx_ready() {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    static const int ok = amx_permitted();
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+void linear_q_amx(const float* x, const uint8_t* wq, const float* scale, const float* minv, const float* bias,
+                  float* y, int B, int K, int N, int group, int bits, int threads) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    linear_quant_amx<float>(x, wq, scale, minv, bias, y, B, K, N, group, bits, threads);
+#endif
+}
+
+void linear_q_amx_h(const float* x, const uint8_t* wq, const uint16_t* scale, const uint16_t* minv,
+                    const float* bias, float* y, int B, int K, int N, int group, int bits, int threads) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    linear_quant_amx<uint16_t>(x, wq, scale, minv, bias, y, B, K, N, group, bits, threads);
+#endif
 }
 
 // ---- KV pages in bf16 (--kv-cache-dtype bf16): the same kernels as decode_attention and rope_store, the pages'

@@ -115,6 +115,16 @@ class CpuKernels:
         self._linear_q.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
         self._linear_q_h = lib.linear_q_h  # the same with half scales and mins
         self._linear_q_h.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
+        # linear_q on AMX tiles in bf16 (calibration's "amx" from SPLIT_ROWS rows): the AVX-512 build on a CPU with
+        # AMX-BF16 and AVX512_BF16, once Linux lent the process the tile registers (amx_ready asks, once).
+        self._linear_q_amx = lib.linear_q_amx
+        self._linear_q_amx_h = lib.linear_q_amx_h
+        for fn in (self._linear_q_amx, self._linear_q_amx_h):
+            fn.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i]
+            fn.restype = None
+        self._amx_ready = lib.amx_ready
+        self._amx_ready.argtypes, self._amx_ready.restype = [], ctypes.c_int
+        self._amx: bool | None = None
         self._decode_layers = lib.decode_layers
         self._decode_layers.argtypes = [p, i, p, p, p, p, p, p, p, i, p, i, i, i, i, i, i, i, f, f, i, i]
         self._decode_layers.restype = None
@@ -257,6 +267,39 @@ class CpuKernels:
         y = torch.empty(rows, w.n, dtype=torch.float32)
         assert w.scale.dtype in (torch.float32, torch.float16) and (not w.minv.numel() or w.minv.dtype == w.scale.dtype)
         (self._linear_q_h if w.scale.dtype == torch.float16 else self._linear_q)(
+            x.data_ptr(),
+            w.q.data_ptr(),
+            w.scale.data_ptr(),
+            w.minv.data_ptr() if w.minv.numel() else None,
+            bias.data_ptr() if bias is not None else None,
+            y.data_ptr(),
+            rows,
+            w.kp,
+            w.n,
+            w.group,
+            w.bits,
+            torch.get_num_threads(),
+        )
+        return y
+
+    @property
+    def amx(self) -> bool:
+        """Whether linear_q_amx runs here (asked once: the CPU's flags, then the tile registers' permission)."""
+        if self._amx is None:
+            needs = {"amx_tile", "amx_bf16", "avx512_bf16"}
+            self._amx = self.isa == "avx512" and needs <= cpu_flags() and bool(self._amx_ready())
+        return self._amx
+
+    def linear_q_amx(self, x: torch.Tensor, w: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """linear_q's product on AMX tiles: the inputs and the decoded weights rounded to bf16, float32 sums; from
+        16 rows (fewer are padded with zero rows by the tile shape, and cost the same). Only where `amx`."""
+        if not self.amx:
+            raise RuntimeError("no AMX-BF16 tiles here")
+        x = x.contiguous()
+        rows = x.shape[0]
+        y = torch.empty(rows, w.n, dtype=torch.float32)
+        assert w.scale.dtype in (torch.float32, torch.float16) and (not w.minv.numel() or w.minv.dtype == w.scale.dtype)
+        (self._linear_q_amx_h if w.scale.dtype == torch.float16 else self._linear_q_amx)(
             x.data_ptr(),
             w.q.data_ptr(),
             w.scale.data_ptr(),

@@ -18,7 +18,10 @@ prompts and big batches, picked at load by timing them on the model's own matric
     int8), which take bf16 activations (their float32 path is scalar: 20-200x slower, measured) and bf16 scales;
   - `fallback`, from SPLIT_ROWS only: the unquantized path on a bf16 copy of the dequantized matrix, where it
     measured faster (bf16 dot products in oneDNN outrun decoding 4-bit tiles once a step is compute-bound).
-A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it. Two ranges, not a
+  - `amx`, from SPLIT_ROWS only, where the CPU has AMX-BF16: cpu_kernels.cpp's linear_q_amx, which decodes each
+    strip of 16 rows to bf16 once a call and multiplies it on AMX tiles against bf16 inputs (no copy; 2.2-6x the
+    tile kernel's speed at 16-256 rows on the Qwen shapes, within 0.7-1.1x of oneDNN's bf16 matmul on a bf16 copy).
+A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it, within a budget. Two ranges, not a
 kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share its step.
 Figures: bench/quant_serve.py, bench/README.md.
 """
@@ -280,7 +283,7 @@ class QuantProjection:
         # int8 activations x int8 weights (`w8a8`): the matrix per channel in int8 [N, Kp] and its scales [N],
         # kept only where calibration picks it (the weights themselves where they already are per-channel int8).
         self.int8: tuple[torch.Tensor, torch.Tensor] | None = None
-        # below SPLIT_ROWS, from there: "tile", "torch", "fallback" or "w8a8"
+        # below SPLIT_ROWS, from there: "tile", "torch", "fallback", "w8a8" or "amx" (from there only)
         self.kernels_by_rows = ("tile", "tile")
         # Whether calibration may keep a second copy of the matrix (torch's layout, bf16, per-channel int8) where
         # it measures faster: not for the embedding / output head, whose bytes are what quantizing them saves.
@@ -306,6 +309,8 @@ class QuantProjection:
             return self.fallback(x)
         if kernel == "w8a8":
             return self.w8a8(x)
+        if kernel == "amx":
+            return self.amx(x)
         return self.torch_matmul(x) if kernel == "torch" else self.tile(x)
 
     def tile(self, x: torch.Tensor) -> torch.Tensor:
@@ -315,6 +320,14 @@ class QuantProjection:
         if self.qw.kp != self.qw.k:
             x = F.pad(x, (0, self.qw.kp - self.qw.k))
         return self.kernels.linear_q(x, self.qw, self.bias)
+
+    def amx(self, x: torch.Tensor) -> torch.Tensor:
+        """The same product on AMX tiles (cpu_kernels.linear_q_amx): inputs and decoded weights in bf16, float32
+        sums, no copy of the matrix; only from SPLIT_ROWS rows."""
+        x = x.float()
+        if self.qw.kp != self.qw.k:
+            x = F.pad(x, (0, self.qw.kp - self.qw.k))
+        return self.kernels.linear_q_amx(x, self.qw, self.bias)
 
     def pack_for_torch(self) -> bool:
         """Build torch's packed copy; False where its kernel cannot take this layout (Q8_0's blocks, a group it
@@ -437,7 +450,9 @@ def calibrate(
     for (n, k, bits, group_size), group in groups.items():
         what = {"shape": [n, k], "bits": bits, "group": group_size, "source": group[0].qw.source, "rows": list(rows)}
         what |= {"repeat": repeat, "reference": reference is not None, "int8_activations": int8_activations}
-        if copy_budget <= 0 and not int8_activations:  # no room for a copy: the tile kernel is the only kernel
+        what |= {"amx": bool(getattr(group[0].kernels, "amx", False))}
+        has_amx = getattr(group[0].kernels, "amx", False)  # a kernel without a copy, from SPLIT_ROWS
+        if copy_budget <= 0 and not (int8_activations or has_amx):  # no room for a copy: the tile kernel alone
             decided.append((group, ["tile", "tile"], {}))
             continue
         kept = _kept(cache.get("quant", what), group, reference) if cache is not None else None
@@ -450,7 +465,7 @@ def calibrate(
         has_int8 = int8_activations and all(p.pack_int8(copies) for p in sample)
         refs = [reference(p.qw.dequantize(), None) for p in sample] if reference is not None and copies else []
         table: dict[int, dict[str, float]] = {}
-        if not (has_torch or has_int8 or refs):  # the tile kernel is the only one: nothing to time
+        if not (has_torch or has_int8 or refs or has_amx):  # the tile kernel is the only one: nothing to time
             decided.append((group, ["tile", "tile"], {}))
             continue
         inputs = torch.Generator().manual_seed(0)  # its own: the process's random state is the caller's
@@ -463,12 +478,15 @@ def calibrate(
                 t["reference"] = _best(lambda f, x: f(x), refs, x, repeat)
             if has_int8 and r >= SPLIT_ROWS:
                 t["w8a8"] = _best(lambda p, x: p.w8a8(x), sample, x, repeat)
+            if has_amx and r >= SPLIT_ROWS:
+                t["amx"] = _best(lambda p, x: p.amx(x), sample, x, repeat)
             table[r] = {name: round(v * 1000, 3) for name, v in t.items()}
         chosen: list[str] = []
         saved: dict[str, float] = {}
         for part in ([r for r in rows if r < SPLIT_ROWS], [r for r in rows if r >= SPLIT_ROWS]):
-            total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch")}
-            best = "torch" if total["torch"] < TORCH_MARGIN * total["tile"] else "tile"
+            total = {name: sum(table[r].get(name, float("inf")) for r in part) for name in ("tile", "torch", "amx")}
+            fast = min(("torch", "amx"), key=total.__getitem__)  # the bf16-input kernels, where they beat tile
+            best = fast if total[fast] < TORCH_MARGIN * total["tile"] else "tile"
             if part and part[0] >= SPLIT_ROWS:  # a second copy only where it wins at every row count timed
                 wins = {
                     name: sum(table[r][key] for r in part)
@@ -476,7 +494,7 @@ def calibrate(
                     if all(key in table[r] and table[r][key] < FALLBACK_MARGIN * table[r][best] for r in part)
                 }
                 best = min(wins, key=wins.__getitem__) if wins else best
-            if best != "tile":  # the ms a step this copy saves over the tile kernel, on the sample
+            if best not in ("tile", "amx"):  # the ms a step this copy saves over the tile kernel, on the sample
                 key = {"fallback": "reference"}.get(best, best)
                 saved[best] = saved.get(best, 0.0) + round(sum(table[r]["tile"] - table[r][key] for r in part), 3)
             chosen.append(best)
@@ -531,10 +549,10 @@ def _spend(
     decided: list[tuple[list[QuantProjection], list[str], dict[str, float]]], budget: float, reference: Any
 ) -> None:
     """Within `budget` bytes of second copies in all, keep the copies that save the most time a byte; a shape whose
-    copy does not fit runs the tile kernel in that range instead (the chosen lists are changed in place)."""
+    copy does not fit runs a kernel without one in that range instead (the chosen lists are changed in place)."""
     wanted = []
     for i, (group, chosen, saved) in enumerate(decided):
-        for kind in dict.fromkeys(c for c in chosen if c != "tile"):
+        for kind in dict.fromkeys(c for c in chosen if c not in ("tile", "amx")):
             each = _copy_bytes(group[0], kind, reference)
             per_byte = saved.get(kind, 0.0) / min(2, len(group)) / max(each, 1.0)  # the sample was two matrices
             wanted.append((per_byte, each * len(group), i, kind))
@@ -544,7 +562,10 @@ def _spend(
             left -= size
             continue
         group, chosen, _ = decided[i]
-        chosen[:] = ["tile" if c == kind else c for c in chosen]
+        # the range runs a kernel that needs no copy: from SPLIT_ROWS the AMX one where there is one (2-6x the tile
+        # kernel at 16-256 rows, measured on every shape timed), else the tile kernel
+        amx = "amx" if getattr(group[0].kernels, "amx", False) else "tile"
+        chosen[:] = [c if c != kind else ("tile" if j == 0 else amx) for j, c in enumerate(chosen)]
         log.info("quantized %dx%d: no %s copy (%.0f MB, over the copies' budget)", *group[0].shape, kind, size / 1e6)
 
 
@@ -626,13 +647,15 @@ def _kept(decision: Any, group: list[QuantProjection], reference: Any) -> tuple[
     if not (
         isinstance(decision, list)
         and len(decision) in (2, 3)
-        and all(d in ("tile", "torch", "fallback", "w8a8") for d in decision[:2])
+        and all(d in ("tile", "torch", "fallback", "w8a8", "amx") for d in decision[:2])
     ):
         return None
     saved = decision[2] if len(decision) == 3 else {}
     if not (isinstance(saved, dict) and all(isinstance(v, (int, float)) for v in saved.values())):
         return None
-    if decision[0] == "fallback" or ("fallback" in decision[:2] and reference is None):
+    if decision[0] in ("fallback", "amx") or ("fallback" in decision[:2] and reference is None):
+        return None
+    if "amx" in decision[:2] and not getattr(group[0].kernels, "amx", False):  # no AMX tiles here (any more)
         return None
     if "torch" in decision[:2] and not group[0].pack_for_torch():  # this torch cannot pack the layout (any more)
         return None

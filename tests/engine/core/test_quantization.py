@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import shutil
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,31 @@ def test_tile_kernel_matches_the_dequantized_matrix(K, rows: int, n: int, k: int
     # and quantization itself is close to the matrix: half a step of its group
     step = qw.scale.repeat_interleave(qw.group, 1)[:, :k]
     assert ((qw.dequantize() - w).abs() <= step / 2 + 1e-5).all()
+
+
+# Row counts either side of a 16-row tile and of a pass of 4 tiles; N either side of a 16-row strip; K ragged.
+@pytest.mark.parametrize("rows", [16, 17, 64, 65])
+@pytest.mark.parametrize(("n", "k"), [(1, 32), (33, 200), (17, 576)])
+@pytest.mark.parametrize(("bits", "group", "half"), [(4, 32, True), (4, 64, False), (8, 0, False), (8, 32, True)])
+def test_amx_kernel_matches_the_bf16_rounded_matrix(
+    rows: int, n: int, k: int, bits: int, group: int, half: bool
+) -> None:
+    """The AMX path (bf16 inputs and decoded weights, float32 sums): the float32 product of the same bf16-rounded
+    operands, up to summation order; scales and mins in half or float32 (a GGUF's K-quants)."""
+    K = cpu_kernels.kernels()
+    if K is None or not K.amx:
+        pytest.skip("no AMX-BF16 tiles on this CPU")
+    g = torch.Generator().manual_seed(rows + n * 13 + k + bits)
+    qw = quant.quantize(torch.randn(n, k, generator=g), bits, group, symmetric=bits == 8 and group == 32)
+    if not half:
+        qw = replace(qw, scale=qw.scale.float(), minv=qw.minv.float())
+    bias = torch.randn(n, generator=g)
+    x = torch.randn(rows, k, generator=g)
+    p = quant.QuantProjection(qw, bias, K)
+    ref = F.linear(x.bfloat16().float(), qw.dequantize().bfloat16().float(), bias)
+    torch.testing.assert_close(p.amx(x), ref, atol=1e-4 * ref.abs().max().item(), rtol=1e-4)
+    p.kernels_by_rows = ("tile", "amx")  # what calibration sets where it wins from SPLIT_ROWS
+    torch.testing.assert_close(p(x), p.amx(x), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -304,7 +330,7 @@ def test_calibration_keeps_the_unquantized_path_where_it_is_faster(K) -> None:
 
 def test_second_copies_stay_within_their_budget(K) -> None:
     """Copies for speed go to the shapes that save the most time a byte while they fit the budget; the others run
-    the tile kernel in that range; with no budget nothing is even timed, and every shape runs the tile kernel."""
+    the tile kernel in that range (or the AMX one, which needs no copy); with no budget no copy is even timed."""
 
     class Instant:  # the "unquantized path": faster than any kernel (so it wins everywhere), a bf16 copy in bytes
         def __init__(self, w: torch.Tensor, bias: Any) -> None:
@@ -322,8 +348,11 @@ def test_second_copies_stay_within_their_budget(K) -> None:
         ]
 
     none = fresh()
-    assert quant.calibrate(none, Instant, repeat=1, copy_budget=0) == {}  # nothing timed
-    assert all(p.kernels_by_rows == ("tile", "tile") and p.nbytes == p.qw.nbytes for p in none)
+    timed = quant.calibrate(none, Instant, repeat=1, copy_budget=0)
+    assert all("reference" not in t and "torch" not in t for table in timed.values() for t in table.values())
+    assert timed or not K.amx  # nothing timed, unless the AMX kernel (no copy) is there to time against tile
+    assert all(p.kernels_by_rows[0] == "tile" and p.kernels_by_rows[1] in ("tile", "amx") for p in none)
+    assert all(p.nbytes == p.qw.nbytes for p in none)
     bf16 = {n: n * k * 2 for n, k in shapes}
     some = fresh()
     budget = bf16[512] + bf16[128]  # room for two of the three copies, whichever two
@@ -333,7 +362,7 @@ def test_second_copies_stay_within_their_budget(K) -> None:
     assert sum(p.kernels_by_rows[1] == "fallback" for p in some) in (1, 2)
     for p in some:  # a shape without its copy runs a kernel that needs none there
         if p.kernels_by_rows[1] != "fallback":
-            assert p.fallback is None and p.kernels_by_rows[1] != "w8a8"
+            assert p.fallback is None and p.kernels_by_rows[1] in ("tile", "amx", "torch")
     assert quant.copy_budget("int4", some) == quant.copy_budget("int8", some) == 0
     assert 0 < quant.copy_budget("gguf", some) <= sum(p.qw.nbytes for p in some)
 
