@@ -130,6 +130,10 @@ def test_tile_kernel_runs_each_gguf_block_type(K, rows: int, type_name: str, k: 
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
     ref = F.linear(x, torch.from_numpy(expected), bias)
     torch.testing.assert_close(quant.QuantProjection(qw, bias, K).tile(x), ref, atol=1e-3, rtol=1e-4)
+    if rows >= quant.SPLIT_ROWS and K.amx:  # and on AMX tiles, with bf16 operands
+        ref16 = F.linear(x.bfloat16().float(), torch.from_numpy(expected).bfloat16().float(), bias)
+        got = quant.QuantProjection(qw, bias, K).amx(x)
+        torch.testing.assert_close(got, ref16, atol=1e-4 * ref16.abs().max().item(), rtol=1e-4)
 
 
 def test_gguf_types_without_a_kernel_fall_back() -> None:
