@@ -1,14 +1,16 @@
 """Which quantized kernel wins at which row count, per matrix shape: what `quant.calibrate` measures at load.
 
-    .venv/bin/python bench/quant_kernels.py [--shape qwen0.5b|smollm2] [--bits 4,8] [--rows 1,4,16,32,64]
-                                            [--layers 4] [--threads N]
+    .venv/bin/python bench/quant_kernels.py [--shape qwen0.5b|smollm2|qwen3b] [--bits 4,8] [--rows 1,4,16,32,64]
+                                            [--layers 4] [--threads N] [--per-shape]
 
 For each projection shape of the model (random weights, `--layers` distinct matrices of each so they stream from
 memory as in a step) and each bit width, the milliseconds per row count of every candidate calibration has:
 `tile` (cpu_kernels.cpp's linear_q), `torch` (torch's int4pack / int8pack matmuls, bf16 activations), `reference`
 (the unquantized path on a bf16 copy: oneDNN's bf16 matmul, as `--dtype bf16` runs it) and, where the CPU has
-VNNI or AMX, `w8a8` (activations quantized to int8 per row, `torch._int_mm`), summed over the shapes, with the
-kernels calibration picked for each shape. Prints the CPU flags first.
+VNNI or AMX, `w8a8` (activations quantized to int8 per row, `torch._int_mm`), and from 16 rows, where the CPU has
+AMX-BF16, `amx` (cpu_kernels.cpp's linear_q_amx, no copy), summed over the shapes (`--per-shape`: each shape's
+too), with the kernels calibration picked for each shape (with no budget for copies: every candidate is timed).
+Prints the CPU flags first.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import engine  # noqa: F401  (process settings before torch)
 SHAPES = {  # (out, in) of the fused qkv, o, gate_up and down projections
     "qwen0.5b": [(1152, 896), (896, 896), (9728, 896), (896, 4864)],
     "smollm2": [(960, 576), (576, 576), (3072, 576), (576, 1536)],
+    "qwen3b": [(2560, 2048), (2048, 2048), (22016, 2048), (2048, 11008)],
 }
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
@@ -37,6 +40,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--per-shape", action="store_true", help="each shape's table too")
     args = ap.parse_args()
     import torch
 
@@ -66,7 +70,7 @@ def main() -> None:
 
     for bits in (int(b) for b in args.bits.split(",")):
         total: dict[int, dict[str, float]] = {}
-        picked = {}
+        picked, per_shape = {}, {}
         for shape in SHAPES[args.shape]:
             group = quant.INT4_GROUP if bits == 4 else quant.INT8_GROUP
             projections = [
@@ -78,10 +82,12 @@ def main() -> None:
                     shape
                 ]
             picked[f"{shape[0]}x{shape[1]}"] = projections[0].kernels_by_rows
+            per_shape[f"{shape[0]}x{shape[1]}"] = table
             for r, times in table.items():
                 for name, ms in times.items():
                     total.setdefault(r, {})[name] = round(total.get(r, {}).get(name, 0.0) + ms, 2)
-        print(json.dumps({"bits": bits, "ms_per_rows (sum over shapes)": total, "picked": picked}), flush=True)
+        out = {"bits": bits, "ms_per_rows (sum over shapes)": total, "picked": picked}
+        print(json.dumps(out | ({"per_shape": per_shape} if args.per_shape else {})), flush=True)
 
 
 if __name__ == "__main__":
