@@ -576,12 +576,11 @@ void linear_quant(const float* x, const uint8_t* wq, const S* scale, const S* mi
 // Measured on 2 cores of the Xeon (bench/README.md), 22016 x 2048 at 16 / 64 / 256 rows: 8.0 / 16.5 / 46 ms
 // against the decoded-copy path's 19.4 / 69 / 289 and oneDNN's bf16 matmul (on a bf16 copy) 9.1 / 11.5 / 50.
 // What it took: decoding a row at a time into rows a line more than K apart (a tile at a time, 1 KB apart, cost a
-// third more), the group index counted rather than divided, and at few input tiles several accumulators over K
-// (one accumulator's steps wait on each other). Fusing the decode of a tile with its product was slower: a tile
+// third more), the group index counted rather than divided, and two accumulators over K for each input tile. Fusing the decode of a tile with its product was slower: a tile
 // load does not take data from stores still in flight.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16")))
-constexpr int AMX_BLOCKS = 4;  // input-row tiles of 16 per pass (accumulator tiles 0-3; weights 4, inputs 5)
+constexpr int AMX_BLOCKS = 2;  // input-row tiles of 16 a pass (2 accumulators each: tiles 0-3; weights 4, inputs 5)
 
 struct alignas(64) TileConfig {
     uint8_t palette = 1, start_row = 0;
@@ -602,11 +601,6 @@ inline uint16_t bf16_bits(float f) {  // round to nearest even (the inputs are f
     do {                          \
         _tile_loadd(5, (x), 64);  \
         _tile_dpbf16ps(C, 4, 5);  \
-    } while (0)
-#define AMX_WDP(C, w, x, pitch)           \
-    do {                                  \
-        _tile_loadd(4, (w), 2 * (pitch)); \
-        AMX_DP(C, x);                     \
     } while (0)
 
 // One weight row decoded as q_block decodes it (the same float32 values), rounded to bf16, K of them at dst. The
@@ -668,7 +662,7 @@ AMX_TARGET void linear_quant_amx(const float* x, const uint8_t* wq, const S* sca
         const int P = K + 32;
         std::vector<uint16_t> strip(static_cast<size_t>(16) * P);
         std::vector<float> sc(2 * static_cast<size_t>(G));
-        alignas(64) float out[AMX_BLOCKS][16 * 16];
+        alignas(64) float out[4][16 * 16];
 #pragma omp for schedule(static)
         for (int s = 0; s < strips; ++s) {
             const int n0 = s * 16, R = N - n0 < 16 ? N - n0 : 16;
@@ -685,50 +679,36 @@ AMX_TARGET void linear_quant_amx(const float* x, const uint8_t* wq, const S* sca
             }
             for (int b0 = 0; b0 < blocks; b0 += AMX_BLOCKS) {
                 const int nb = blocks - b0 < AMX_BLOCKS ? blocks - b0 : AMX_BLOCKS;
-                // Each input tile's sums over K in AMX_BLOCKS / nb accumulators (every chain-th step of K each):
-                // one accumulator's steps wait on each other, several run side by side.
-                const int chains = AMX_BLOCKS / nb;
+                // Each input tile's sums over K in two accumulators, the even steps of 32 in one and the odd ones in
+                // the other (one accumulator's steps wait on each other), added at the end: the same order for
+                // every input row whatever the batch, so a row's numbers do not depend on the rows beside it.
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);
                 _tile_zero(3);
                 const size_t next = static_cast<size_t>(KS) * 512;  // from one input block's tile to the next one's
-                for (int ks = 0; ks < KS; ks += chains) {
+                for (int ks = 0; ks < KS; ks += 2) {
                     const uint16_t* xs = xv.data() + (static_cast<size_t>(b0) * KS + ks) * 512;
-                    if (nb == 1) {  // four chains over K
-                        AMX_WDP(0, strip.data() + ks * 32, xs, P);
-                        if (ks + 1 < KS) AMX_WDP(1, strip.data() + (ks + 1) * 32, xs + 512, P);
-                        if (ks + 2 < KS) AMX_WDP(2, strip.data() + (ks + 2) * 32, xs + 1024, P);
-                        if (ks + 3 < KS) AMX_WDP(3, strip.data() + (ks + 3) * 32, xs + 1536, P);
-                    } else if (nb == 2) {  // two chains over K for each of two input tiles
-                        _tile_loadd(4, strip.data() + ks * 32, 2 * P);
-                        AMX_DP(0, xs);
-                        AMX_DP(1, xs + next);
-                        if (ks + 1 < KS) {
-                            _tile_loadd(4, strip.data() + (ks + 1) * 32, 2 * P);
-                            AMX_DP(2, xs + 512);
-                            AMX_DP(3, xs + next + 512);
-                        }
-                    } else {
-                        _tile_loadd(4, strip.data() + ks * 32, 2 * P);
-                        AMX_DP(0, xs);
-                        AMX_DP(1, xs + next);
-                        AMX_DP(2, xs + 2 * next);
-                        if (nb > 3) AMX_DP(3, xs + 3 * next);
+                    _tile_loadd(4, strip.data() + ks * 32, 2 * P);
+                    AMX_DP(0, xs);
+                    if (nb > 1) AMX_DP(1, xs + next);
+                    if (ks + 1 < KS) {
+                        _tile_loadd(4, strip.data() + (ks + 1) * 32, 2 * P);
+                        AMX_DP(2, xs + 512);
+                        if (nb > 1) AMX_DP(3, xs + next + 512);
                     }
                 }
                 _tile_stored(0, out[0], 64);
                 _tile_stored(1, out[1], 64);
                 _tile_stored(2, out[2], 64);
                 _tile_stored(3, out[3], 64);
-                for (int j = 0; j < nb; ++j)  // out[j + nb * i][r][c]: weight row n0 + r, input row (b0 + j) * 16 + c
+                for (int j = 0; j < nb; ++j)  // out[j] + out[2 + j], [r][c]: weight row n0 + r, input (b0 + j) * 16 + c
                     for (int c = 0; c < 16; ++c) {
                         const int b = (b0 + j) * 16 + c;
                         if (b >= B) break;
                         for (int r = 0; r < R; ++r) {
-                            float v = bias ? bias[n0 + r] : 0.f;
-                            for (int i = 0; i < chains; ++i) v += out[j + nb * i][r * 16 + c];
-                            y[static_cast<int64_t>(b) * N + n0 + r] = v;
+                            const float sum = out[j][r * 16 + c] + out[2 + j][r * 16 + c];
+                            y[static_cast<int64_t>(b) * N + n0 + r] = sum + (bias ? bias[n0 + r] : 0.f);
                         }
                     }
             }

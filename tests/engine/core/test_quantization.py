@@ -48,7 +48,21 @@ def test_tile_kernel_matches_the_dequantized_matrix(K, rows: int, n: int, k: int
     assert ((qw.dequantize() - w).abs() <= step / 2 + 1e-5).all()
 
 
-# Row counts either side of a 16-row tile and of a pass of 4 tiles; N either side of a 16-row strip; K ragged.
+def test_the_amx_kernel_gives_a_row_the_same_numbers_whatever_the_batch() -> None:
+    """From SPLIT_ROWS every row of a step takes the AMX path: a row's result must not depend on how many rows share
+    the call (greedy tokens alone and batched stay the same)."""
+    K = cpu_kernels.kernels()
+    if K is None or not K.amx:
+        pytest.skip("no AMX-BF16 tiles on this CPU")
+    g = torch.Generator().manual_seed(11)
+    qw = quant.quantize(torch.randn(40, 224, generator=g), 4, 32)
+    x = torch.randn(130, 224, generator=g)
+    alone = K.linear_q_amx(x[:16], qw)
+    for rows in (17, 33, 40, 64, 65, 130):
+        assert torch.equal(K.linear_q_amx(x[:rows], qw)[:16], alone), rows
+
+
+# Row counts either side of a 16-row tile and of a pass of 2 tiles; N either side of a 16-row strip; K ragged.
 @pytest.mark.parametrize("rows", [16, 17, 64, 65])
 @pytest.mark.parametrize(("n", "k"), [(1, 32), (33, 200), (17, 576)])
 @pytest.mark.parametrize(("bits", "group", "half"), [(4, 32, True), (4, 64, False), (8, 0, False), (8, 32, True)])
