@@ -21,8 +21,9 @@ prompts and big batches, picked at load by timing them on the model's own matric
   - `amx`, from SPLIT_ROWS only, where the CPU has AMX-BF16: cpu_kernels.cpp's linear_q_amx, which decodes each
     strip of 16 rows to bf16 once a call and multiplies it on AMX tiles against bf16 inputs (no copy; 2.2-6x the
     tile kernel's speed at 16-256 rows on the Qwen shapes, within 0.7-1.1x of oneDNN's bf16 matmul on a bf16 copy).
-A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it, within a budget. Two ranges, not a
-kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share its step.
+A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it, within a budget.
+Two ranges, not a kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share
+its step.
 Figures: bench/quant_serve.py, bench/README.md.
 """
 
@@ -439,7 +440,7 @@ def calibrate(
     87.5% at int4 and 91.7% at int8 against 99.3% with float32 activations, KL 0.06, 6 prompts x 24 tokens, from
     its activation outliers). Every kernel but the tile kernel needs a second copy of the matrix: the copies, of
     all shapes together, take at most `copy_budget` bytes, given to the shapes whose copy saves the most time a
-    byte (the others run the tile kernel in that range), and copies that end up unused are dropped. With a `cache`
+    byte (the others run a kernel without a copy in that range), and copies that end up unused are dropped. With a `cache`
     (calibration_cache.CalibrationCache), a shape whose choice it keeps is not timed again. Returns
     {shape: {rows: {kernel: ms}}} for the shapes timed."""
     groups: dict[tuple[int, int, int, int], list[QuantProjection]] = {}
@@ -450,8 +451,8 @@ def calibrate(
     for (n, k, bits, group_size), group in groups.items():
         what = {"shape": [n, k], "bits": bits, "group": group_size, "source": group[0].qw.source, "rows": list(rows)}
         what |= {"repeat": repeat, "reference": reference is not None, "int8_activations": int8_activations}
-        what |= {"amx": bool(getattr(group[0].kernels, "amx", False))}
-        has_amx = getattr(group[0].kernels, "amx", False)  # a kernel without a copy, from SPLIT_ROWS
+        has_amx = bool(getattr(group[0].kernels, "amx", False))  # a kernel without a copy, from SPLIT_ROWS
+        what |= {"amx": has_amx}
         if copy_budget <= 0 and not (int8_activations or has_amx):  # no room for a copy: the tile kernel alone
             decided.append((group, ["tile", "tile"], {}))
             continue
@@ -494,9 +495,10 @@ def calibrate(
                     if all(key in table[r] and table[r][key] < FALLBACK_MARGIN * table[r][best] for r in part)
                 }
                 best = min(wins, key=wins.__getitem__) if wins else best
-            if best not in ("tile", "amx"):  # the ms a step this copy saves over the tile kernel, on the sample
+            if best not in ("tile", "amx"):  # the ms a step this copy saves over the range's best without one
                 key = {"fallback": "reference"}.get(best, best)
-                saved[best] = saved.get(best, 0.0) + round(sum(table[r]["tile"] - table[r][key] for r in part), 3)
+                plain = [min(table[r]["tile"], table[r].get("amx", float("inf"))) for r in part]
+                saved[best] = saved.get(best, 0.0) + round(sum(p - table[r][key] for p, r in zip(plain, part)), 3)
             chosen.append(best)
         decided.append((group, chosen, saved))
         if cache is not None:
