@@ -271,36 +271,41 @@ def runner_cases(runner: Any, reference: Any, device: str) -> list[dict[str, Any
 def logits_section(device: str, short: bool) -> dict[str, Any]:
     import torch
 
+    from engine.core import quant
     from engine.core.model_runner import DecoderRunner, make_runner
 
     cpu = device == "cpu"
-    runs: list[tuple[str, Any, Any, bool | None]] = []  # (name, model, dtype of the check, use_kernels)
-    runs.append(("qwen3 tiny fp32", qwen3_config(**TINY_SHAPE), torch.float32, None))
+    # (name, model, dtype of the check, use_kernels, --quantization)
+    runs: list[tuple[str, Any, Any, bool | None, str]] = []
+    runs.append(("qwen3 tiny fp32", qwen3_config(**TINY_SHAPE), torch.float32, None, "none"))
     if cpu:
-        runs.append(("qwen3 tiny fp32, torch ops", qwen3_config(**TINY_SHAPE), torch.float32, False))
-    runs.append(("qwen3-0.6B width bf16", qwen3_config(num_hidden_layers=2, vocab_size=4096), torch.bfloat16, None))
+        runs.append(("qwen3 tiny fp32, torch ops", qwen3_config(**TINY_SHAPE), torch.float32, False, "none"))
+    width = qwen3_config(num_hidden_layers=2, vocab_size=4096)
+    runs.append(("qwen3-0.6B width bf16", width, torch.bfloat16, None, "none"))
     if cpu:  # bf16 through the torch ops: the arithmetic CUDA and MPS run
-        runs.append(
-            (
-                "qwen3-0.6B width bf16, torch ops",
-                qwen3_config(num_hidden_layers=2, vocab_size=4096),
-                torch.bfloat16,
-                False,
-            )
-        )
+        runs.append(("qwen3-0.6B width bf16, torch ops", width, torch.bfloat16, False, "none"))
+    # int4 at load: the device table's weight-quant matmul (engine/core/device_quant.py) on an accelerator, the
+    # CPU kernels here; against the float32 forward of the same weights on int4's grid
+    runs.append(("qwen3-0.6B width int4", width, torch.float32 if cpu else torch.bfloat16, None, "int4"))
     checks = []
-    for name, cfg, dtype, kernels in runs:
+    for name, cfg, dtype, kernels, quantization in runs:
         model = random_model(cfg, device, dtype)
         reference = copy.deepcopy(model).float() if dtype != torch.float32 else model
+        if quantization != "none":
+            reference = copy.deepcopy(reference)
+            for layer in reference.model.layers:
+                a, m = layer.self_attn, layer.mlp
+                for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
+                    lin.weight.data = quant.quantize(lin.weight.data, 4, quant.INT4_GROUP).dequantize()
         target = copy.deepcopy(model)  # the runner rebinds weights in place
         runner = (
-            make_runner(target, device, 4096)
+            make_runner(target, device, 4096, quantization=quantization)
             if kernels is None
             else DecoderRunner(target, device, 4096, use_kernels=kernels)
         )
         cases = runner_cases(runner, reference, device)
-        for case in cases:
-            tol = ATOL if dtype == torch.float32 else BF16_REL * case["scale"]
+        for case in cases:  # int4's head is int8 on the CPU: a bf16-sized tolerance
+            tol = ATOL if dtype == torch.float32 and quantization == "none" else BF16_REL * case["scale"]
             case["tolerance"] = tol
             case["passed"] = bool(case["rows_ok"] and case["max_abs_err"] <= tol)
         checks.append(
@@ -309,6 +314,7 @@ def logits_section(device: str, short: bool) -> dict[str, Any]:
                 "runner": type(runner).__name__,
                 "ops": getattr(getattr(runner, "ops", None), "chosen", {}),
                 "weights_dtype": str(getattr(runner, "weights_dtype", dtype)),
+                "weights": getattr(runner, "weights_label", "") or "as loaded",
                 "cases": cases,
                 "passed": all(c["passed"] for c in cases),
             }
