@@ -573,11 +573,12 @@ void linear_quant(const float* x, const uint8_t* wq, const S* scale, const S* mi
 // bf16: the weights are the A operand (16 rows x 32 of K, as decoded), the inputs the B operand, laid out once a
 // call as the instruction wants them (pairs of K interleaved per input row). Numbers are those of bf16 dot products
 // (quant.calibrate keeps them to the range from SPLIT_ROWS, where every row of a step takes the same path).
-// Measured on 2 cores of the Xeon (bench/README.md), 22016 x 2048 at 16 / 64 / 256 rows: 8.0 / 16.5 / 46 ms
-// against the decoded-copy path's 19.4 / 69 / 289 and oneDNN's bf16 matmul (on a bf16 copy) 9.1 / 11.5 / 50.
+// Measured on 2 cores of the Xeon (bench/quant_kernels.py --shape qwen3b, bench/README.md), from 16 rows: 2.3-5.4x
+// the decoded-copy path's speed, 0.44-1.5x oneDNN's bf16 matmul on a bf16 copy of the matrix.
 // What it took: decoding a row at a time into rows a line more than K apart (a tile at a time, 1 KB apart, cost a
-// third more), the group index counted rather than divided, and two accumulators over K for each input tile. Fusing the decode of a tile with its product was slower: a tile
-// load does not take data from stores still in flight.
+// third more), the group index counted rather than divided, and two accumulators over K for each input tile.
+// Tried and slower: fusing the decode of a tile with its product (a tile load does not take data from stores in
+// flight); no faster: prefetching the next strip's rows while the tiles multiply.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16")))
 constexpr int AMX_BLOCKS = 2;  // input-row tiles of 16 a pass (2 accumulators each: tiles 0-3; weights 4, inputs 5)
@@ -605,8 +606,8 @@ inline uint16_t bf16_bits(float f) {  // round to nearest even (the inputs are f
 
 // One weight row decoded as q_block decodes it (the same float32 values), rounded to bf16, K of them at dst. The
 // group index advances by counting blocks (a division a block cost a third of the decode).
-AMX_TARGET inline void decode_row_bf16(const uint8_t* rowq, const float* sf, const float* mf, int K, int group, int bits,
-                                       uint16_t* dst) {
+AMX_TARGET inline void decode_row_bf16(const uint8_t* rowq, const float* sf, const float* mf, int K, int group,
+                                       int bits, uint16_t* dst) {
     const int per_group = group / QB;  // blocks a group; 0 for groups of 16 (Q6_K), which q_block handles
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     int gi = 0, left = per_group;

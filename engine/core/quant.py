@@ -19,8 +19,8 @@ prompts and big batches, picked at load by timing them on the model's own matric
   - `fallback`, from SPLIT_ROWS only: the unquantized path on a bf16 copy of the dequantized matrix, where it
     measured faster (bf16 dot products in oneDNN outrun decoding 4-bit tiles once a step is compute-bound).
   - `amx`, from SPLIT_ROWS only, where the CPU has AMX-BF16: cpu_kernels.cpp's linear_q_amx, which decodes each
-    strip of 16 rows to bf16 once a call and multiplies it on AMX tiles against bf16 inputs (no copy; 2.2-6x the
-    tile kernel's speed at 16-256 rows on the Qwen shapes, within 0.7-1.1x of oneDNN's bf16 matmul on a bf16 copy).
+    strip of 16 rows to bf16 once a call and multiplies it on AMX tiles against bf16 inputs (no copy; 2.3-5.4x the
+    tile kernel's speed at 16-256 rows on the Qwen2.5-3B shapes, 0.44-1.5x oneDNN's bf16 matmul on a bf16 copy).
 A copy (torch's layout, the bf16 one) is kept only for the shapes where calibration picks it, within a budget.
 Two ranges, not a kernel per row count, so a sequence's numbers (and greedy tokens) do not depend on how many share
 its step.
