@@ -262,25 +262,7 @@ class CpuKernels:
     def linear_q(self, x: torch.Tensor, w: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, Kp] float32 @ w.T (+ bias [N] float32) -> [B, N] float32, w a quant.QuantWeight (Kp its padded
         width: the caller pads x); its scales and mins float32 or float16."""
-        x = x.contiguous()
-        rows = x.shape[0]
-        y = torch.empty(rows, w.n, dtype=torch.float32)
-        assert w.scale.dtype in (torch.float32, torch.float16) and (not w.minv.numel() or w.minv.dtype == w.scale.dtype)
-        (self._linear_q_h if w.scale.dtype == torch.float16 else self._linear_q)(
-            x.data_ptr(),
-            w.q.data_ptr(),
-            w.scale.data_ptr(),
-            w.minv.data_ptr() if w.minv.numel() else None,
-            bias.data_ptr() if bias is not None else None,
-            y.data_ptr(),
-            rows,
-            w.kp,
-            w.n,
-            w.group,
-            w.bits,
-            torch.get_num_threads(),
-        )
-        return y
+        return self._quantized(self._linear_q, self._linear_q_h, x, w, bias)
 
     @property
     def amx(self) -> bool:
@@ -295,11 +277,15 @@ class CpuKernels:
         16 rows (fewer are padded with zero rows by the tile shape, and cost the same). Only where `amx`."""
         if not self.amx:
             raise RuntimeError("no AMX-BF16 tiles here")
+        return self._quantized(self._linear_q_amx, self._linear_q_amx_h, x, w, bias)
+
+    def _quantized(self, fn: Any, fn_half: Any, x: torch.Tensor, w: Any, bias: torch.Tensor | None) -> torch.Tensor:
+        """One of the quantized kernels (fn_half where the scales and mins are float16) on x, w and bias."""
         x = x.contiguous()
         rows = x.shape[0]
         y = torch.empty(rows, w.n, dtype=torch.float32)
         assert w.scale.dtype in (torch.float32, torch.float16) and (not w.minv.numel() or w.minv.dtype == w.scale.dtype)
-        (self._linear_q_amx_h if w.scale.dtype == torch.float16 else self._linear_q_amx)(
+        (fn_half if w.scale.dtype == torch.float16 else fn)(
             x.data_ptr(),
             w.q.data_ptr(),
             w.scale.data_ptr(),
