@@ -31,8 +31,8 @@ class DeviceQuantProjection:
     """x [M, K] in the model's dtype @ w.T (+ bias) with w kept quantized in the device op's layout."""
 
     def __init__(self, qw: quant.QuantWeight, bias: torch.Tensor | None, table: Any, dtype: torch.dtype) -> None:
-        self.qw, self.bias, self.table = qw, bias, table
-        self.k, self.kp, self.group = qw.k, qw.kp, qw.group
+        self.bias, self.table = bias, table  # qw itself is not kept: the device holds the op's layout alone
+        self.n, self.k, self.kp, self.group = qw.n, qw.k, qw.kp, qw.group
         codes = qw.codes()  # [N, Kp]: 0..15 for 4 bits, -128..127 for 8
         scale = qw.scale.float()
         offset = qw.minv.float() / scale if qw.minv.numel() else torch.zeros_like(scale)
@@ -45,7 +45,7 @@ class DeviceQuantProjection:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (self.qw.n, self.qw.k)
+        return (self.n, self.k)
 
     @property
     def nbytes(self) -> int:
