@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -736,17 +737,23 @@ template <typename T>
 void decode_pages(const float* q, const T* k_pool, const T* v_pool, const int32_t* table, int W, const int32_t* lens,
                   const int32_t* starts, float* out, int B, int H, int KV, int D, int page, float scale, int threads) {
     const int G = H / KV;
+    // Fewer (sequence, KV head) pairs than threads (one stream of a model with one KV head, as Gemma 3 270M): each
+    // pair's query heads are shared out in parts, so that every thread has work. A head's arithmetic is the same
+    // whichever part it is in, so the numbers do not change. Gemma 3 270M's 4 heads of 256 over 300 positions on
+    // 2 threads: 47.0 -> 28.7 us a call with float32 pages, 60.6 -> 37.1 with bf16 (18 calls a token).
+    const int pairs = B * KV, parts = pairs < threads ? std::min(G, (threads + pairs - 1) / pairs) : 1;
 #pragma omp parallel num_threads(threads)
     {
         std::vector<float> s;
         std::vector<int64_t> off;
 #pragma omp for schedule(dynamic)
-        for (int task = 0; task < B * KV; ++task) {
-            const int b = task / KV, kvh = task % KV, len = lens[b];
+        for (int task = 0; task < pairs * parts; ++task) {
+            const int pair = task / parts, part = task % parts, b = pair / KV, kvh = pair % KV, len = lens[b];
+            const int g0 = G * part / parts, g1 = G * (part + 1) / parts;
             const int dc = D == 64 ? 64 : D == 128 ? 128 : 0;
-            attend_one(q + (static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G) * D, k_pool, v_pool,
-                       table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len, out + (static_cast<int64_t>(b) * H +
-                       static_cast<int64_t>(kvh) * G) * D, G, KV, kvh, D, page, scale, dc, s, off);
+            const int64_t head = static_cast<int64_t>(b) * H + static_cast<int64_t>(kvh) * G + g0;
+            attend_one(q + head * D, k_pool, v_pool, table + static_cast<int64_t>(b) * W, starts ? starts[b] : 0, len,
+                       out + head * D, g1 - g0, KV, kvh, D, page, scale, dc, s, off);
         }
     }
 }

@@ -85,6 +85,25 @@ def test_decode_attention_is_stable_for_large_scores(K) -> None:
     torch.testing.assert_close(got[0, 0], pool_v[1, 3, 0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_of_a_lone_sequence_is_that_of_its_row_in_a_batch(K, dtype: torch.dtype) -> None:
+    """One sequence of a one-KV-head model (Gemma 3 270M's 4 heads of 256) has its query heads shared out over the
+    threads; in a batch each thread takes whole sequences. Either way a head's numbers are the same, to the bit."""
+    if torch.get_num_threads() < 2:
+        pytest.skip("one thread: nothing is shared out")
+    g = torch.Generator().manual_seed(7)
+    page, heads, head_dim = 16, 4, 256
+    lens = torch.tensor([300, 41], dtype=torch.int32)
+    pool_k = torch.randn(40, page, 1, head_dim, generator=g).to(dtype)
+    pool_v = torch.randn(40, page, 1, head_dim, generator=g).to(dtype)
+    table = (torch.randperm(39, generator=g) + 1)[:38].view(2, 19).to(torch.int32)
+    q = torch.randn(2, heads, head_dim, generator=g)
+    batch = K.decode_attention(q, pool_k, pool_v, table, lens)
+    for b in range(2):
+        alone = K.decode_attention(q[b : b + 1], pool_k, pool_v, table[b : b + 1], lens[b : b + 1])
+        assert torch.equal(alone[0], batch[b])
+
+
 @pytest.mark.parametrize("head_dim", [16, 20, 64, 128])
 @pytest.mark.parametrize("windowed", [False, True])
 def test_decode_attention_reads_bf16_pages_as_the_reference_does(K, head_dim: int, windowed: bool) -> None:
