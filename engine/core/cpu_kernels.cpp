@@ -592,12 +592,6 @@ struct alignas(64) TileConfig {
     uint8_t rows[16] = {};
 };
 
-inline uint16_t bf16_bits(float f) {  // round to nearest even (the inputs are finite)
-    uint32_t u;
-    __builtin_memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
 // Accumulator tile C += the weight tile (in tile 4) x the input tile at x (loaded into tile 5); the tile
 // intrinsics take their register numbers as literals, hence macros.
 #define AMX_DP(C, x)              \
@@ -640,17 +634,25 @@ template <typename S>
 AMX_TARGET void linear_quant_amx(const float* x, const uint8_t* wq, const S* scale, const S* minv, const float* bias,
                                  float* y, int B, int K, int N, int group, int bits, int threads) {
     const int KS = K / QB, blocks = (B + 15) / 16;
-    // inputs: per 16-row block and step of 32 of K, a 1 KB tile: 16 pairs of K x 16 rows x 2
+    // inputs: per 16-row block and step of 32 of K, a 1 KB tile: 16 pairs of K x 16 rows x 2. A row's 32 inputs
+    // round to 16 pairs in one instruction (to nearest even, as the weights are), then the 16 x 16 pairs are
+    // transposed: a scalar rounding and store per input cost the 0.5B shape's down projection (896 x 4864) 0.244
+    // ms a call at 16 rows against 0.217 now, 0.472 against 0.411 at 32.
     std::vector<uint16_t> xv(static_cast<size_t>(blocks) * KS * 512);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int t = 0; t < blocks * KS; ++t) {
         const int blk = t / KS, ks = t % KS;
-        uint16_t* tile = xv.data() + static_cast<size_t>(t) * 512;
+        uint32_t* tile = reinterpret_cast<uint32_t*>(xv.data() + static_cast<size_t>(t) * 512);
+        alignas(64) uint32_t pairs[16][16];  // [input row][pair of K]
         for (int c = 0; c < 16; ++c) {
             const int b = blk * 16 + c;
             const float* row = x + static_cast<int64_t>(b) * K + ks * 32;
-            for (int k = 0; k < 32; ++k) tile[(k / 2) * 32 + c * 2 + (k & 1)] = b < B ? bf16_bits(row[k]) : 0;
+            const __m512i v = b < B ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row))
+                                    : _mm512_setzero_si512();
+            _mm512_store_si512(pairs[c], v);
         }
+        for (int p = 0; p < 16; ++p)
+            for (int c = 0; c < 16; ++c) tile[p * 16 + c] = pairs[c][p];
     }
     const int64_t row_bytes = bits == 4 ? K / 2 : K;
     const int G = K / group;
