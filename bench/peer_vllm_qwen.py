@@ -8,7 +8,7 @@ servers run side by side: vLLM CPU 0.32 from its own venv (bench/README.md says 
 `--dtype bfloat16 --max-model-len 4096`, `VLLM_CPU_OMP_THREADS_BIND=0-1 VLLM_CPU_KVCACHE_SPACE=4`, and this
 project's `app.py --no-ui --model DIR --quantization int4 --enable-reasoning false` (each `--ours` mode one
 server). Each server's idle CPU use is measured first and printed, and while one server is measured the others are
-stopped (SIGSTOP, resumed after each level): an idle server still takes CPU (vLLM's, about a quarter of a core), and
+stopped (SIGSTOP, resumed after each level): an idle server still takes CPU (vLLM's, a third of a core), and
 on two cores that taxes the one being measured. Then `--rounds` rounds, the order rotating each round, each server taking
 `loadgen.py`'s level at each concurrency (streaming chat, greedy, `--max-tokens` tokens, `ignore_eos`, 2 x C
 requests, at least 4). Per server and concurrency: aggregate output tokens/s, single-stream decode tokens/s, ITL
@@ -28,7 +28,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,7 +44,6 @@ NAME = "qwen2.5-0.5b-shape"
 
 def idle_cpu_percent(port: int, seconds: float = 3.0) -> float:
     """CPU the server listening on `port` (children included) uses while nobody asks it anything, % of one core."""
-
     procs = server_procs(port)
     before = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
     time.sleep(seconds)
@@ -50,7 +51,7 @@ def idle_cpu_percent(port: int, seconds: float = 3.0) -> float:
     return round(100 * (after - before) / seconds, 1)
 
 
-def server_procs(port: int) -> list:
+def server_procs(port: int) -> list[Any]:
     """The process listening on `port` and its children (vLLM's engine core and workers)."""
     import psutil
 
@@ -59,9 +60,9 @@ def server_procs(port: int) -> list:
 
 
 @contextlib.contextmanager
-def others_paused(ports: list[int]):
+def others_paused(ports: list[int]) -> Iterator[None]:
     """The servers on `ports` stopped (SIGSTOP) while one is measured, and resumed after: two servers share the two
-    cores, and an idle one still takes CPU (vLLM's idle API server and engine core, 26% of a core measured)."""
+    cores, and an idle one still takes CPU (vLLM's idle API server and engine core: a third of a core)."""
     procs = [p for port in ports for p in server_procs(port)]
     for p in procs:
         p.suspend()

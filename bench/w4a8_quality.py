@@ -10,15 +10,16 @@ embedding stay float32 in every variant, so only the projections differ) and mea
 measures the modes: 16 prompts x 64 greedy tokens of the float32 model, teacher-forced through each variant, top-1
 agreement and mean KL(fp32 || variant) per token:
 
-- `int4 g32`: the engine's `int4` format (asymmetric, a float scale and min per group of 32), inputs float32;
+- `int4 g32`: the engine's `int4` format (quant.quantize: asymmetric, a scale and min per group of 32), inputs
+  float32;
 - `float weights + int8 act per token` / `per 32 inputs`: the activations' cost alone: each input row rounded to
   int8 with one float scale, or with one per 32 inputs (which an integer product could apply only per block of
   32, as it must the weights' group scales);
 - `int4 g32 + int8 act per token`: both;
-- `w4a8 two-level` (inputs per token or per 32): each row first to int8 with one float scale (symmetric, max |w| / 127), then each group of
-  32 of those int8 values to 4-bit codes with an integer scale and an integer zero point (scale times zero an
-  int8 value); a weight is row_scale * int_scale * (code - zero), clamped to int8: with per-token inputs, what `tdpbusd` could multiply
-  exactly over a whole row.
+- `w4a8 two-level` (inputs per token or per 32): each row first to int8 with one float scale (symmetric,
+  max |w| / 127), then each group of 32 of those int8 values to 4-bit codes with an integer scale and an integer
+  zero point (scale times zero an int8 value); a weight is row_scale * int_scale * (code - zero), clamped to int8:
+  with per-token inputs, what `tdpbusd` could multiply exactly over a whole row.
 
 SmolLM2's bundled weights are its Q4_1 GGUF dequantized, so they already sit on a 16-level grid per group of 32:
 the engine's `int4` format reproduces that grid almost exactly, a row-scaled integer grid cannot. Prints the
@@ -40,15 +41,10 @@ import engine  # noqa: F401  (process settings before torch)
 
 
 def int4_group(w: Any, group: int) -> Any:
-    """The engine's int4 layout, dequantized: codes 0..15, a float scale and min per group."""
-    import torch
+    """The engine's own `int4` format (quant.quantize), dequantized to the float32 values its kernels use."""
+    from engine.core import quant
 
-    n, k = w.shape
-    g = w.reshape(n, k // group, group)
-    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
-    scale = torch.where(hi > lo, (hi - lo) / 15, torch.ones_like(hi))
-    codes = torch.clamp(torch.round((g - lo) / scale), 0, 15)
-    return (codes * scale + lo).reshape(n, k)
+    return quant.quantize(w, 4, group).dequantize()
 
 
 def two_level(w: Any, group: int) -> Any:
@@ -66,7 +62,8 @@ def two_level(w: Any, group: int) -> Any:
 
 
 def int8_rows(x: Any, group: int = 0) -> Any:
-    """Each input row rounded to int8 with one float scale (symmetric), or one per `group` inputs; back in float."""
+    """Each input row rounded to int8 with one float scale max|x| / 127 (QuantProjection.w8a8's rounding), or with
+    one per `group` inputs; back in float."""
     import torch
 
     shape = x.shape
