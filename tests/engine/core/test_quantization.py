@@ -429,6 +429,20 @@ def test_a_decode_batch_gets_the_same_numbers_as_a_prompt(K, bits: int, group: i
     assert torch.equal(p.tile(x[7:8]), many[7:8])
 
 
+@pytest.mark.parametrize(("type_name", "k"), GGUF_TYPES)
+def test_each_gguf_layout_gets_the_same_numbers_alone_and_in_a_prompt(K, type_name: str, k: int) -> None:
+    """The direct path's tiles for each block type's own layout (half or float32 scales, mins or none, Q6_K's groups
+    of 16) against the decoded-copy path's: bit for bit, in tiles of 8 rows, of 4 and one at a time (37 rows)."""
+    raw, _ = _gguf_tensor(type_name, 37, k, seed=k + 1)
+    qw = quant.from_gguf(type_name, raw, k)
+    assert qw is not None
+    x = torch.randn(20, k, generator=torch.Generator().manual_seed(k))
+    p = quant.QuantProjection(qw, None, K)
+    many = p.tile(x)
+    for rows in (1, 3, 15):
+        assert torch.equal(p.tile(x[:rows]), many[:rows]), f"{type_name}: {rows} rows"
+
+
 def test_the_memory_estimate_counts_packed_weights() -> None:
     """The registry's estimate (what the pool unloads models by) holds weights as they will be held: a GGUF under
     `auto` at its bytes on disk, int4 / int8 packed, a precision entry at its own quantization and dtype."""
