@@ -1068,9 +1068,11 @@ struct StepProj {
     const float* bias;
 };
 
-// A layer: its four projections, the norm after attention and the one after the MLP (the next layer's input
-// norm, the model's final norm after the last), its KV pools ([pages, page, KV, D], float32 or bf16), Qwen3's
-// per-head q / k norms (or null).
+// A layer: its four projections, the norm before the MLP and the one after it (the next layer's input norm, the
+// model's final norm after the last), its KV pools ([pages, page, KV, D], float32 or bf16), the per-head q / k
+// norms of Qwen3 and Gemma 3 (or null), Gemma 3's norms of the attention's and the MLP's outputs before their
+// residual adds (or null), and which of the step's rotary tables and row sets (StepRows) it takes: Gemma 3's
+// sliding layers have their own RoPE base and, with a window, their own pool.
 struct StepLayer {
     StepProj qkv, o, gate_up, down;
     const float* norm_mid;
@@ -1079,8 +1081,20 @@ struct StepLayer {
     void* v_pool;
     const float* q_norm;
     const float* k_norm;
+    const float* norm_attn_out;
+    const float* norm_mlp_out;
     float qk_eps;
-    int32_t pad;
+    int32_t rope, rows, pad;
+};
+
+// A step's rows in one pool: where each writes its key and value (slots [B]), the pages it reads (table [B, W]),
+// how many positions (lens [B]) from which one (starts [B], a sliding window's; or null); the pool's page size.
+struct StepRows {
+    const int64_t* slots;
+    const int32_t* table;
+    const int32_t* lens;
+    const int32_t* starts;
+    int32_t W, page;
 };
 
 void step_proj(const StepProj& p, const float* x, float* y, int B, int threads) {
@@ -1095,37 +1109,47 @@ void step_proj(const StepProj& p, const float* x, float* y, int B, int threads) 
 }
 
 // h [B, hidden] the embeddings, changed in place into the last layer's residual; out [B, hidden] the final norm's
-// output. Every row decodes one token: cos, sin [B, D], slots [B] (where its K and V go), table [B, W] and lens [B]
-// (its pages and how many positions it attends to). first_norm: the first layer's input norm. kv_bf16: the pools
-// hold bf16.
+// output. Every row decodes one token: cos, sin [2][B, D] the rotary tables (a layer's `rope`), rows [2] the row
+// sets (a layer's `rows`). first_norm: the first layer's input norm. q_scale: q's factor after RoPE (Gemma 3's
+// query_pre_attn_scalar against head_dim; 1: none). kv_bf16: the pools hold bf16. gelu: Gemma's gelu_tanh gating,
+// else SiLU's.
 void decode_layers(const StepLayer* layers, int n_layers, const float* first_norm, float* h, float* out,
-                   const float* cos, const float* sin, const int64_t* slots, const int32_t* table, int W,
-                   const int32_t* lens, int B, int H, int KV, int D, int hidden, int inter, int page, float scale,
-                   float eps, int kv_bf16, int threads) {
+                   const float* const* cos, const float* const* sin, const StepRows* rows, int B, int H, int KV, int D,
+                   int hidden, int inter, float scale, float q_scale, float eps, int kv_bf16, int gelu, int threads) {
     std::vector<float> qkv(static_cast<size_t>(B) * (H + 2 * KV) * D), q(static_cast<size_t>(B) * H * D),
         att(static_cast<size_t>(B) * H * D), proj(static_cast<size_t>(B) * hidden),
         gate_up(static_cast<size_t>(B) * 2 * inter), gated(static_cast<size_t>(B) * inter);
     add_rmsnorm(h, nullptr, first_norm, out, B, hidden, eps);
     for (int li = 0; li < n_layers; ++li) {
         const StepLayer& L = layers[li];
+        const StepRows& R = rows[L.rows];
+        const float *c = cos[L.rope], *s = sin[L.rope];
         step_proj(L.qkv, out, qkv.data(), B, threads);
-        if (kv_bf16) {
-            rope_store_bf16(qkv.data(), cos, sin, slots, q.data(), static_cast<uint16_t*>(L.k_pool),
+        if (kv_bf16)
+            rope_store_bf16(qkv.data(), c, s, R.slots, q.data(), static_cast<uint16_t*>(L.k_pool),
                             static_cast<uint16_t*>(L.v_pool), B, H, KV, D, L.q_norm, L.k_norm, L.qk_eps);
-            decode_attention_bf16(q.data(), static_cast<const uint16_t*>(L.k_pool),
-                                  static_cast<const uint16_t*>(L.v_pool), table, W, lens, nullptr, att.data(), B, H,
-                                  KV, D, page, scale, threads);
-        } else {
-            rope_store(qkv.data(), cos, sin, slots, q.data(), static_cast<float*>(L.k_pool),
+        else
+            rope_store(qkv.data(), c, s, R.slots, q.data(), static_cast<float*>(L.k_pool),
                        static_cast<float*>(L.v_pool), B, H, KV, D, L.q_norm, L.k_norm, L.qk_eps);
+        if (q_scale != 1.f)  // as the loop's `q * q_scale` in float32
+            for (float& x : q) x *= q_scale;
+        if (kv_bf16)
+            decode_attention_bf16(q.data(), static_cast<const uint16_t*>(L.k_pool),
+                                  static_cast<const uint16_t*>(L.v_pool), R.table, R.W, R.lens, R.starts, att.data(),
+                                  B, H, KV, D, R.page, scale, threads);
+        else
             decode_attention(q.data(), static_cast<const float*>(L.k_pool), static_cast<const float*>(L.v_pool),
-                             table, W, lens, nullptr, att.data(), B, H, KV, D, page, scale, threads);
-        }
+                             R.table, R.W, R.lens, R.starts, att.data(), B, H, KV, D, R.page, scale, threads);
         step_proj(L.o, att.data(), proj.data(), B, threads);
+        if (L.norm_attn_out) add_rmsnorm(proj.data(), nullptr, L.norm_attn_out, proj.data(), B, hidden, eps);
         add_rmsnorm(h, proj.data(), L.norm_mid, out, B, hidden, eps);
         step_proj(L.gate_up, out, gate_up.data(), B, threads);
-        silu_mul(gate_up.data(), gated.data(), B, inter);
+        if (gelu)
+            gelu_tanh_mul(gate_up.data(), gated.data(), B, inter);
+        else
+            silu_mul(gate_up.data(), gated.data(), B, inter);
         step_proj(L.down, gated.data(), proj.data(), B, threads);
+        if (L.norm_mlp_out) add_rmsnorm(proj.data(), nullptr, L.norm_mlp_out, proj.data(), B, hidden, eps);
         add_rmsnorm(h, proj.data(), L.norm_next, out, B, hidden, eps);
     }
 }

@@ -126,7 +126,7 @@ class CpuKernels:
         self._amx_ready.argtypes, self._amx_ready.restype = [], ctypes.c_int
         self._amx: bool | None = None
         self._decode_layers = lib.decode_layers
-        self._decode_layers.argtypes = [p, i, p, p, p, p, p, p, p, i, p, i, i, i, i, i, i, i, f, f, i, i]
+        self._decode_layers.argtypes = [p, i, p, p, p, p, p, p, i, i, i, i, i, i, f, f, f, i, i, i]
         self._decode_layers.restype = None
         for fn in (
             self._linear_q,
@@ -306,43 +306,43 @@ class CpuKernels:
         plan: Any,
         first_norm: torch.Tensor,
         h: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        slots: torch.Tensor,
-        table: torch.Tensor,
-        lens: torch.Tensor,
-        dims: tuple[int, int, int, int, int, int],
+        ropes: list[tuple[torch.Tensor, torch.Tensor]],
+        rows: Any,
+        dims: tuple[int, int, int, int, int],
         eps: float,
         kv_bf16: bool,
+        q_scale: float = 1.0,
+        gelu: bool = False,
     ) -> torch.Tensor:
         """Every layer of a decode step in one call (fused_step.py builds `plan`, a ctypes array of StepLayer): h
         [B, hidden] float32 contiguous, the step's embeddings, becomes the last residual in place; returns the final
-        norm's output [B, hidden]. cos, sin [B, D]; slots int64 [B]; table int32 [B, W]; lens int32 [B]; dims (H, KV,
-        D, hidden, intermediate, page)."""
-        heads, kv, d, hidden, inter, page = dims
+        norm's output [B, hidden]. ropes: the rotary tables (cos, sin [B, D] float32 contiguous) a layer's `rope`
+        picks, rows a ctypes array of StepRows (a layer's `rows`); dims (H, KV, D, hidden, intermediate)."""
+        heads, kv, d, hidden, inter = dims
         out = torch.empty_like(h)
+        pair = ctypes.c_void_p * 2
+        cos = pair(*(c.data_ptr() for c, _ in ropes), *([None] * (2 - len(ropes))))
+        sin = pair(*(s.data_ptr() for _, s in ropes), *([None] * (2 - len(ropes))))
         self._decode_layers(
             ctypes.addressof(plan),
             len(plan),
             first_norm.data_ptr(),
             h.data_ptr(),
             out.data_ptr(),
-            cos.data_ptr(),
-            sin.data_ptr(),
-            slots.data_ptr(),
-            table.data_ptr(),
-            table.shape[1],
-            lens.data_ptr(),
+            ctypes.addressof(cos),
+            ctypes.addressof(sin),
+            ctypes.addressof(rows),
             h.shape[0],
             heads,
             kv,
             d,
             hidden,
             inter,
-            page,
             d**-0.5,
+            q_scale,
             eps,
             int(kv_bf16),
+            int(gelu),
             torch.get_num_threads(),
         )
         return out
@@ -380,8 +380,26 @@ class StepLayer(ctypes.Structure):
         ("v_pool", ctypes.c_void_p),
         ("q_norm", ctypes.c_void_p),
         ("k_norm", ctypes.c_void_p),
+        ("norm_attn_out", ctypes.c_void_p),
+        ("norm_mlp_out", ctypes.c_void_p),
         ("qk_eps", ctypes.c_float),
+        ("rope", ctypes.c_int32),
+        ("rows", ctypes.c_int32),
         ("pad", ctypes.c_int32),
+    ]
+
+
+class StepRows(ctypes.Structure):
+    """cpu_kernels.cpp's StepRows: a fused decode step's rows in one pool (int64 slots, int32 table, lens, starts
+    or null; the table's width and the pool's page size)."""
+
+    _fields_ = [
+        ("slots", ctypes.c_void_p),
+        ("table", ctypes.c_void_p),
+        ("lens", ctypes.c_void_p),
+        ("starts", ctypes.c_void_p),
+        ("W", ctypes.c_int32),
+        ("page", ctypes.c_int32),
     ]
 
 

@@ -148,6 +148,12 @@ class GemmaLayers:
             rope[kind == SLIDING] = (cos[0].contiguous(), sin[0].contiguous())
         win = self.window_view(r, segments, bounds, single) if r.window is not None else None
         h = h.contiguous()
+        if rows is not None and not single and lora is None and (win is None or win.rows is not None):
+            fused = r._fused()  # every row decodes: all the layers in one native call (fused_step.py)
+            if fused is not None and h.shape[0] < fused.rows:
+                either = next(iter(rope.values()))  # a model with one kind of layer computed one table
+                ropes = [rope.get(False, either), rope.get(True, either)]
+                return fused.run(h, ropes, slot, rows, window_slot, win.rows if win is not None else None)[last]
         n_tok = h.shape[0]
         normed = ops.add_rmsnorm(h, None, self.norms[0][0], eps)
         for li, (p_qkv, p_o, p_gate_up, p_down) in enumerate(r.proj):

@@ -530,7 +530,7 @@ class DecoderRunner:
         if rows is not None and not single and lora is None and rows.starts is None:  # every row decodes
             fused = self._fused()
             if fused is not None and h.shape[0] < fused.rows:  # all the layers in one native call (fused_step.py)
-                return fused.run(h.contiguous(), cos, sin, slot, rows)[last]
+                return fused.run(h.contiguous(), [(cos, sin)], slot, rows)[last]
 
         def delta(li: int, k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return y if adapters is None or step is None else adapters.add(step, li, k, x, y)

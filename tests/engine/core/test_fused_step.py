@@ -56,3 +56,30 @@ def test_a_runner_with_a_kernel_the_fused_call_lacks_keeps_the_loop(service, set
     assert FusedStep.build(runner) is not None
     runner.proj[3][2].kernels_by_rows = ("torch", "tile")
     assert FusedStep.build(runner) is None
+
+
+@pytest.mark.parametrize("kv", ["fp32", "bf16"])
+@pytest.mark.parametrize("quantization", ["none", "int8", "int4"])
+def test_a_fused_gemma3_step_gives_the_layer_loops_bits(quantization: str, kv: str) -> None:
+    """Gemma 3's layer in the one native call (the norms of the attention's and the MLP's outputs, gelu_tanh, q's
+    scale, a RoPE table per layer type, the sliding layers' own pool read from each row's window start) against the
+    loop, on a tiny random Gemma 3 whose matrices bf16 holds exactly (the linear_bf16 kernel) and quantized at load:
+    ragged rows, one crossing the 21-token window as it decodes."""
+    from engine.core.model_runner import make_runner
+    from tests.engine.core.test_gemma3 import ids, tiny_gemma
+
+    runner = make_runner(tiny_gemma(bf16_weights=True), "cpu", quantization=quantization, kv_cache_dtype=kv)
+    if runner.kern is None:
+        pytest.skip("no CPU kernels on this machine")
+    for p in (q for layer in runner.proj for q in layer):
+        if isinstance(p, quant.QuantProjection):
+            p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    fused = runner._fused()
+    assert fused is not None and fused.windowed and fused.q_scale != 1.0, "the tiny Gemma's decode takes the call"
+    prompts = [ids(15, 1), ids(9, 2), ids(40, 3)]
+    for batch in (prompts[:1], prompts):
+        runner.fuse_decode = True
+        got = decode(runner, batch, 12)
+        runner.fuse_decode = False
+        loop = decode(runner, batch, 12)
+        assert torch.equal(got, loop), f"{quantization}, {kv} pages: {len(batch)} rows"
