@@ -25,9 +25,11 @@ so running them side by side costs the measured one nothing but memory.
 parallel slots: every request takes one lock (`llama_cpp/server/app.py`, `get_llama_proxy`), so its C16 is its
 single stream served one request after another; the figure is printed to show that, not as a batching peer.
 The CPU's flags, the memory bandwidth and the load average before and after are printed with the table.
-On a CPU with AMX (amx_int8) llama.cpp runs with its extra buffer types off (`use_extra_bufts = False`: no AMX, no
-repacked weights), because llama-cpp-python 0.3.36's ggml segfaults in `ggml_backend_amx_mul_mat` there (seen on
-this project's 2-core Xeon VM); its label says so.
+On a CPU with AMX (amx_int8) a llama.cpp built with AMX runs with its extra buffer types off (`use_extra_bufts =
+False`: no AMX, no repacked weights), because llama-cpp-python 0.3.36's ggml segfaults in `ggml_backend_amx_mul_mat`
+there (seen on this project's 2-core Xeon VM); its label says so. A build without AMX (bench/README.md: CMAKE_ARGS
+with GGML_NATIVE off and the AVX-512 flags on) keeps them, so its weights are repacked for its AVX-512 kernels:
+give both venvs to `--llamacpp-venv`, and every ratio is against the faster of them in that run.
 """
 
 from __future__ import annotations
@@ -98,12 +100,25 @@ class Server:
     pid: int = 0
     c1: list[dict] = field(default_factory=list)  # one loadgen level row per round
     c16: list[dict] = field(default_factory=list)
+    peer: bool = False  # a llama.cpp server (the ratios are against the fastest of them)
 
 
 def cpu_flags() -> list[str]:
     line = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags")), "")
     have = set(line.partition(":")[2].split())
     return [f for f in FLAGS if f in have]
+
+
+def built_with_amx(python: str) -> bool:
+    """Whether the llama.cpp in that venv was compiled with AMX kernels (its system info says AMX_INT8 = 1)."""
+    info = subprocess.run(
+        [python, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=PEER_ENV,
+    ).stdout
+    return "AMX_INT8 = 1" in info
 
 
 def cpu_model() -> str:
@@ -222,29 +237,32 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
     print(f"{name}: {gguf} ({gguf.stat().st_size / 1e6:.0f} MB), llama.cpp EOS bias on ids {sorted(bias)}", flush=True)
     servers: list[Server] = []
     with contextlib.ExitStack() as stack:
-        port = free_port()
-        amx = "amx_int8" in cpu_flags()
-        llama_cmd = [
-            str(Path(args.llamacpp_venv).expanduser() / "bin" / "python"),
-            *(["-c", NO_EXTRA_BUFTS] if amx else ["-m", "llama_cpp.server"]),
-            "--model",
-            str(gguf),
-            "--model_alias",
-            name,
-            "--port",
-            str(port),
-            "--n_threads",
-            "2",
-            "--n_ctx",
-            "2048",
-            "--interrupt_requests",
-            "False",
-        ]
-        url = f"http://127.0.0.1:{port}"
-        log = logs / f"llamacpp-{model_key}.log"
-        proc = stack.enter_context(started(llama_cmd, url, log, env=PEER_ENV))
-        label = "llama.cpp" + (" (no extra buffer types: AMX crashes)" if amx else "")
-        servers.append(Server(label, url, name, {"logit_bias": bias, "repeat_penalty": 1.0}, log, proc.pid))
+        for venv in args.llamacpp_venv.split(","):
+            python = str(Path(venv).expanduser() / "bin" / "python")
+            port = free_port()
+            amx = "amx_int8" in cpu_flags() and built_with_amx(python)
+            llama_cmd = [
+                python,
+                *(["-c", NO_EXTRA_BUFTS] if amx else ["-m", "llama_cpp.server"]),
+                "--model",
+                str(gguf),
+                "--model_alias",
+                name,
+                "--port",
+                str(port),
+                "--n_threads",
+                "2",
+                "--n_ctx",
+                "2048",
+                "--interrupt_requests",
+                "False",
+            ]
+            url = f"http://127.0.0.1:{port}"
+            log = logs / f"llamacpp-{model_key}-{Path(venv).name}.log"
+            proc = stack.enter_context(started(llama_cmd, url, log, env=PEER_ENV))
+            label = f"llama.cpp ({Path(venv).name}" + (", no extra buffer types: AMX crashes)" if amx else ")")
+            extra = {"logit_bias": bias, "repeat_penalty": 1.0}
+            servers.append(Server(label, url, name, extra, log, proc.pid, peer=True))
         for entry in args.ours.split(","):
             mode, _, ngram = entry.partition("+ngram")
             port = free_port()
@@ -272,7 +290,8 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
             for s in servers[r % len(servers) :] + servers[: r % len(servers)]:
                 s.c16.append(level(s, args, 16, 16))
         memory = {s.label: memory_mb(s.pid) for s in servers}
-    ref = servers[0]
+    peers = [s for s in servers if s.peer]
+    ref = max(peers, key=lambda s: med([x["decode_tok_s"] for x in s.c1]))  # llama.cpp's best build here
     rows = []
     for s in servers:
         ratios = [a["decode_tok_s"] / b["decode_tok_s"] for a, b in zip(s.c1, ref.c1)]
@@ -304,7 +323,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--c16-rounds", type=int, default=0)
-    ap.add_argument("--llamacpp-venv", default=os.environ.get("PLAYGROUND_LLAMACPP_VENV", "~/peers/llamacpp"))
+    ap.add_argument(
+        "--llamacpp-venv",
+        default=os.environ.get("PLAYGROUND_LLAMACPP_VENV", "~/peers/llamacpp"),
+        help="llama-cpp-python venvs, comma-separated (for example its default build and one without AMX)",
+    )
     ap.add_argument("--cache-dir", default=os.environ.get("PLAYGROUND_CACHE_DIR", "~/.cache/llm-playground"))
     ap.add_argument("--json", help="append the report to this JSON-lines file")
     args = ap.parse_args()
