@@ -277,6 +277,8 @@ def measure(model_key: str, args: argparse.Namespace, cache: Path, logs: Path) -
             log = logs / f"ours-{entry}-{model_key}.log"
             proc = stack.enter_context(started(cmd, url, log))
             label = f"ours --quantization {mode}" + (f" --speculative-ngram {ngram}" if ngram else "")
+            if os.environ.get("PLAYGROUND_CPU_ISA"):  # the kernels' build forced (an AVX2 run on an AVX-512 CPU)
+                label += f" (PLAYGROUND_CPU_ISA={os.environ['PLAYGROUND_CPU_ISA']})"
             servers.append(Server(label, url, name, log=log, pid=proc.pid))
         for s in servers:  # warm-up: first requests pay one-off costs (calibration, caches)
             level(s, args, 1, 2)

@@ -83,3 +83,23 @@ def test_a_fused_gemma3_step_gives_the_layer_loops_bits(quantization: str, kv: s
         runner.fuse_decode = False
         loop = decode(runner, batch, 12)
         assert torch.equal(got, loop), f"{quantization}, {kv} pages: {len(batch)} rows"
+    # a speculative draft (a decode row per drafted token, each with its own window) beside a plain decode row
+    runner.fuse_decode = True
+    got = drafted(runner, prompts[2], ids(6, 4), prompts[1])
+    runner.fuse_decode = False
+    assert torch.equal(got, drafted(runner, prompts[2], ids(6, 4), prompts[1])), f"{quantization}, {kv}: drafted"
+
+
+def drafted(runner: Any, prompt: list[int], draft: list[int], other: list[int]) -> torch.Tensor:
+    """The logits of one step of `other`'s next token beside `prompt`'s drafted tokens (all_logits), after both
+    prompts."""
+    from engine.core.kv import KVCache
+    from engine.core.runner import Segment
+
+    a, b = KVCache(), KVCache()
+    with torch.inference_mode():
+        runner.forward([Segment(a, prompt), Segment(b, other)])
+        got = runner.forward([Segment(b, [7]), Segment(a, draft, all_logits=True)])
+    for c in (a, b):
+        runner.release(c)
+    return got
