@@ -1,6 +1,6 @@
 """What int8 activations with 4-bit weights would cost in quality, before a kernel is written for them.
 
-    .venv/bin/python bench/w4a8_quality.py [--prompts 16] [--tokens 64] [--group 32]
+    .venv/bin/python bench/w4a8_quality.py [--prompts 16] [--tokens 64] [--group 32] [--only TEXT]
 
 Issue 32's batches on an AMX CPU would need `tdpbusd` (int8 x int8, int32 sums) to beat vLLM's bf16: 4-bit codes
 widened to int8 tiles against int8 activations. An integer product has one scale per weight row, not one per group
@@ -15,7 +15,7 @@ agreement and mean KL(fp32 || variant) per token:
 - `float weights + int8 act per token` / `per 32 inputs`: the activations' cost alone: each input row rounded to
   int8 with one float scale, or with one per 32 inputs (which an integer product could apply only per block of
   32, as it must the weights' group scales);
-- `int4 g32 + int8 act per token`: both;
+- `int4 g32 + int8 act per token` / `per 32 inputs`: both;
 - `w4a8 two-level` (inputs per token or per 32): each row first to int8 with one float scale (symmetric,
   max |w| / 127), then each group of 32 of those int8 values to 4-bit codes with an integer scale and an integer
   zero point (scale times zero an int8 value); a weight is row_scale * int_scale * (code - zero), clamped to int8:
@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--group", type=int, default=32)
+    ap.add_argument("--only", help="the variants whose names contain this text (default: all)")
     args = ap.parse_args()
     import torch
     from quant_serve import greedy, prompts_for, runner_for
@@ -118,10 +119,13 @@ def main() -> None:
             "float weights + int8 act per token": (lambda w, g: w, 0),
             "float weights + int8 act per 32 inputs": (lambda w, g: w, 32),
             "int4 g32 + int8 act per token": (int4_group, 0),
+            "int4 g32 + int8 act per 32 inputs": (int4_group, 32),
             "w4a8 two-level, int8 act per token": (two_level, 0),
             "w4a8 two-level, int8 act per 32 inputs": (two_level, 32),
         }
         for name, (weights_of, act8) in variants.items():
+            if args.only and args.only not in name:
+                continue
             runner = simulated_runner(weights_of, act8, args.group)
             agree, kl = top1_agreement(reference, runner, prompts, outs)
             print(
