@@ -7,8 +7,8 @@
 //   - amx_k32_3: the same with the strip unpacked once and three products in flight;
 //   - vnni: AVX512-VNNI `vpdpbusd` without tiles (4 codes broadcast against 4 inputs of 16 rows).
 // Build and run (2 threads; AMX-INT8, AVX512-VNNI and F16C needed):
-//   g++ -O3 -fopenmp -std=c++17 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl bench/w4a8_probe.cpp \
-//       -o /tmp/w4a8_probe && /tmp/w4a8_probe 9728 896 16 50
+//   g++ -O3 -fopenmp -std=c++17 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl
+//       bench/w4a8_probe.cpp -o /tmp/w4a8_probe && /tmp/w4a8_probe 9728 896 16 50
 #include "../engine/core/cpu_kernels.cpp"
 #include <chrono>
 #include <cmath>
@@ -24,47 +24,50 @@ struct alignas(64) Cfg {
     uint8_t rows[16] = {};
 };
 
-// x [B, K] -> per b, per group g: xq (VNNI B layout per 16-col block), sx [B][G], X [B][G] (sum of xq)
-AMX8 void quantize_x(const float* x, int B, int K, int8_t* xb, float* sx, float* xs) {
-    const int G = K / 32, BB = (B + 15) / 16;
+// The inputs as the integer paths take them: x [B, K] rounded to int8 per 32 (symmetric, max |x| / 127), laid out
+// for `tdpbusd` / `vpdpbusd` (per group g and block j of 16 rows: [k / 4][row * 4 + k % 4], 512 bytes), with each
+// group's input scales (sx) and scaled sums (the mins' term: the int8 values' sum times sx) as vectors over the
+// block's 16 rows.
+struct Inputs {
+    int G, BB;
+    std::vector<int8_t> xb;
+    std::vector<float> sx, xs;
+    const int8_t* tile(int g, int j) const { return xb.data() + (static_cast<int64_t>(g) * BB + j) * 512; }
+    __m512 scales(int g, int j) const { return _mm512_loadu_ps(&sx[(static_cast<size_t>(g) * BB + j) * 16]); }
+    __m512 sums(int g, int j) const { return _mm512_loadu_ps(&xs[(static_cast<size_t>(g) * BB + j) * 16]); }
+};
+
+AMX8 Inputs prepare(const float* x, int B, int K) {
+    Inputs in{K / 32, (B + 15) / 16, {}, {}, {}};
+    in.xb.assign(static_cast<size_t>(in.G) * in.BB * 512, 0);
+    in.sx.assign(static_cast<size_t>(in.G) * in.BB * 16, 0.f);
+    in.xs.assign(in.sx.size(), 0.f);
     for (int b = 0; b < B; ++b)
-        for (int g = 0; g < G; ++g) {
-            const float* v = x + (int64_t)b * K + g * 32;
-            __m512 a0 = _mm512_loadu_ps(v), a1 = _mm512_loadu_ps(v + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
-            float s = amax / 127.f;
-            float inv = s > 0 ? 1.f / s : 0.f;
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, _mm512_set1_ps(inv)));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, _mm512_set1_ps(inv)));
+        for (int g = 0; g < in.G; ++g) {
+            const float* v = x + static_cast<int64_t>(b) * K + g * 32;
+            const __m512 a0 = _mm512_loadu_ps(v), a1 = _mm512_loadu_ps(v + 16);
+            const float s = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1))) / 127.f;
+            const __m512 inv = _mm512_set1_ps(s > 0 ? 1.f / s : 0.f);
             alignas(64) int32_t qi[32];
-            _mm512_store_si512(qi, q0);
-            _mm512_store_si512(qi + 16, q1);
+            _mm512_store_si512(qi, _mm512_cvtps_epi32(_mm512_mul_ps(a0, inv)));
+            _mm512_store_si512(qi + 16, _mm512_cvtps_epi32(_mm512_mul_ps(a1, inv)));
             int sum = 0;
-            // VNNI layout for group g, col block b/16: [k/4][ (b%16)*4 + k%4 ]
-            int8_t* dst = xb + ((int64_t)g * BB + b / 16) * 512;
+            int8_t* dst = in.xb.data() + (static_cast<int64_t>(g) * in.BB + b / 16) * 512;
             for (int k = 0; k < 32; ++k) {
-                dst[(k / 4) * 64 + (b % 16) * 4 + k % 4] = (int8_t)qi[k];
+                dst[(k / 4) * 64 + (b % 16) * 4 + k % 4] = static_cast<int8_t>(qi[k]);
                 sum += qi[k];
             }
-            sx[b * G + g] = s;
-            xs[b * G + g] = (float)sum;
+            const size_t at = (static_cast<size_t>(g) * in.BB + b / 16) * 16 + b % 16;
+            in.sx[at] = s;
+            in.xs[at] = static_cast<float>(sum) * s;
         }
+    return in;
 }
 
 AMX8 void amx_k32(const float* x, const uint8_t* wq, const uint16_t* sc, const uint16_t* mn, float* y, int B, int K, int N,
-               int threads, std::vector<int8_t>& xb, std::vector<float>& sx, std::vector<float>& xs) {
-    const int G = K / 32, BB = (B + 15) / 16;
-    xb.assign((size_t)G * BB * 512, 0);
-    sx.assign((size_t)BB * 16 * G, 0.f);
-    xs.assign((size_t)BB * 16 * G, 0.f);
-    quantize_x(x, B, K, xb.data(), sx.data(), xs.data());
-    // per group, per col block: sx and X as vectors over 16 b (transposed): [g][bb][16]
-    std::vector<float> sxT((size_t)G * BB * 16, 0.f), xsT((size_t)G * BB * 16, 0.f);
-    for (int b = 0; b < B; ++b)
-        for (int g = 0; g < G; ++g) {
-            sxT[((size_t)g * BB + b / 16) * 16 + b % 16] = sx[b * G + g];
-            xsT[((size_t)g * BB + b / 16) * 16 + b % 16] = xs[b * G + g];
-        }
+             int threads) {
+    const Inputs in = prepare(x, B, K);
+    const int G = in.G, BB = in.BB;
     const int strips = N / 16;
 #pragma omp parallel num_threads(threads)
     {
@@ -92,25 +95,25 @@ AMX8 void amx_k32(const float* x, const uint8_t* wq, const uint16_t* sc, const u
                     _mm_store_si128((__m128i*)(a + r * 32 + 16), hi);
                 }
                 _tile_loadd(0, a, 32);
-                _tile_loadd(1, xb.data() + ((int64_t)g * BB) * 512, 64);
+                _tile_loadd(1, in.tile(g, 0), 64);
                 _tile_zero(2);
                 _tile_dpbusd(2, 0, 1);
                 _tile_stored(2, c[0], 64);
                 if (BB > 1) {
-                    _tile_loadd(3, xb.data() + ((int64_t)g * BB + 1) * 512, 64);
+                    _tile_loadd(3, in.tile(g, 1), 64);
                     _tile_zero(4);
                     _tile_dpbusd(4, 0, 3);
                     _tile_stored(4, c[1], 64);
                 }
                 for (int j = 0; j < BB; ++j) {
-                    const __m512 sxv = _mm512_loadu_ps(&sxT[((size_t)g * BB + j) * 16]);
-                    const __m512 xsv = _mm512_loadu_ps(&xsT[((size_t)g * BB + j) * 16]);
+                    const __m512 sxv = in.scales(g, j);
+                    const __m512 xsv = in.sums(g, j);
                     for (int r = 0; r < 16; ++r) {
                         const int64_t gi = (int64_t)(n0 + r) * G + g;
                         const float s1 = _cvtsh_ss(sc[gi]), m1 = _cvtsh_ss(mn[gi]);
-                        const __m512 fp = _mm512_cvtepi32_ps(_mm512_load_si512(c[j] + r * 16));
-                        const __m512 t = _mm512_fmadd_ps(fp, _mm512_set1_ps(s1), _mm512_mul_ps(_mm512_set1_ps(m1), xsv));
-                        _mm512_store_ps(acc[j][r], _mm512_fmadd_ps(t, sxv, _mm512_load_ps(acc[j][r])));
+                        const __m512 fp = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j] + r * 16)), sxv);
+                        const __m512 t = _mm512_fmadd_ps(_mm512_set1_ps(s1), fp, _mm512_load_ps(acc[j][r]));
+                        _mm512_store_ps(acc[j][r], _mm512_fmadd_ps(_mm512_set1_ps(m1), xsv, t));
                     }
                 }
             }
@@ -128,18 +131,9 @@ AMX8 void amx_k32(const float* x, const uint8_t* wq, const uint16_t* sc, const u
 
 // amx_k32_3: the strip unpacked once, three groups in flight (three C tiles), the mins as a separate term.
 AMX8 void amx_k32_3(const float* x, const uint8_t* wq, const uint16_t* sc, const uint16_t* mn, float* y, int B, int K,
-                 int N, int threads, std::vector<int8_t>& xb, std::vector<float>& sx, std::vector<float>& xs) {
-    const int G = K / 32, BB = (B + 15) / 16;
-    xb.assign((size_t)G * BB * 512, 0);
-    sx.assign((size_t)BB * 16 * G, 0.f);
-    xs.assign((size_t)BB * 16 * G, 0.f);
-    quantize_x(x, B, K, xb.data(), sx.data(), xs.data());
-    std::vector<float> sxT((size_t)G * BB * 16, 0.f), xsT((size_t)G * BB * 16, 0.f);
-    for (int b = 0; b < B; ++b)
-        for (int g = 0; g < G; ++g) {
-            sxT[((size_t)g * BB + b / 16) * 16 + b % 16] = sx[b * G + g];
-            xsT[((size_t)g * BB + b / 16) * 16 + b % 16] = xs[b * G + g] * sx[b * G + g];
-        }
+                 int N, int threads) {
+    const Inputs in = prepare(x, B, K);
+    const int G = in.G, BB = in.BB;
     const int strips = N / 16;
 #pragma omp parallel num_threads(threads)
     {
@@ -182,18 +176,18 @@ AMX8 void amx_k32_3(const float* x, const uint8_t* wq, const uint16_t* sc, const
                 for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
                 for (int g = 0; g < G; g += 3) {  // three groups in flight: products overlap the stores
                     _tile_loadd(0, a.data() + g * 32, K);
-                    _tile_loadd(1, xb.data() + ((int64_t)g * BB + j) * 512, 64);
+                    _tile_loadd(1, in.tile(g, j), 64);
                     _tile_zero(2);
                     _tile_dpbusd(2, 0, 1);
                     if (g + 1 < G) {
                         _tile_loadd(3, a.data() + (g + 1) * 32, K);
-                        _tile_loadd(4, xb.data() + ((int64_t)(g + 1) * BB + j) * 512, 64);
+                        _tile_loadd(4, in.tile(g + 1, j), 64);
                         _tile_zero(5);
                         _tile_dpbusd(5, 3, 4);
                     }
                     if (g + 2 < G) {
                         _tile_loadd(0, a.data() + (g + 2) * 32, K);
-                        _tile_loadd(1, xb.data() + ((int64_t)(g + 2) * BB + j) * 512, 64);
+                        _tile_loadd(1, in.tile(g + 2, j), 64);
                         _tile_zero(6);
                         _tile_dpbusd(6, 0, 1);
                     }
@@ -202,8 +196,8 @@ AMX8 void amx_k32_3(const float* x, const uint8_t* wq, const uint16_t* sc, const
                     if (g + 2 < G) _tile_stored(6, c[2], 64);
                     for (int h = 0; h < 3 && g + h < G; ++h) {
                         const int gg = g + h;
-                        const __m512 sxv = _mm512_loadu_ps(&sxT[((size_t)gg * BB + j) * 16]);
-                        const __m512 xsv = _mm512_loadu_ps(&xsT[((size_t)gg * BB + j) * 16]);
+                        const __m512 sxv = in.scales(gg, j);
+                        const __m512 xsv = in.sums(gg, j);
 #pragma GCC unroll 16
                         for (int r = 0; r < 16; ++r) {
                             const __m512 fp = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[h] + r * 16)), sxv);
@@ -228,18 +222,9 @@ AMX8 void amx_k32_3(const float* x, const uint8_t* wq, const uint16_t* sc, const
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 // vnni: AVX512-VNNI, no tiles: per 16-column block, per row: 8 vpdpbusd a group (4 codes broadcast x 4 inputs of 16 b)
 VNNI void vnni(const float* x, const uint8_t* wq, const uint16_t* sc, const uint16_t* mn, float* y, int B, int K,
-                 int N, int threads, std::vector<int8_t>& xb, std::vector<float>& sx, std::vector<float>& xs) {
-    const int G = K / 32, BB = (B + 15) / 16;
-    xb.assign((size_t)G * BB * 512, 0);
-    sx.assign((size_t)BB * 16 * G, 0.f);
-    xs.assign((size_t)BB * 16 * G, 0.f);
-    quantize_x(x, B, K, xb.data(), sx.data(), xs.data());
-    std::vector<float> sxT((size_t)G * BB * 16, 0.f), xsT((size_t)G * BB * 16, 0.f);
-    for (int b = 0; b < B; ++b)
-        for (int g = 0; g < G; ++g) {
-            sxT[((size_t)g * BB + b / 16) * 16 + b % 16] = sx[b * G + g];
-            xsT[((size_t)g * BB + b / 16) * 16 + b % 16] = xs[b * G + g] * sx[b * G + g];
-        }
+                 int N, int threads) {
+    const Inputs in = prepare(x, B, K);
+    const int G = in.G, BB = in.BB;
     const int R = 4;
     const int tiles = N / R;
 #pragma omp parallel num_threads(threads)
@@ -252,7 +237,7 @@ VNNI void vnni(const float* x, const uint8_t* wq, const uint16_t* sc, const uint
                 __m512 acc[R];
                 for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
                 for (int g = 0; g < G; ++g) {
-                    const int8_t* xg = xb.data() + ((int64_t)g * BB + j) * 512;
+                    const int8_t* xg = in.tile(g, j);
                     __m512i ci[R];
 #pragma GCC unroll 8
                     for (int r = 0; r < R; ++r) {
@@ -268,8 +253,8 @@ VNNI void vnni(const float* x, const uint8_t* wq, const uint16_t* sc, const uint
                         for (int r = 0; r < R; ++r)
                             ci[r] = _mm512_dpbusd_epi32(ci[r], _mm512_set1_epi32(*(const int*)(a[r] + kk * 4)), xv);
                     }
-                    const __m512 sxv = _mm512_loadu_ps(&sxT[((size_t)g * BB + j) * 16]);
-                    const __m512 xsv = _mm512_loadu_ps(&xsT[((size_t)g * BB + j) * 16]);
+                    const __m512 sxv = in.scales(g, j);
+                    const __m512 xsv = in.sums(g, j);
 #pragma GCC unroll 8
                     for (int r = 0; r < R; ++r) {
                         const int64_t gi = (int64_t)(n0 + r) * G + g;
@@ -290,8 +275,7 @@ VNNI void vnni(const float* x, const uint8_t* wq, const uint16_t* sc, const uint
     }
 }
 
-using Fn = void (*)(const float*, const uint8_t*, const uint16_t*, const uint16_t*, float*, int, int, int, int,
-                   std::vector<int8_t>&, std::vector<float>&, std::vector<float>&);
+using Fn = void (*)(const float*, const uint8_t*, const uint16_t*, const uint16_t*, float*, int, int, int, int);
 
 int main(int argc, char** argv) {
     if (argc < 5) {
@@ -312,8 +296,6 @@ int main(int argc, char** argv) {
     for (auto& v : mn) v = _cvtss_sh(-0.01f - (rng() % 100) * 1e-4f, 0);
     std::vector<float> x((size_t)B * K), y((size_t)B * N), ref((size_t)B * N);
     for (auto& v : x) v = std::normal_distribution<float>(0, 1)(rng);
-    std::vector<int8_t> xb;
-    std::vector<float> sx, xs;
     for (int n = 0; n < N; ++n)  // the reference: float weights (as decoded) times float inputs, in double
         for (int b = 0; b < B; ++b) {
             double s = 0;
@@ -325,7 +307,7 @@ int main(int argc, char** argv) {
             ref[(size_t)b * N + n] = (float)s;
         }
     auto engine_bf16 = [](const float* x_, const uint8_t* w_, const uint16_t* s_, const uint16_t* m_, float* y_, int B_,
-                          int K_, int N_, int t_, std::vector<int8_t>&, std::vector<float>&, std::vector<float>&) {
+                          int K_, int N_, int t_) {
         linear_q_amx_h(x_, w_, s_, m_, nullptr, y_, B_, K_, N_, 32, 4, t_);
     };
     const std::pair<const char*, Fn> paths[] = {
@@ -335,13 +317,13 @@ int main(int argc, char** argv) {
         {"int8 inputs, AVX512-VNNI", vnni},
     };
     for (const auto& [name, fn] : paths) {
-        fn(x.data(), wq.data(), sc.data(), mn.data(), y.data(), B, K, N, 2, xb, sx, xs);
+        fn(x.data(), wq.data(), sc.data(), mn.data(), y.data(), B, K, N, 2);
         double e = 0, r = 0;
         for (size_t i = 0; i < ref.size(); ++i) e += (y[i] - ref[i]) * (y[i] - ref[i]), r += ref[i] * ref[i];
         double best = 1e9;
         for (int round = 0; round < 3; ++round) {
             auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < reps; ++i) fn(x.data(), wq.data(), sc.data(), mn.data(), y.data(), B, K, N, 2, xb, sx, xs);
+            for (int i = 0; i < reps; ++i) fn(x.data(), wq.data(), sc.data(), mn.data(), y.data(), B, K, N, 2);
             best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
         }
         printf("%-40s N %d K %d B %d: %.3f ms a call (best of 3 x %d), relative error %.2e\n", name, N, K, B,

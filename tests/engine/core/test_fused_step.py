@@ -29,19 +29,30 @@ def decode(runner: Any, prompts: list[list[int]], steps: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def tile_kernels(runner: Any) -> None:
+    """Every quantized projection on the tile kernel below SPLIT_ROWS, the one decode_layers calls (calibration may
+    have timed torch's kernel ahead on a busy machine)."""
+    for p in (q for layer in runner.proj for q in layer):
+        if isinstance(p, quant.QuantProjection):
+            p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+
+
+def fused_and_loop(run: Any, runner: Any, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """`run(runner, *args)`'s logits with decode steps in the one native call, then through the layer loop."""
+    runner.fuse_decode = True
+    fused = run(runner, *args)
+    runner.fuse_decode = False
+    return fused, run(runner, *args)
+
+
 @pytest.mark.parametrize("quantization", ["none", "auto"])
 def test_a_fused_decode_step_gives_the_layer_loops_bits(service, settings, quantization: str) -> None:
     runner = _runner(service, settings, quantization)
-    for p in (q for layer in runner.proj for q in layer):
-        if isinstance(p, quant.QuantProjection):  # calibration may have timed torch's kernel ahead on a busy machine
-            p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    tile_kernels(runner)
     assert runner._fused() is not None, "the bundled model's decode steps take the one native call"
     prompts = [list(range(100 + i, 130 + 9 * i)) for i in range(3)]  # ragged contexts
     for batch in (prompts[:1], prompts):
-        runner.fuse_decode = True
-        fused = decode(runner, batch, 5)
-        runner.fuse_decode = False
-        loop = decode(runner, batch, 5)
+        fused, loop = fused_and_loop(decode, runner, batch, 5)
         assert torch.equal(fused, loop), f"{quantization}: {len(batch)} rows"
 
 
@@ -51,8 +62,7 @@ def test_a_runner_with_a_kernel_the_fused_call_lacks_keeps_the_loop(service, set
     from engine.core.fused_step import FusedStep
 
     runner = _runner(service, settings, "auto")
-    for p in (q for layer in runner.proj for q in layer):
-        p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    tile_kernels(runner)
     assert FusedStep.build(runner) is not None
     runner.proj[3][2].kernels_by_rows = ("torch", "tile")
     assert FusedStep.build(runner) is None
@@ -71,23 +81,16 @@ def test_a_fused_gemma3_step_gives_the_layer_loops_bits(quantization: str, kv: s
     runner = make_runner(tiny_gemma(bf16_weights=True), "cpu", quantization=quantization, kv_cache_dtype=kv)
     if runner.kern is None:
         pytest.skip("no CPU kernels on this machine")
-    for p in (q for layer in runner.proj for q in layer):
-        if isinstance(p, quant.QuantProjection):
-            p.kernels_by_rows = ("tile", p.kernels_by_rows[1])
+    tile_kernels(runner)
     fused = runner._fused()
     assert fused is not None and fused.windowed and fused.q_scale != 1.0, "the tiny Gemma's decode takes the call"
     prompts = [ids(15, 1), ids(9, 2), ids(40, 3)]
     for batch in (prompts[:1], prompts):
-        runner.fuse_decode = True
-        got = decode(runner, batch, 12)
-        runner.fuse_decode = False
-        loop = decode(runner, batch, 12)
+        got, loop = fused_and_loop(decode, runner, batch, 12)
         assert torch.equal(got, loop), f"{quantization}, {kv} pages: {len(batch)} rows"
     # a speculative draft (a decode row per drafted token, each with its own window) beside a plain decode row
-    runner.fuse_decode = True
-    got = drafted(runner, prompts[2], ids(6, 4), prompts[1])
-    runner.fuse_decode = False
-    assert torch.equal(got, drafted(runner, prompts[2], ids(6, 4), prompts[1])), f"{quantization}, {kv}: drafted"
+    got, loop = fused_and_loop(drafted, runner, prompts[2], ids(6, 4), prompts[1])
+    assert torch.equal(got, loop), f"{quantization}, {kv}: drafted"
 
 
 def drafted(runner: Any, prompt: list[int], draft: list[int], other: list[int]) -> torch.Tensor:
