@@ -1,16 +1,17 @@
 """Quantized weights through the lean runner (engine/core/quant.py): decode speed, weight bytes and quality.
 
-    .venv/bin/python bench/quant_serve.py [--model smollm2|qwen|qwen3b] [--modes none,bf16,int8,int4,auto]
+    .venv/bin/python bench/quant_serve.py [--model smollm2|gemma|qwen|qwen3b] [--modes none,bf16,int8,int4,auto]
                                           [--batch 1,16] [--tokens 32] [--quality] [--threads N]
 
 For each mode the model is loaded as the server loads it (engine/models.py, make_runner with that
-`--quantization`; `bf16` is `--dtype bf16 --quantization none`, `auto` the bundled GGUF's own Q4_1 blocks) and
+`--quantization`; `bf16` is `--dtype bf16 --quantization none`, `auto` the GGUF's own blocks: SmolLM2's Q4_1,
+Gemma 3 270M's Q4_K_M) and
   - decode tokens/s at each batch size: B streams of a short chat prompt prefilled together, then `--tokens`
     greedy decode steps of all B, each timed (the runner's forward: the engine's compute, without its HTTP and
     scheduling around it); B / the median step over `--repeat` runs, so a neighbour's bursts are left out;
   - weight bytes resident: the projections as kept (packed forms and any second copy included) plus the
     embedding and output head (int8 or the GGUF's own blocks when quantized), and the process's RSS after loading;
-  - `--quality` (SmolLM2 only): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
+  - `--quality` (SmolLM2, Gemma 3 270M): 16 prompts x 64 greedy tokens from the float32 model (`none`), teacher-forced
     through each mode: top-1 agreement and mean KL(fp32 || mode) per token, in one prefill (the kernels from
     SPLIT_ROWS rows) and as decode steps, a token a step (`decode_*`: the kernels of a decode batch).
 `--model qwen` is the Qwen2.5-0.5B shape of bench/qwen_shape.py with random weights (speed and bytes only);
@@ -87,8 +88,8 @@ def runner_for(model_name: str, mode: str, kv_tokens: int = 16384) -> tuple[Any,
         path = build(cache / "bench-models" / "qwen2.5-3b-shape", size="3b")
         loaded = models.load(str(path), cache, "cpu", torch.bfloat16 if mode == "bf16" else torch.float32)
         model, tok, gguf = loaded.model, loaded.tokenizer, None
-    else:
-        loaded = models.load("", cache, "cpu", dtype)
+    else:  # the bundled SmolLM2, or Gemma 3 270M (`--model gemma-3-270m`), as the server loads them
+        loaded = models.load("gemma-3-270m" if model_name == "gemma" else "", cache, "cpu", dtype)
         model, tok, gguf = loaded.model, loaded.tokenizer, loaded.gguf
     return make_runner(model, "cpu", kv_tokens, quantization=quantization, gguf=gguf), tok
 
@@ -129,6 +130,8 @@ def rss() -> int:
 def prompts_for(tok: Any, n: int, vocab: int) -> list[list[int]]:
     if tok is None:  # random-weight model: any ids
         return [[(7 * i + j) % vocab for j in range(24)] for i in range(n)]
+    if tok.chat_template is None:  # a base model (Gemma 3 270M): the questions as plain text after its BOS
+        return [tok(QUALITY_PROMPTS[i % 16])["input_ids"] for i in range(n)]
     texts = [
         tok.apply_chat_template(
             [{"role": "user", "content": QUALITY_PROMPTS[i % 16]}], add_generation_prompt=True, tokenize=False
@@ -168,7 +171,7 @@ def greedy(runner: Any, prompts: list[list[int]], steps: int) -> list[list[int]]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2", choices=("smollm2", "qwen", "qwen3b"))
+    ap.add_argument("--model", default="smollm2", choices=("smollm2", "gemma", "qwen", "qwen3b"))
     ap.add_argument("--modes", default="")
     ap.add_argument("--batch", default="1,16")
     ap.add_argument("--tokens", type=int, default=32)
@@ -196,7 +199,13 @@ def main() -> None:
     modes = (
         args.modes.split(",")
         if args.modes
-        else (["none", "bf16", "int8", "int4", "auto"] if args.model == "smollm2" else ["bf16", "int4"])
+        else (
+            ["none", "bf16", "int8", "int4", "auto"]
+            if args.model == "smollm2"
+            else ["none", "auto"]
+            if args.model == "gemma"
+            else ["bf16", "int4"]
+        )
     )
     batches = [int(b) for b in args.batch.split(",")]
     reference = outs = qprompts = None
