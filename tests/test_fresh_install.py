@@ -103,7 +103,11 @@ def fresh_server(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_the_run_command_serves_a_streamed_chat_from_requirements_txt_alone(fresh_server: str) -> None:
     body = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        # Not "What is the capital of France?": there the model's first greedy token is a coin toss ("The" 0.1 nats
+        # ahead of "L" in float32), and the default server's numbers depend on which kernels calibration timed
+        # fastest on this machine (torch's int4 one for qkv and bf16 KV pages made "L'Étoile, ..."); this question
+        # keeps a 0.69-nat margin or more at each of its first tokens whichever kernels run.
+        "messages": [{"role": "user", "content": "Name the capital city of France."}],
         "stream": True,
         "max_tokens": 16,
         "temperature": 0,
