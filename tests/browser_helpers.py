@@ -90,6 +90,21 @@ def set_number(page: Any, knob: str, value: Any) -> None:
     box.press("Enter")
 
 
+# The check line's own words: its Markdown paragraphs (layout's style.css hides the line when it has none). Its block
+# also holds Gradio's status tracker, whose timer ("0.1s", "processing | 0.1s") stays in the DOM, at opacity 0, while
+# a preview of the request runs, even with show_progress="hidden": the block's whole text is not what the user reads.
+CHECK_LINE = "#pg-check p"
+
+
+def check_says(page: Any) -> str:
+    return " ".join(page.locator(CHECK_LINE).all_inner_texts()).strip()
+
+
+def expect_check_clear(page: Any) -> None:
+    """Wait until the check line says nothing."""
+    sync_api.expect(page.locator(CHECK_LINE)).to_have_count(0)
+
+
 def stat(page: Any, name: str) -> str:
     return page.locator(f"#pg-stats td[data-stat='{name}']").inner_text()
 

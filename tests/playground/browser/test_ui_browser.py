@@ -17,6 +17,8 @@ from tests.browser_helpers import (
     FINISHED_JS,
     NEEDS_CHROMIUM,
     attach_png,
+    check_says,
+    expect_check_clear,
     import_file,
     open_page,
     open_tab,
@@ -129,7 +131,7 @@ def test_a_page_message_over_the_clients_limit_gets_the_apis_refusal_and_is_kept
             assert page.locator("#pg-chat .message").count() == 0
         page.click("#pg-send")  # the stream is closed: the kept message goes through now
         page.wait_for_function(FINISHED_JS)
-        sync_api.expect(page.locator("#pg-check")).to_have_text("")
+        expect_check_clear(page)
         page.close()
 
 
@@ -234,7 +236,7 @@ def test_attachments_are_summarised_refused_or_transcribed(browser: Any, live: A
     sync_api.expect(chat_box).to_contain_text("speech.flac · audio/flac")
     sync_api.expect(chat_box).to_contain_text("Transcribed by the server")
     assert "milk" in chat_box.inner_text().lower()
-    assert page.locator("#pg-check").inner_text().strip() == ""
+    assert check_says(page) == ""
     player = chat_box.locator("audio.pg-player")  # the sent audio keeps a player in the chat (its upload's file)
     sync_api.expect(player).to_have_count(1)
     assert "gradio_api/file=" in (player.get_attribute("src") or "")
@@ -301,7 +303,7 @@ def test_the_vl_model_sees_an_image_and_the_page_reports_its_tokens(browser: Any
     tokens = int(report.split("·")[1].split()[0])
     assert tokens > 1 and int(stat(page, "prompt tokens")) > tokens  # the image's tokens are in the prompt
     assert stat(page, "media tokens") == str(tokens)
-    assert int(stat(page, "completion tokens")) > 0 and page.locator("#pg-check").inner_text().strip() == ""
+    assert int(stat(page, "completion tokens")) > 0 and check_says(page) == ""
     assert page.locator("#pg-timeline svg").count() == 1
     shot(page, "13-vl-image-taken")
     page.reload()  # the report comes back from the browser's storage
@@ -364,7 +366,7 @@ def test_a_conversation_is_exported_and_imported_back(browser: Any, live: Any, t
     import_file(page, saved)
     sync_api.expect(chat_box).to_contain_text("Name a colour.")
     sync_api.expect(chat_box).to_contain_text(doc["messages"][1]["content"][:20])
-    assert page.locator("#pg-check").inner_text().strip() == ""
+    assert check_says(page) == ""
     page.get_by_role("tab", name="Sampling").click()
     assert page.input_value("#pg-max_tokens input[type=number]") == "8"
     shot(page, "18-imported")

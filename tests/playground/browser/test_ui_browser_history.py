@@ -18,6 +18,7 @@ from typing import Any
 from tests.browser_helpers import (
     FINISHED_JS,
     NEEDS_CHROMIUM,
+    check_says,
     import_file,
     open_page,
     open_tab,
@@ -243,5 +244,5 @@ def test_send_while_a_reply_streams_is_queued_and_text_typed_after_send_is_kept(
     # the chat as it settles: the stats can show the reply finished an update before the chat's last one lands
     expect(page.locator("#pg-chat [data-testid='user']").last).to_have_text("And now say hi.", timeout=30_000)
     expect(page.locator("#pg-chat [data-testid='user']").first).to_have_text("Count from one to fifty in words.")
-    assert "Queued" not in page.locator("#pg-check").inner_text()
+    assert "Queued" not in check_says(page)
     page.close()

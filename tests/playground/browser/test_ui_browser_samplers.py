@@ -21,7 +21,18 @@ from engine.protocol.response import LogprobEntry, TopLogprob
 from playground.client.heatmap import colour_css
 from playground.client.reply import ChoiceView
 from playground.page import heatmap
-from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, send, set_number, shot, sync_api
+from tests.browser_helpers import (
+    FINISHED_JS,
+    NEEDS_CHROMIUM,
+    check_says,
+    expect_check_clear,
+    open_page,
+    open_tab,
+    send,
+    set_number,
+    shot,
+    sync_api,
+)
 from tests.conftest import chat
 
 LAYER = "browser"  # what this module's own fixtures or bodies need (tests/conftest.py)
@@ -74,7 +85,7 @@ def sampler_settings(page: Any) -> None:
     shot(page, "samp-1-check-line-explains")
     page.locator("#pg-logprobs input[type=checkbox]").check()
     set_number(page, "top_logprobs", 5)
-    sync_api.expect(check).to_have_text("")
+    expect_check_clear(page)
     shot(page, "samp-2-sampling-tab")
     open_tab(page, "Stats")
     time.sleep(0.5)  # let the controls' change events land before sending
@@ -85,7 +96,7 @@ def test_a_clicked_token_shows_the_model_and_the_samplers_side_by_side(browser: 
     sampler_settings(page)
     send(page, PROMPT)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
-    refused = " ".join(page.locator("#pg-check p").all_inner_texts()).strip()
+    refused = check_says(page)
     assert not refused, f"the request was refused: {refused}"
     # The same request through the API, the same seed: the same tokens and the same records.
     api = chat(

@@ -11,6 +11,7 @@ from typing import Any
 from tests.browser_helpers import (
     FINISHED_JS,
     NEEDS_CHROMIUM,
+    check_says,
     open_page,
     open_tab,
     precise,
@@ -42,7 +43,7 @@ def test_acceptance_rate_is_shown_and_accepted_tokens_are_underlined(browser: An
     page.wait_for_timeout(500)  # the controls' change events land before sending
     send(page, PROMPT)
     page.wait_for_function(FINISHED_JS, timeout=180_000)
-    refused = " ".join(page.locator("#pg-check p").all_inner_texts()).strip()
+    refused = check_says(page)
     assert not refused, f"the request was refused: {refused}"
 
     # The same request through the API: its usage says what the page must show.

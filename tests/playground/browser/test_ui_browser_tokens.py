@@ -10,7 +10,17 @@ import re
 import time
 from typing import Any
 
-from tests.browser_helpers import FINISHED_JS, NEEDS_CHROMIUM, open_page, open_tab, precise, send, set_number, shot
+from tests.browser_helpers import (
+    FINISHED_JS,
+    NEEDS_CHROMIUM,
+    check_says,
+    open_page,
+    open_tab,
+    precise,
+    send,
+    set_number,
+    shot,
+)
 from tests.conftest import chat
 
 pytestmark = NEEDS_CHROMIUM
@@ -44,7 +54,7 @@ def open_candidates(page: Any) -> None:
 def reply(page: Any, text: str = PROMPT) -> None:
     send(page, text)
     page.wait_for_function(FINISHED_JS, timeout=120_000)
-    refused = " ".join(page.locator("#pg-check p").all_inner_texts()).strip()  # the check line's message, if any
+    refused = check_says(page)  # the check line's message, if any
     assert not refused, f"the request was refused: {refused}"
 
 
